@@ -1,0 +1,86 @@
+// swift-tools-version:6.1
+//
+// appleid-broker: a self-hosted Sign in with Apple identity broker.
+//
+// Layers, bottom up:
+//   C bridges      CMicroHTTPD, CLibpq, COpenSSL, CCurl (system libraries) + CBrokerShims (variadic calls)
+//   Foundations    Observability (logs, metrics), BrokerCrypto (OpenSSL), PostgresClient (libpq),
+//                  ProcessRunner (posix_spawn), EmbeddedPostgres (a private cluster), HTTPServer (libmicrohttpd), HTTPClient (libcurl)
+//   Product        BrokerCore (configuration, storage, API, workers, CLI) and the thin `appleid-broker` executable
+import PackageDescription
+
+let swiftSettings: [SwiftSetting] = [
+    .enableUpcomingFeature("ExistentialAny"),
+    .enableUpcomingFeature("MemberImportVisibility"),
+]
+
+let package = Package(
+    name: "appleid-broker",
+    products: [
+        .executable(name: "appleid-broker", targets: ["appleid-broker"]),
+    ],
+    targets: [
+        // MARK: C bridges (headers and link flags come from pkg-config)
+        .systemLibrary(name: "CMicroHTTPD", pkgConfig: "libmicrohttpd", providers: [.apt(["libmicrohttpd-dev"])]),
+        .systemLibrary(name: "CLibpq", pkgConfig: "libpq", providers: [.apt(["libpq-dev"])]),
+        .systemLibrary(name: "COpenSSL", pkgConfig: "openssl", providers: [.apt(["libssl-dev"])]),
+        .systemLibrary(name: "CCurl", pkgConfig: "libcurl", providers: [.apt(["libcurl4-openssl-dev"])]),
+        .target(name: "CBrokerShims", dependencies: ["CMicroHTTPD", "CCurl"]),
+
+        // MARK: Foundations, one job each
+        .target(name: "Observability", swiftSettings: swiftSettings),
+        .target(name: "BrokerCrypto", dependencies: ["COpenSSL"], swiftSettings: swiftSettings),
+        .target(name: "PostgresClient", dependencies: ["CLibpq", "Observability"], swiftSettings: swiftSettings),
+        .target(name: "ProcessRunner", swiftSettings: swiftSettings),
+        .target(
+            name: "EmbeddedPostgres",
+            dependencies: ["PostgresClient", "ProcessRunner", "Observability"],
+            swiftSettings: swiftSettings
+        ),
+        .target(
+            name: "HTTPServer",
+            dependencies: ["CMicroHTTPD", "CBrokerShims", "Observability"],
+            swiftSettings: swiftSettings
+        ),
+        .target(name: "HTTPClient", dependencies: ["CCurl", "CBrokerShims"], swiftSettings: swiftSettings),
+
+        // MARK: The product
+        .target(
+            name: "BrokerCore",
+            dependencies: [
+                "Observability", "BrokerCrypto", "PostgresClient", "EmbeddedPostgres", "HTTPServer", "HTTPClient",
+            ],
+            swiftSettings: swiftSettings,
+            plugins: ["EmbedMigrations"]
+        ),
+        .executableTarget(name: "appleid-broker", dependencies: ["BrokerCore"], swiftSettings: swiftSettings),
+
+        // MARK: Build tooling: sql/*.sql compiled into the binary, so it needs no files at run time
+        .executableTarget(name: "embed-sql", path: "Plugins/EmbedSQLTool"),
+        .plugin(name: "EmbedMigrations", capability: .buildTool(), dependencies: ["embed-sql"]),
+
+        // MARK: Tests
+        .target(
+            name: "TestSupport",
+            dependencies: ["PostgresClient", "EmbeddedPostgres", "HTTPClient", "ProcessRunner", "Observability"],
+            path: "Tests/TestSupport",
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(name: "BrokerCryptoTests", dependencies: ["BrokerCrypto"], swiftSettings: swiftSettings),
+        .testTarget(
+            name: "PostgresClientTests",
+            dependencies: ["PostgresClient", "TestSupport"],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "HTTPServerTests",
+            dependencies: ["HTTPServer", "HTTPClient", "TestSupport"],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "BrokerCoreTests",
+            dependencies: ["BrokerCore", "TestSupport", "ProcessRunner"],
+            swiftSettings: swiftSettings
+        ),
+    ]
+)

@@ -1,0 +1,61 @@
+/*
+ * Non-variadic C entry points for the variadic functions of libmicrohttpd and
+ * libcurl, which Swift cannot call directly ("Variadic function is unavailable").
+ * Every symbol is prefixed `cbroker_`.
+ */
+#ifndef CBROKER_SHIMS_H
+#define CBROKER_SHIMS_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+#include <microhttpd.h>
+#include <curl/curl.h>
+
+/* ---- libmicrohttpd ---------------------------------------------------- */
+
+/// Everything `cbroker_mhd_start` passes to `MHD_start_daemon`.
+typedef struct {
+    unsigned int flags;
+    uint16_t port;
+    /// Address to bind; NULL binds every interface on `port`.
+    const struct sockaddr *_Nullable bind_address;
+    /// 0 means no thread pool (one polling thread).
+    unsigned int thread_pool_size;
+    /// Seconds of inactivity before a connection is closed; 0 = never.
+    unsigned int connection_timeout;
+    /// Per-connection memory for headers and buffering; 0 = MHD default.
+    size_t connection_memory_limit;
+    /// Maximum concurrent connections; 0 = MHD default.
+    unsigned int connection_limit;
+    /// listen(2) backlog; 0 = MHD default.
+    unsigned int listen_backlog;
+    MHD_AccessHandlerCallback _Nonnull handler;
+    void *_Nullable handler_cls;
+    MHD_RequestCompletedCallback _Nullable completed;
+    void *_Nullable completed_cls;
+    /// PEM strings for TLS; both NULL for plain HTTP.
+    const char *_Nullable tls_key_pem;
+    const char *_Nullable tls_cert_pem;
+} cbroker_mhd_config;
+
+/// Starts a daemon; NULL on failure (errno may say why).
+struct MHD_Daemon *_Nullable cbroker_mhd_start(const cbroker_mhd_config *_Nonnull config);
+
+/// The port the daemon listens on (useful after binding port 0), or 0.
+uint16_t cbroker_mhd_bound_port(struct MHD_Daemon *_Nonnull daemon);
+
+/// Writes the client's IP address as text into `buffer`; returns 0 on success.
+int cbroker_mhd_client_address(struct MHD_Connection *_Nonnull connection, char *_Nonnull buffer, size_t length);
+
+/* ---- libcurl ---------------------------------------------------------- */
+
+CURLcode cbroker_curl_setopt_long(CURL *_Nonnull handle, CURLoption option, long value);
+CURLcode cbroker_curl_setopt_ptr(CURL *_Nonnull handle, CURLoption option, void *_Nullable value);
+CURLcode cbroker_curl_setopt_string(CURL *_Nonnull handle, CURLoption option, const char *_Nullable value);
+CURLcode cbroker_curl_setopt_off_t(CURL *_Nonnull handle, CURLoption option, int64_t value);
+CURLcode cbroker_curl_setopt_write_function(CURL *_Nonnull handle, CURLoption option,
+    size_t (*_Nullable callback)(char *_Nonnull, size_t, size_t, void *_Nullable));
+CURLcode cbroker_curl_getinfo_long(CURL *_Nonnull handle, CURLINFO info, long *_Nonnull value);
+
+#endif

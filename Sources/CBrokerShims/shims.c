@@ -1,0 +1,70 @@
+#include "CBrokerShims.h"
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <string.h>
+
+struct MHD_Daemon *cbroker_mhd_start(const cbroker_mhd_config *config) {
+    struct MHD_OptionItem options[12];
+    size_t n = 0;
+    if (config->bind_address != NULL)
+        options[n++] = (struct MHD_OptionItem){MHD_OPTION_SOCK_ADDR, 0, (void *)config->bind_address};
+    if (config->thread_pool_size > 1)
+        options[n++] = (struct MHD_OptionItem){MHD_OPTION_THREAD_POOL_SIZE, config->thread_pool_size, NULL};
+    if (config->connection_timeout > 0)
+        options[n++] = (struct MHD_OptionItem){MHD_OPTION_CONNECTION_TIMEOUT, config->connection_timeout, NULL};
+    if (config->connection_memory_limit > 0)
+        options[n++] = (struct MHD_OptionItem){MHD_OPTION_CONNECTION_MEMORY_LIMIT, (intptr_t)config->connection_memory_limit, NULL};
+    if (config->connection_limit > 0)
+        options[n++] = (struct MHD_OptionItem){MHD_OPTION_CONNECTION_LIMIT, config->connection_limit, NULL};
+    if (config->listen_backlog > 0)
+        options[n++] = (struct MHD_OptionItem){MHD_OPTION_LISTEN_BACKLOG_SIZE, config->listen_backlog, NULL};
+    if (config->completed != NULL)
+        options[n++] = (struct MHD_OptionItem){MHD_OPTION_NOTIFY_COMPLETED, (intptr_t)config->completed, config->completed_cls};
+    if (config->tls_key_pem != NULL && config->tls_cert_pem != NULL) {
+        options[n++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_KEY, 0, (void *)config->tls_key_pem};
+        options[n++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_CERT, 0, (void *)config->tls_cert_pem};
+    }
+    options[n++] = (struct MHD_OptionItem){MHD_OPTION_END, 0, NULL};
+    _Static_assert(sizeof(options) / sizeof(options[0]) >= 10, "room for every option and the terminator");
+    return MHD_start_daemon(config->flags, config->port, NULL, NULL,
+                            config->handler, config->handler_cls,
+                            MHD_OPTION_ARRAY, options, MHD_OPTION_END);
+}
+
+uint16_t cbroker_mhd_bound_port(struct MHD_Daemon *daemon) {
+    const union MHD_DaemonInfo *info = MHD_get_daemon_info(daemon, MHD_DAEMON_INFO_BIND_PORT);
+    return info == NULL ? 0 : info->port;
+}
+
+int cbroker_mhd_client_address(struct MHD_Connection *connection, char *buffer, size_t length) {
+    const union MHD_ConnectionInfo *info =
+        MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    if (info == NULL || info->client_addr == NULL || length == 0) return -1;
+    const struct sockaddr *sa = info->client_addr;
+    const char *ok = NULL;
+    if (sa->sa_family == AF_INET)
+        ok = inet_ntop(AF_INET, &((const struct sockaddr_in *)sa)->sin_addr, buffer, (socklen_t)length);
+    else if (sa->sa_family == AF_INET6)
+        ok = inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)sa)->sin6_addr, buffer, (socklen_t)length);
+    return ok == NULL ? -1 : 0;
+}
+
+CURLcode cbroker_curl_setopt_long(CURL *handle, CURLoption option, long value) {
+    return curl_easy_setopt(handle, option, value);
+}
+CURLcode cbroker_curl_setopt_ptr(CURL *handle, CURLoption option, void *value) {
+    return curl_easy_setopt(handle, option, value);
+}
+CURLcode cbroker_curl_setopt_string(CURL *handle, CURLoption option, const char *value) {
+    return curl_easy_setopt(handle, option, value);
+}
+CURLcode cbroker_curl_setopt_off_t(CURL *handle, CURLoption option, int64_t value) {
+    return curl_easy_setopt(handle, option, (curl_off_t)value);
+}
+CURLcode cbroker_curl_setopt_write_function(CURL *handle, CURLoption option,
+                                            size_t (*callback)(char *, size_t, size_t, void *)) {
+    return curl_easy_setopt(handle, option, callback);
+}
+CURLcode cbroker_curl_getinfo_long(CURL *handle, CURLINFO info, long *value) {
+    return curl_easy_getinfo(handle, info, value);
+}
