@@ -1,0 +1,305 @@
+import COpenSSL
+
+/// An RSA or EC P-256 key held in an OpenSSL `EVP_PKEY`, freed when the last reference goes.
+///
+/// OpenSSL allows concurrent read-only use of one `EVP_PKEY` (each operation makes its own
+/// context), which is what `sign` and `verify` do, so a key may be shared across threads.
+public final class AsymmetricKey: @unchecked Sendable {
+    /// The algorithm family and size of a key.
+    public enum Kind: Hashable, Sendable, CustomStringConvertible {
+        case rsa(bits: Int)
+        case ecP256
+
+        public var description: String {
+            switch self {
+            case .rsa(let bits): "RSA-\(bits)"
+            case .ecP256: "EC P-256"
+            }
+        }
+    }
+
+    let pointer: OpaquePointer
+    /// RSA (with its modulus size) or EC P-256.
+    public let kind: Kind
+    /// Whether the private half is present (only then can it `sign`).
+    public let hasPrivateKey: Bool
+
+    // EVP_PKEY selections (openssl/core_dispatch.h); the C macros are expressions Swift cannot import.
+    private static let selectPublicKey: Int32 = 0x86
+    private static let selectKeyPair: Int32 = 0x87
+
+    /// Takes ownership of `pointer`; rejects anything but RSA and EC P-256.
+    init(takingOwnershipOf pointer: OpaquePointer, hasPrivateKey: Bool) throws {
+        self.pointer = pointer
+        if EVP_PKEY_is_a(pointer, "RSA") == 1 {
+            kind = .rsa(bits: Int(EVP_PKEY_get_bits(pointer)))
+        } else if EVP_PKEY_is_a(pointer, "EC") == 1 {
+            var name = [CChar](repeating: 0, count: 64)
+            var length = 0
+            guard EVP_PKEY_get_utf8_string_param(pointer, "group", &name, name.count, &length) == 1 else {
+                EVP_PKEY_free(pointer)
+                throw CryptoError.openSSL(.invalidKey, "EC key without a named curve")
+            }
+            let curve = String(decoding: name.prefix(length).map(UInt8.init(bitPattern:)), as: UTF8.self)
+            guard curve == "prime256v1" || curve == "P-256" else {
+                EVP_PKEY_free(pointer)
+                throw CryptoError(.invalidKey, "EC curve \(curve) is not P-256")
+            }
+            kind = .ecP256
+        } else {
+            EVP_PKEY_free(pointer)
+            throw CryptoError(.invalidKey, "only RSA and EC P-256 keys are supported")
+        }
+        self.hasPrivateKey = hasPrivateKey
+    }
+
+    deinit { EVP_PKEY_free(pointer) }
+
+    // MARK: Construction
+
+    /// An RSA public key from its big-endian modulus and exponent.
+    public static func rsaPublicKey(modulus: [UInt8], exponent: [UInt8]) throws -> AsymmetricKey {
+        let modulus = Array(modulus.drop(while: { $0 == 0 }))
+        guard !modulus.isEmpty, !exponent.isEmpty else { throw CryptoError(.invalidKey, "empty RSA modulus or exponent") }
+        let pointer = try fromData(
+            type: "RSA", selection: selectPublicKey,
+            build: { builder, bignums in
+                try push(bignum: modulus, name: "n", builder, &bignums)
+                try push(bignum: exponent, name: "e", builder, &bignums)
+            })
+        return try AsymmetricKey(takingOwnershipOf: pointer, hasPrivateKey: false)
+    }
+
+    /// An EC P-256 public key from its affine coordinates (32 bytes each), checked to be on the curve.
+    public static func p256PublicKey(x: [UInt8], y: [UInt8]) throws -> AsymmetricKey {
+        guard x.count == 32, y.count == 32 else { throw CryptoError(.invalidKey, "P-256 coordinates must be 32 bytes") }
+        let point = [0x04] + x + y
+        let pointer = try fromData(
+            type: "EC", selection: selectPublicKey,
+            build: { builder, _ in
+                guard OSSL_PARAM_BLD_push_utf8_string(builder, "group", "prime256v1", 0) == 1,
+                    OSSL_PARAM_BLD_push_octet_string(builder, "pub", point, point.count) == 1
+                else { throw CryptoError.openSSL(.invalidKey, "EC parameters") }
+            })
+        let key = try AsymmetricKey(takingOwnershipOf: pointer, hasPrivateKey: false)
+        try key.check(publicOnly: true)
+        return key
+    }
+
+    /// An EC P-256 private key from its scalar `d` and public point.
+    public static func p256PrivateKey(d: [UInt8], x: [UInt8], y: [UInt8]) throws -> AsymmetricKey {
+        guard d.count == 32, x.count == 32, y.count == 32 else {
+            throw CryptoError(.invalidKey, "P-256 private key members must be 32 bytes")
+        }
+        let point = [0x04] + x + y
+        let pointer = try fromData(
+            type: "EC", selection: selectKeyPair,
+            build: { builder, bignums in
+                guard OSSL_PARAM_BLD_push_utf8_string(builder, "group", "prime256v1", 0) == 1,
+                    OSSL_PARAM_BLD_push_octet_string(builder, "pub", point, point.count) == 1
+                else { throw CryptoError.openSSL(.invalidKey, "EC parameters") }
+                try push(bignum: d, name: "priv", builder, &bignums)
+            })
+        let key = try AsymmetricKey(takingOwnershipOf: pointer, hasPrivateKey: true)
+        try key.check(publicOnly: false)
+        return key
+    }
+
+    /// A private key from PEM: PKCS#8 `PRIVATE KEY` (Apple's `.p8`) or a traditional RSA/EC PEM.
+    public static func privateKey(pem: String) throws -> AsymmetricKey {
+        let bytes = Array(pem.utf8)
+        let pointer: OpaquePointer? = bytes.withUnsafeBytes { raw in
+            guard let bio = BIO_new_mem_buf(raw.baseAddress, Int32(raw.count)) else { return nil }
+            defer { BIO_free(bio) }
+            return PEM_read_bio_PrivateKey(bio, nil, nil, nil)
+        }
+        guard let pointer else { throw CryptoError.openSSL(.invalidKey, "not a PEM private key") }
+        return try AsymmetricKey(takingOwnershipOf: pointer, hasPrivateKey: true)
+    }
+
+    /// A public key from DER SubjectPublicKeyInfo.
+    public static func publicKey(der: [UInt8]) throws -> AsymmetricKey {
+        let pointer: OpaquePointer? = der.withUnsafeBufferPointer { buffer in
+            var cursor: UnsafePointer<UInt8>? = buffer.baseAddress
+            return d2i_PUBKEY(nil, &cursor, buffer.count)
+        }
+        guard let pointer else { throw CryptoError.openSSL(.invalidKey, "not a DER public key") }
+        return try AsymmetricKey(takingOwnershipOf: pointer, hasPrivateKey: false)
+    }
+
+    /// A fresh RSA key pair.
+    public static func generateRSA(bits: Int = 2048) throws -> AsymmetricKey {
+        try generate(type: "RSA") { context in EVP_PKEY_CTX_set_rsa_keygen_bits(context, Int32(bits)) }
+    }
+
+    /// A fresh EC P-256 key pair.
+    public static func generateP256() throws -> AsymmetricKey {
+        try generate(type: "EC") { context in EVP_PKEY_CTX_set_group_name(context, "prime256v1") }
+    }
+
+    // MARK: Export
+
+    /// The private key as PKCS#8 PEM (`-----BEGIN PRIVATE KEY-----`), the `.p8` format.
+    public func privateKeyPEM() throws -> String {
+        guard hasPrivateKey else { throw CryptoError(.invalidKey, "no private key to export") }
+        return try writeBIO { bio in PEM_write_bio_PrivateKey(bio, pointer, nil, nil, 0, nil, nil) }
+    }
+
+    /// The public key as SubjectPublicKeyInfo PEM.
+    public func publicKeyPEM() throws -> String {
+        try writeBIO { bio in PEM_write_bio_PUBKEY(bio, pointer) }
+    }
+
+    /// RSA modulus and public exponent, big-endian without leading zeros.
+    public func rsaComponents() throws -> (modulus: [UInt8], exponent: [UInt8]) {
+        guard case .rsa = kind else { throw CryptoError(.invalidKey, "not an RSA key") }
+        return (try bignumParameter("n"), try bignumParameter("e"))
+    }
+
+    /// The P-256 public point's coordinates, 32 bytes each.
+    public func p256Coordinates() throws -> (x: [UInt8], y: [UInt8]) {
+        guard kind == .ecP256 else { throw CryptoError(.invalidKey, "not an EC key") }
+        return (try bignumParameter("qx", padTo: 32), try bignumParameter("qy", padTo: 32))
+    }
+
+    /// The P-256 private scalar, 32 bytes.
+    public func p256PrivateScalar() throws -> [UInt8] {
+        guard kind == .ecP256, hasPrivateKey else { throw CryptoError(.invalidKey, "not an EC private key") }
+        return try bignumParameter("priv", padTo: 32)
+    }
+
+    // MARK: Signatures (SHA-256)
+
+    /// Signs `message` with SHA-256: RSASSA-PKCS1-v1_5 for RSA, ECDSA (DER-encoded) for EC.
+    public func signSHA256(_ message: some Collection<UInt8>) throws -> [UInt8] {
+        guard hasPrivateKey else { throw CryptoError(.invalidKey, "signing needs a private key") }
+        guard let context = EVP_MD_CTX_new() else { throw CryptoError.openSSL(.internalError, "EVP_MD_CTX_new") }
+        defer { EVP_MD_CTX_free(context) }
+        guard EVP_DigestSignInit(context, nil, EVP_sha256(), nil, pointer) == 1 else {
+            throw CryptoError.openSSL(.internalError, "EVP_DigestSignInit")
+        }
+        return try withContiguousBytes(message) { input -> [UInt8] in
+            let data = input.baseAddress?.assumingMemoryBound(to: UInt8.self)
+            var length = 0
+            guard EVP_DigestSign(context, nil, &length, data, input.count) == 1 else {
+                throw CryptoError.openSSL(.internalError, "EVP_DigestSign (size)")
+            }
+            var signature = [UInt8](repeating: 0, count: length)
+            guard EVP_DigestSign(context, &signature, &length, data, input.count) == 1 else {
+                throw CryptoError.openSSL(.internalError, "EVP_DigestSign")
+            }
+            return Array(signature.prefix(length))
+        }
+    }
+
+    /// Verifies a SHA-256 signature: PKCS#1 v1.5 for RSA, DER ECDSA for EC. Never throws:
+    /// every failure, malformed input included, is `false`.
+    public func verifySHA256(signature: some Collection<UInt8>, message: some Collection<UInt8>) -> Bool {
+        guard let context = EVP_MD_CTX_new() else { return false }
+        defer { EVP_MD_CTX_free(context) }
+        guard EVP_DigestVerifyInit(context, nil, EVP_sha256(), nil, pointer) == 1 else {
+            ERR_clear_error()
+            return false
+        }
+        let result = withContiguousBytes(signature) { sig in
+            withContiguousBytes(message) { msg in
+                EVP_DigestVerify(
+                    context, sig.baseAddress?.assumingMemoryBound(to: UInt8.self), sig.count,
+                    msg.baseAddress?.assumingMemoryBound(to: UInt8.self), msg.count)
+            }
+        }
+        if result != 1 { ERR_clear_error() }
+        return result == 1
+    }
+
+    // MARK: Helpers
+
+    private func check(publicOnly: Bool) throws {
+        guard let context = EVP_PKEY_CTX_new_from_pkey(nil, pointer, nil) else {
+            throw CryptoError.openSSL(.internalError, "EVP_PKEY_CTX_new_from_pkey")
+        }
+        defer { EVP_PKEY_CTX_free(context) }
+        let ok = publicOnly ? EVP_PKEY_public_check(context) : EVP_PKEY_check(context)
+        guard ok == 1 else { throw CryptoError.openSSL(.invalidKey, "key failed validation (point not on curve?)") }
+    }
+
+    private func bignumParameter(_ name: String, padTo width: Int? = nil) throws -> [UInt8] {
+        var bignum: OpaquePointer? = nil
+        guard EVP_PKEY_get_bn_param(pointer, name, &bignum) == 1, let bignum else {
+            throw CryptoError.openSSL(.invalidKey, "key parameter \(name)")
+        }
+        defer { BN_clear_free(bignum) }
+        let length = (Int(BN_num_bits(bignum)) + 7) / 8
+        let size = max(width ?? length, length)
+        var bytes = [UInt8](repeating: 0, count: size)
+        guard BN_bn2binpad(bignum, &bytes, Int32(size)) == Int32(size) else {
+            throw CryptoError.openSSL(.internalError, "BN_bn2binpad")
+        }
+        return bytes
+    }
+
+    private static func push(
+        bignum bytes: [UInt8], name: String, _ builder: OpaquePointer, _ bignums: inout [OpaquePointer]
+    ) throws {
+        guard let bignum = BN_bin2bn(bytes, Int32(bytes.count), nil) else {
+            throw CryptoError.openSSL(.invalidKey, "BN_bin2bn")
+        }
+        bignums.append(bignum)
+        guard OSSL_PARAM_BLD_push_BN(builder, name, bignum) == 1 else {
+            throw CryptoError.openSSL(.invalidKey, "key parameter \(name)")
+        }
+    }
+
+    /// EVP_PKEY_fromdata with parameters made by `build`; frees everything it made.
+    private static func fromData(
+        type: String, selection: Int32,
+        build: (OpaquePointer, inout [OpaquePointer]) throws -> Void
+    ) throws -> OpaquePointer {
+        guard let builder = OSSL_PARAM_BLD_new() else { throw CryptoError.openSSL(.internalError, "OSSL_PARAM_BLD_new") }
+        var bignums: [OpaquePointer] = []
+        defer {
+            OSSL_PARAM_BLD_free(builder)
+            bignums.forEach { BN_clear_free($0) }
+        }
+        try build(builder, &bignums)
+        guard let parameters = OSSL_PARAM_BLD_to_param(builder) else {
+            throw CryptoError.openSSL(.invalidKey, "OSSL_PARAM_BLD_to_param")
+        }
+        defer { OSSL_PARAM_free(parameters) }
+        guard let context = EVP_PKEY_CTX_new_from_name(nil, type, nil) else {
+            throw CryptoError.openSSL(.internalError, "EVP_PKEY_CTX_new_from_name")
+        }
+        defer { EVP_PKEY_CTX_free(context) }
+        var key: OpaquePointer? = nil
+        guard EVP_PKEY_fromdata_init(context) == 1,
+            EVP_PKEY_fromdata(context, &key, selection, parameters) == 1, let key
+        else { throw CryptoError.openSSL(.invalidKey, "\(type) key from parameters") }
+        return key
+    }
+
+    private static func generate(type: String, configure: (OpaquePointer) -> Int32) throws -> AsymmetricKey {
+        guard let context = EVP_PKEY_CTX_new_from_name(nil, type, nil) else {
+            throw CryptoError.openSSL(.internalError, "EVP_PKEY_CTX_new_from_name")
+        }
+        defer { EVP_PKEY_CTX_free(context) }
+        var key: OpaquePointer? = nil
+        guard EVP_PKEY_keygen_init(context) == 1, configure(context) == 1,
+            EVP_PKEY_generate(context, &key) == 1, let key
+        else { throw CryptoError.openSSL(.internalError, "\(type) key generation") }
+        return try AsymmetricKey(takingOwnershipOf: key, hasPrivateKey: true)
+    }
+
+    private func writeBIO(_ write: (OpaquePointer) -> Int32) throws -> String {
+        guard let bio = BIO_new(BIO_s_mem()) else { throw CryptoError.openSSL(.internalError, "BIO_new") }
+        defer { BIO_free(bio) }
+        guard write(bio) == 1 else { throw CryptoError.openSSL(.internalError, "PEM write") }
+        var output = [UInt8]()
+        var chunk = [UInt8](repeating: 0, count: 4096)
+        while true {
+            let read = BIO_read(bio, &chunk, Int32(chunk.count))
+            if read <= 0 { break }
+            output.append(contentsOf: chunk.prefix(Int(read)))
+        }
+        return String(decoding: output, as: UTF8.self)
+    }
+}

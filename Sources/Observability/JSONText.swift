@@ -1,0 +1,29 @@
+/// Minimal JSON *writing* helpers for log lines and metrics, where building a
+/// `JSONSerialization` object per line would cost more than the line itself.
+public enum JSONText {
+    /// Appends `value` as a quoted JSON string with the escapes RFC 8259 requires.
+    public static func appendString(_ value: String, to output: inout String) {
+        output.append("\"")
+        for scalar in value.unicodeScalars {
+            switch scalar {
+            case "\"": output.append("\\\"")
+            case "\\": output.append("\\\\")
+            case "\n": output.append("\\n")
+            case "\r": output.append("\\r")
+            case "\t": output.append("\\t")
+            case _ where scalar.value < 0x20:
+                let hex = String(scalar.value, radix: 16)
+                output.append("\\u" + String(repeating: "0", count: 4 - hex.count) + hex)
+            default: output.unicodeScalars.append(scalar)
+            }
+        }
+        output.append("\"")
+    }
+
+    /// `value` as a quoted JSON string.
+    public static func quoted(_ value: String) -> String {
+        var output = ""
+        appendString(value, to: &output)
+        return output
+    }
+}

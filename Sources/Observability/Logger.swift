@@ -1,0 +1,167 @@
+import Foundation
+import Synchronization
+
+/// A structured logger that writes one JSON object per line.
+///
+/// Loggers are values: `with(_:)` returns a copy carrying more metadata (a request id,
+/// a worker name), so call sites never share mutable state.
+///
+/// Never put tokens, e-mail addresses, names or other personal data into a message or
+/// its metadata. Identify users by the broker's `user_id` or by `LogRedaction.hash(_:)`.
+public struct Logger: Sendable {
+    /// Severity, lowest first.
+    public enum Level: Int, Comparable, Sendable, CaseIterable, CustomStringConvertible {
+        case debug, info, notice, warning, error
+
+        public static func < (lhs: Level, rhs: Level) -> Bool { lhs.rawValue < rhs.rawValue }
+
+        public var description: String {
+            switch self {
+            case .debug: "debug"
+            case .info: "info"
+            case .notice: "notice"
+            case .warning: "warning"
+            case .error: "error"
+            }
+        }
+
+        /// Parses `debug`, `info`, `notice`, `warning` (or `warn`), `error`.
+        public init?(name: String) {
+            switch name.lowercased() {
+            case "debug": self = .debug
+            case "info": self = .info
+            case "notice": self = .notice
+            case "warning", "warn": self = .warning
+            case "error": self = .error
+            default: return nil
+            }
+        }
+    }
+
+    /// Where lines go and from which level on.
+    public let sink: LogSink
+    /// The component that logs (`http`, `migrations`, `deletion-worker`, …).
+    public let label: String
+    /// Key-value pairs added to every line of this logger.
+    public private(set) var metadata: [(String, String)]
+
+    public init(label: String, sink: LogSink = .standardOutput, metadata: [(String, String)] = []) {
+        self.label = label
+        self.sink = sink
+        self.metadata = metadata
+    }
+
+    /// A copy of this logger with more metadata on every line.
+    public func with(_ extra: (String, String)...) -> Logger {
+        var copy = self
+        copy.metadata.append(contentsOf: extra)
+        return copy
+    }
+
+    /// A logger for another component writing to the same sink.
+    public func labelled(_ label: String) -> Logger {
+        Logger(label: label, sink: sink, metadata: metadata)
+    }
+
+    public func isEnabled(_ level: Level) -> Bool { level >= sink.level }
+
+    public func log(_ level: Level, _ message: @autoclosure () -> String, _ fields: [(String, String)] = []) {
+        guard isEnabled(level) else { return }
+        sink.write(level: level, label: label, message: message(), fields: metadata + fields)
+    }
+
+    public func debug(_ message: @autoclosure () -> String, _ fields: [(String, String)] = []) {
+        log(.debug, message(), fields)
+    }
+    public func info(_ message: @autoclosure () -> String, _ fields: [(String, String)] = []) {
+        log(.info, message(), fields)
+    }
+    public func notice(_ message: @autoclosure () -> String, _ fields: [(String, String)] = []) {
+        log(.notice, message(), fields)
+    }
+    public func warning(_ message: @autoclosure () -> String, _ fields: [(String, String)] = []) {
+        log(.warning, message(), fields)
+    }
+    public func error(_ message: @autoclosure () -> String, _ fields: [(String, String)] = []) {
+        log(.error, message(), fields)
+    }
+}
+
+/// The destination of log lines: a file descriptor (stdout by default) and a threshold.
+///
+/// Lines are written whole under a lock, so lines from different threads never interleave.
+public final class LogSink: Sendable {
+    public let level: Logger.Level
+    private let descriptor: Int32
+    private let capture: Mutex<[String]?>
+
+    /// Lines to standard output at `info` and above.
+    public static let standardOutput = LogSink(level: .info)
+
+    public init(level: Logger.Level, descriptor: Int32 = 1) {
+        self.level = level
+        self.descriptor = descriptor
+        self.capture = Mutex(nil)
+    }
+
+    /// A sink that keeps its lines in memory instead of writing them (for tests).
+    public static func capturing(level: Logger.Level = .debug) -> LogSink {
+        let sink = LogSink(level: level, descriptor: -1)
+        sink.capture.withLock { $0 = [] }
+        return sink
+    }
+
+    /// The lines kept by a capturing sink.
+    public var capturedLines: [String] { capture.withLock { $0 ?? [] } }
+
+    func write(level: Logger.Level, label: String, message: String, fields: [(String, String)]) {
+        var line = "{\"ts\":\""
+        line += LogTimestamp.now()
+        line += "\",\"level\":\"\(level)\",\"logger\":"
+        JSONText.appendString(label, to: &line)
+        line += ",\"msg\":"
+        JSONText.appendString(message, to: &line)
+        for (key, value) in fields {
+            line += ","
+            JSONText.appendString(key, to: &line)
+            line += ":"
+            JSONText.appendString(value, to: &line)
+        }
+        line += "}\n"
+        let kept = capture.withLock { lines -> Bool in
+            guard lines != nil else { return false }
+            lines!.append(line)
+            return true
+        }
+        if kept { return }
+        capture.withLock { _ in
+            // The lock keeps lines whole; write(2) of one buffer is one call.
+            var bytes = Array(line.utf8)
+            var offset = 0
+            while offset < bytes.count {
+                let written = bytes.withUnsafeMutableBytes { raw in
+                    Glibc.write(descriptor, raw.baseAddress! + offset, raw.count - offset)
+                }
+                if written <= 0 { break }
+                offset += written
+            }
+            bytes.removeAll()
+        }
+    }
+}
+
+/// RFC 3339 timestamps in UTC with milliseconds, cheap enough for every log line.
+enum LogTimestamp {
+    static func now() -> String {
+        var spec = timespec()
+        clock_gettime(CLOCK_REALTIME, &spec)
+        var seconds = spec.tv_sec
+        var parts = tm()
+        gmtime_r(&seconds, &parts)
+        let millis = spec.tv_nsec / 1_000_000
+        return String(
+            format: "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ",
+            Int(parts.tm_year) + 1900, Int(parts.tm_mon) + 1, Int(parts.tm_mday),
+            Int(parts.tm_hour), Int(parts.tm_min), Int(parts.tm_sec), Int(millis))
+    }
+}
