@@ -1,0 +1,245 @@
+import CLibpq
+import Glibc
+
+/// One libpq connection (`PGconn`), finished in `deinit` whatever state it is in.
+///
+/// Not safe for concurrent use. It is `@unchecked Sendable` only so the pool can hand it
+/// from thread to thread; the pool gives each connection to one caller at a time.
+/// Statements are prepared once per connection and reused (`PQprepare` + `PQexecPrepared`).
+public final class PostgresConnection: @unchecked Sendable {
+    private let handle: OpaquePointer
+    private var preparedStatements: [String: String] = [:]
+    private static let maximumPreparedStatements = 512
+    /// Set while COMMIT is in flight, so a connection failure then is reported as ambiguous.
+    private var committing = false
+    /// When the pool last handed this connection back.
+    var idleSince: UInt64 = 0
+
+    /// Connects with `PQconnectdbParams`.
+    /// - Throws: `PostgresError.connectionFailed` with libpq's reason.
+    public init(configuration: PostgresConfiguration) throws {
+        let parameters = configuration.connectParameters()
+        let keywords = parameters.map { strdup($0.0) }
+        let values = parameters.map { strdup($0.1) }
+        defer {
+            keywords.forEach { free($0) }
+            values.forEach { free($0) }
+        }
+        let keywordPointers: [UnsafePointer<CChar>?] = keywords.map { UnsafePointer($0) } + [nil]
+        let valuePointers: [UnsafePointer<CChar>?] = values.map { UnsafePointer($0) } + [nil]
+        // PQconnectdbParams always returns an object that must be finished, even on failure.
+        guard let handle = PQconnectdbParams(keywordPointers, valuePointers, 1) else {
+            throw PostgresError(.connectionFailed, serverMessage: "out of memory")
+        }
+        guard PQstatus(handle) == CONNECTION_OK else {
+            let message = String(cString: PQerrorMessage(handle))
+            PQfinish(handle)
+            throw PostgresError(.connectionFailed, serverMessage: message)
+        }
+        self.handle = handle
+    }
+
+    deinit { PQfinish(handle) }
+
+    /// False once libpq has seen the connection break.
+    public var isOpen: Bool { PQstatus(handle) == CONNECTION_OK }
+
+    /// The server process id (for `pg_terminate_backend` in tests).
+    public var backendPID: Int32 { PQbackendPID(handle) }
+
+    /// Runs one parameterised statement and returns its rows.
+    @discardableResult
+    public func query(_ query: PostgresQuery) throws -> PostgresRows {
+        let name = try statementName(for: query)
+        return try withBindPointers(query.binds) { values, lengths, formats in
+            let result = PQexecPrepared(handle, name, Int32(query.binds.count), values, lengths, formats, 0)
+            return try consume(result)
+        }
+    }
+
+    /// Runs SQL text with no parameters through the simple-query protocol. It may hold
+    /// several statements (migrations); only the last result is returned.
+    @discardableResult
+    public func execute(_ sql: String) throws -> PostgresRows {
+        try consume(PQexec(handle, sql))
+    }
+
+    /// Sends `NOTIFY channel, payload` (through `pg_notify`, so the payload is a bind).
+    public func notify(channel: String, payload: String = "") throws {
+        try query("SELECT pg_notify(\(channel), \(payload))")
+    }
+
+    // MARK: Transactions (used by PostgresPool.withTransaction)
+
+    func begin(_ isolation: PostgresIsolationLevel) throws {
+        try execute(isolation.beginStatement)
+    }
+
+    func commit() throws {
+        committing = true
+        defer { committing = false }
+        try execute("COMMIT")
+    }
+
+    /// Rolls back if the connection is still usable; errors are swallowed because the
+    /// caller is already handling the error that made it roll back.
+    func rollbackQuietly() {
+        guard isOpen else { return }
+        if let result = PQexec(handle, "ROLLBACK") { PQclear(result) }
+    }
+
+    /// Checks the socket without blocking: a server restart closes idle connections,
+    /// and this notices before a query is sent on one.
+    func isAlive() -> Bool {
+        guard isOpen else { return false }
+        var descriptor = pollfd(fd: PQsocket(handle), events: Int16(POLLIN), revents: 0)
+        if poll(&descriptor, 1, 0) > 0 {
+            // Readable while idle means EOF or an asynchronous error/notice; let libpq look.
+            if PQconsumeInput(handle) == 0 { return false }
+            while let notification = PQnotifies(handle) { PQfreemem(notification) }
+        }
+        return isOpen
+    }
+
+    // MARK: Listening (used by PostgresListener)
+
+    var socket: Int32 { PQsocket(handle) }
+
+    /// Reads what has arrived and returns pending notifications; false when the connection broke.
+    func drainNotifications(_ deliver: (String, String) -> Void) -> Bool {
+        guard PQconsumeInput(handle) == 1 else { return false }
+        while let notification = PQnotifies(handle) {
+            let channel = String(cString: notification.pointee.relname)
+            let payload = String(cString: notification.pointee.extra)
+            PQfreemem(notification)
+            deliver(channel, payload)
+        }
+        return isOpen
+    }
+
+    // MARK: Internals
+
+    private func statementName(for query: PostgresQuery) throws -> String {
+        if let name = preparedStatements[query.sql] { return name }
+        if preparedStatements.count >= Self.maximumPreparedStatements {
+            try execute("DEALLOCATE ALL")
+            preparedStatements.removeAll()
+        }
+        let name = "s\(preparedStatements.count + 1)"
+        try consume(PQprepare(handle, name, query.sql, Int32(query.binds.count), nil))
+        preparedStatements[query.sql] = name
+        return name
+    }
+
+    /// Copies binds into C memory for the duration of one call.
+    private func withBindPointers<R>(
+        _ binds: [PostgresBind],
+        _ body: ([UnsafePointer<CChar>?], [Int32], [Int32]) throws -> R
+    ) throws -> R {
+        var buffers: [UnsafeMutablePointer<CChar>?] = []
+        var lengths: [Int32] = []
+        var formats: [Int32] = []
+        buffers.reserveCapacity(binds.count)
+        defer { buffers.forEach { $0?.deallocate() } }
+        for bind in binds {
+            switch bind {
+            case .null:
+                buffers.append(nil)
+                lengths.append(0)
+                formats.append(0)
+            case .text(let text):
+                var utf8 = Array(text.utf8)
+                guard !utf8.contains(0) else {
+                    throw PostgresError(.invalidBind, serverMessage: "text parameter contains a NUL byte")
+                }
+                utf8.append(0)
+                let buffer = UnsafeMutablePointer<CChar>.allocate(capacity: utf8.count)
+                utf8.withUnsafeBytes { buffer.initialize(from: $0.bindMemory(to: CChar.self).baseAddress!, count: utf8.count) }
+                buffers.append(buffer)
+                lengths.append(Int32(utf8.count - 1))
+                formats.append(0)
+            case .bytes(let bytes):
+                let buffer = UnsafeMutablePointer<CChar>.allocate(capacity: max(1, bytes.count))
+                bytes.withUnsafeBytes { raw in
+                    if raw.count > 0 {
+                        buffer.initialize(from: raw.bindMemory(to: CChar.self).baseAddress!, count: raw.count)
+                    }
+                }
+                buffers.append(buffer)
+                lengths.append(Int32(bytes.count))
+                formats.append(1)
+            }
+        }
+        return try body(buffers.map { UnsafePointer($0) }, lengths, formats)
+    }
+
+    /// Turns a `PGresult` into rows or an error, and clears it.
+    @discardableResult
+    private func consume(_ result: OpaquePointer?) throws -> PostgresRows {
+        guard let result else { throw connectionError(nil) }
+        defer { PQclear(result) }
+        switch PQresultStatus(result) {
+        case PGRES_COMMAND_OK, PGRES_TUPLES_OK, PGRES_EMPTY_QUERY:
+            return copyRows(result)
+        default:
+            if !isOpen { throw connectionError(result) }
+            let sqlState = field(result, "C")
+            throw PostgresError(
+                .queryFailed, sqlState: sqlState, constraint: field(result, "n"),
+                serverMessage: field(result, "M"))
+        }
+    }
+
+    private func connectionError(_ result: OpaquePointer?) -> PostgresError {
+        let message = result.flatMap { field($0, "M") } ?? String(cString: PQerrorMessage(handle))
+        // The failure may have been the server ending our backend (57P01 on shutdown).
+        let sqlState = result.flatMap { field($0, "C") }
+        return PostgresError(committing ? .commitOutcomeUnknown : .connectionLost, sqlState: sqlState, serverMessage: message)
+    }
+
+    private func field(_ result: OpaquePointer, _ code: Character) -> String? {
+        guard let value = PQresultErrorField(result, Int32(code.asciiValue!)) else { return nil }
+        return String(cString: value)
+    }
+
+    private func copyRows(_ result: OpaquePointer) -> PostgresRows {
+        let rowCount = Int(PQntuples(result))
+        let columnCount = Int(PQnfields(result))
+        var columns: [String] = []
+        columns.reserveCapacity(columnCount)
+        for column in 0..<columnCount {
+            columns.append(String(cString: PQfname(result, Int32(column))))
+        }
+        var cells: [PostgresCell] = []
+        cells.reserveCapacity(rowCount * columnCount)
+        for row in 0..<Int32(rowCount) {
+            for column in 0..<Int32(columnCount) {
+                if PQgetisnull(result, row, column) == 1 {
+                    cells.append(.null)
+                } else {
+                    let length = Int(PQgetlength(result, row, column))
+                    let value = PQgetvalue(result, row, column)!
+                    cells.append(
+                        .text(value.withMemoryRebound(to: UInt8.self, capacity: length) {
+                            String(decoding: UnsafeBufferPointer(start: $0, count: length), as: UTF8.self)
+                        }))
+                }
+            }
+        }
+        let affected = Int(String(cString: PQcmdTuples(result))) ?? 0
+        return PostgresRows(columns: columns, cells: cells, affectedRows: affected)
+    }
+}
+
+/// Transaction isolation levels.
+public enum PostgresIsolationLevel: Sendable {
+    case readCommitted, repeatableRead, serializable
+
+    var beginStatement: String {
+        switch self {
+        case .readCommitted: "BEGIN"
+        case .repeatableRead: "BEGIN ISOLATION LEVEL REPEATABLE READ"
+        case .serializable: "BEGIN ISOLATION LEVEL SERIALIZABLE"
+        }
+    }
+}

@@ -1,0 +1,189 @@
+import Dispatch
+import Foundation
+import Observability
+import Synchronization
+
+/// A bounded pool of PostgreSQL connections, used from ordinary (blocking) threads.
+///
+/// - At most `maximumConnections` exist; a caller waits up to `acquireTimeout` for one
+///   and then gets `PostgresError.poolTimeout`.
+/// - Connections are opened lazily and checked before reuse, so after a server restart
+///   the pool reconnects by itself; while the server is down callers get an error whose
+///   `isUnavailable` is true.
+/// - `withTransaction` retries serialization failures and deadlocks, and retries a
+///   transaction whose connection broke before COMMIT was sent.
+public final class PostgresPool: Sendable {
+    public struct Configuration: Sendable {
+        public var connection: PostgresConfiguration
+        public var maximumConnections: Int = 10
+        public var acquireTimeout: Duration = .seconds(5)
+        /// Attempts for a transaction that meets a serialization failure, deadlock or lost connection.
+        public var maximumTransactionAttempts: Int = 5
+
+        public init(connection: PostgresConfiguration, maximumConnections: Int = 10) {
+            self.connection = connection
+            self.maximumConnections = maximumConnections
+        }
+    }
+
+    /// Counts of connections, for metrics.
+    public struct Statistics: Sendable, Equatable {
+        public var open: Int
+        public var idle: Int
+        public var waiting: Int
+        public var maximum: Int
+    }
+
+    private struct State {
+        var idle: [PostgresConnection] = []
+        var open = 0
+        var waiting = 0
+        var closed = false
+    }
+
+    public let configuration: Configuration
+    private let slots: DispatchSemaphore
+    private let state = Mutex(State())
+    private let logger: Logger
+
+    public init(configuration: Configuration, logger: Logger = Logger(label: "postgres")) {
+        precondition(configuration.maximumConnections > 0)
+        self.configuration = configuration
+        self.slots = DispatchSemaphore(value: configuration.maximumConnections)
+        self.logger = logger
+    }
+
+    deinit { close() }
+
+    /// Current counts.
+    public var statistics: Statistics {
+        state.withLock {
+            Statistics(open: $0.open, idle: $0.idle.count, waiting: $0.waiting, maximum: configuration.maximumConnections)
+        }
+    }
+
+    /// Runs `body` with a connection for the caller's exclusive use.
+    @discardableResult
+    public func withConnection<T>(_ body: (PostgresConnection) throws -> T) throws -> T {
+        let connection = try acquire()
+        defer { release(connection) }
+        return try body(connection)
+    }
+
+    /// Runs one statement on any connection (autocommit).
+    @discardableResult
+    public func query(_ query: PostgresQuery) throws -> PostgresRows {
+        try withConnection { try $0.query(query) }
+    }
+
+    /// Runs `body` inside BEGIN … COMMIT; rolls back when it throws.
+    ///
+    /// `body` may run more than once: on a serialization failure or deadlock, and when the
+    /// connection broke before COMMIT was sent (the server rolled the transaction back).
+    /// It must therefore only touch the database through the connection it is given.
+    /// A break *during* COMMIT is not retried: it throws `commitOutcomeUnknown`.
+    @discardableResult
+    public func withTransaction<T>(
+        isolation: PostgresIsolationLevel = .readCommitted,
+        _ body: (PostgresConnection) throws -> T
+    ) throws -> T {
+        var attempt = 0
+        while true {
+            attempt += 1
+            do {
+                return try withConnection { connection in
+                    try connection.begin(isolation)
+                    do {
+                        let value = try body(connection)
+                        try connection.commit()
+                        return value
+                    } catch {
+                        connection.rollbackQuietly()
+                        throw error
+                    }
+                }
+            } catch let error as PostgresError where attempt < configuration.maximumTransactionAttempts {
+                if error.isTransientTransactionFailure {
+                    // Jittered backoff so colliding transactions do not collide again.
+                    let milliseconds = Int.random(in: 1...(5 << min(attempt, 5)))
+                    Thread.sleep(forTimeInterval: Double(milliseconds) / 1000)
+                    continue
+                }
+                if error.code == .connectionLost {
+                    continue  // The server rolled back; a fresh connection may succeed.
+                }
+                throw error
+            }
+        }
+    }
+
+    /// Closes idle connections and refuses new work; connections in use close when released.
+    public func close() {
+        let idle = state.withLock { state -> [PostgresConnection] in
+            state.closed = true
+            defer { state.idle.removeAll() }
+            state.open -= state.idle.count
+            return state.idle
+        }
+        _ = idle  // Released here, outside the lock: deinit calls PQfinish.
+    }
+
+    // MARK: Acquire and release
+
+    private func acquire() throws -> PostgresConnection {
+        state.withLock { $0.waiting += 1 }
+        let acquired = slots.wait(timeout: .now() + configuration.acquireTimeout.dispatchInterval)
+        state.withLock { $0.waiting -= 1 }
+        guard acquired == .success else { throw PostgresError(.poolTimeout) }
+
+        while true {
+            let (candidate, closed) = state.withLock { state -> (PostgresConnection?, Bool) in
+                (state.idle.popLast(), state.closed)
+            }
+            if closed {
+                slots.signal()
+                throw PostgresError(.poolClosed)
+            }
+            guard let candidate else { break }
+            if candidate.isAlive() { return candidate }
+            // A dead idle connection: the server restarted or dropped us. Drop it and the
+            // rest of the idle list is likely dead too, so check the next one as well.
+            state.withLock { $0.open -= 1 }
+        }
+        do {
+            let connection = try PostgresConnection(configuration: configuration.connection)
+            state.withLock { $0.open += 1 }
+            return connection
+        } catch {
+            slots.signal()
+            throw error
+        }
+    }
+
+    private func release(_ connection: PostgresConnection) {
+        let discarded: [PostgresConnection] = state.withLock { state in
+            if state.closed || !connection.isOpen {
+                state.open -= 1
+                guard !connection.isOpen else { return [connection] }
+                // A broken connection usually means the server went away: drop every idle one.
+                let dead = state.idle
+                state.open -= dead.count
+                state.idle.removeAll()
+                return [connection] + dead
+            }
+            state.idle.append(connection)
+            return []
+        }
+        if !discarded.isEmpty {
+            logger.debug("discarding connections", [("count", String(discarded.count))])
+        }
+        slots.signal()
+    }
+}
+
+extension Duration {
+    var dispatchInterval: DispatchTimeInterval {
+        let (seconds, attoseconds) = components
+        return .nanoseconds(Int(seconds) * 1_000_000_000 + Int(attoseconds / 1_000_000_000))
+    }
+}

@@ -1,0 +1,107 @@
+import Foundation
+import PostgresClient
+import TestSupport
+import Testing
+
+@Suite("PostgresConnection")
+struct PostgresConnectionTests {
+    @Test("binds and decodes every supported type, NULL and non-ASCII text included")
+    func roundTripsTypes() throws {
+        let connection = try PostgresConnection(configuration: try TestPostgres.freshDatabase())
+        try connection.execute(
+            """
+            CREATE TABLE t (
+                s text, i bigint, small int, b boolean, d double precision, u uuid, ts timestamptz,
+                raw bytea, doc jsonb, missing text)
+            """)
+        let id = UUID()
+        let when = Date(timeIntervalSince1970: 1_767_225_600.123456)
+        let text = "Zoë 東京 🍏 'quoted' \"double\" \\ back"
+        let bytes: [UInt8] = [0, 1, 2, 255, 0, 39, 92]
+        let json = try PostgresJSON(encoding: ["name": "Zoë", "n": "1"])
+        let missing: String? = nil
+        try connection.query(
+            """
+            INSERT INTO t (s, i, small, b, d, u, ts, raw, doc, missing)
+            VALUES (\(text), \(Int64.max), \(Int32(-7)), \(true), \(2.5), \(id), \(when), \(bytes), \(json), \(missing))
+            """)
+        let row = try connection.query("SELECT s, i, small, b, d, u, ts, raw, doc, missing FROM t").single()
+        #expect(try row.decode(String.self, "s") == text)
+        #expect(try row.decode(Int64.self, "i") == Int64.max)
+        #expect(try row.decode(Int32.self, "small") == -7)
+        #expect(try row.decode(Bool.self, "b") == true)
+        #expect(try row.decode(Double.self, "d") == 2.5)
+        #expect(try row.decode(UUID.self, "u") == id)
+        let decodedDate = try row.decode(Date.self, "ts")
+        #expect(abs(decodedDate.timeIntervalSince1970 - when.timeIntervalSince1970) < 0.000_001)
+        #expect(try row.decode([UInt8].self, "raw") == bytes)
+        #expect(try row.decode(PostgresJSON.self, "doc").decode([String: String].self) == ["name": "Zoë", "n": "1"])
+        #expect(try row.decode(String?.self, "missing") == nil)
+        #expect(try row.isNull(9))
+        #expect(throws: PostgresError.self) { try row.decode(String.self, "missing") }
+    }
+
+    @Test("timestamps with non-UTC offsets decode to the same instant")
+    func decodesOffsets() throws {
+        let connection = try PostgresConnection(configuration: try TestPostgres.freshDatabase())
+        let row = try connection.query(
+            "SELECT '2026-01-01 05:30:00+05:30'::timestamptz::text AS a, timestamptz '2026-01-01 00:00:00Z' AS b"
+        ).single()
+        #expect(try row.decode(Date.self, "b") == Date(timeIntervalSince1970: 1_767_225_600))
+        #expect(try row.decode(Date.self, "a") == Date(timeIntervalSince1970: 1_767_225_600))
+    }
+
+    @Test("a unique violation carries SQLSTATE 23505 and the constraint, not the values")
+    func uniqueViolation() throws {
+        let connection = try PostgresConnection(configuration: try TestPostgres.freshDatabase())
+        try connection.execute("CREATE TABLE people (email text CONSTRAINT people_email_key UNIQUE)")
+        let secret = "jane.secret@example.com"
+        try connection.query("INSERT INTO people VALUES (\(secret))")
+        let error = #expect(throws: PostgresError.self) {
+            try connection.query("INSERT INTO people VALUES (\(secret))")
+        }
+        #expect(error?.sqlState == "23505")
+        #expect(error?.isUniqueViolation == true)
+        #expect(error?.constraint == "people_email_key")
+        #expect(error?.code == .queryFailed)
+        let printed = "\(error!) \(String(reflecting: error!))"
+        #expect(printed.contains("23505"))
+        #expect(!printed.contains(secret))
+    }
+
+    @Test("errors never print bind parameters, even when the server quotes them")
+    func errorsHideParameters() throws {
+        let connection = try PostgresConnection(configuration: try TestPostgres.freshDatabase())
+        let secret = "not-a-uuid-but-a-secret-token"
+        let error = #expect(throws: PostgresError.self) {
+            try connection.query("SELECT \(secret)::uuid")
+        }
+        #expect(error?.sqlState == "22P02")
+        #expect(error?.serverMessage?.contains(secret) == true, "the server quotes the value…")
+        #expect(!"\(error!)".contains(secret), "…but printing the error does not")
+        #expect(!String(reflecting: error!).contains(secret))
+    }
+
+    @Test("text with a NUL byte is refused before it reaches the server")
+    func refusesNul() throws {
+        let connection = try PostgresConnection(configuration: try TestPostgres.freshDatabase())
+        let error = #expect(throws: PostgresError.self) { try connection.query("SELECT \("a\u{0}b")") }
+        #expect(error?.code == .invalidBind)
+    }
+
+    @Test("an unreachable server is a connectionFailed error that says it is unavailable")
+    func connectionFailure() throws {
+        let configuration = try PostgresConfiguration(connectionString: "host=/nonexistent-socket-dir dbname=x")
+        let error = #expect(throws: PostgresError.self) { try PostgresConnection(configuration: configuration) }
+        #expect(error?.code == .connectionFailed)
+        #expect(error?.isUnavailable == true)
+    }
+
+    @Test("a malformed DATABASE_URL is rejected with libpq's reason")
+    func invalidConfiguration() {
+        let error = #expect(throws: PostgresError.self) {
+            try PostgresConfiguration(connectionString: "postgres://host:notaport/db?sslmode")
+        }
+        #expect(error?.code == .invalidConfiguration)
+    }
+}

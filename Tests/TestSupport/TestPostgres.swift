@@ -1,0 +1,64 @@
+import EmbeddedPostgres
+import Foundation
+import Observability
+import PostgresClient
+import Synchronization
+
+/// Throwaway PostgreSQL for tests: one cluster per test process, started on first use in a
+/// temporary directory and stopped and removed when the process exits, and a fresh database
+/// per test so tests running in parallel never see each other's rows.
+public enum TestPostgres {
+    private static let clusters = Mutex<[EmbeddedPostgres]>([])
+
+    private static let shared: Result<EmbeddedPostgres, any Error> = Result {
+        let cluster = try makeCluster(name: "shared")
+        try cluster.start()
+        return cluster
+    }
+
+    /// The process-wide cluster.
+    public static func cluster() throws -> EmbeddedPostgres { try shared.get() }
+
+    /// A new, empty database in the shared cluster.
+    public static func freshDatabase() throws -> PostgresConfiguration {
+        let cluster = try cluster()
+        let name = "t_" + UUID().uuidString.replacingOccurrences(of: "-", with: "").lowercased().prefix(16)
+        let admin = try PostgresConnection(configuration: cluster.connectionConfiguration)
+        try admin.execute("CREATE DATABASE \(name)")
+        return try PostgresConfiguration(
+            connectionString: cluster.connectionConfiguration.connectionString.replacingOccurrences(
+                of: "dbname='postgres'", with: "dbname='\(name)'"))
+    }
+
+    /// A cluster of its own, for a test that stops or restarts the server.
+    /// It is started; it is stopped and removed at process exit if the test did not.
+    public static func dedicatedCluster() throws -> EmbeddedPostgres {
+        let cluster = try makeCluster(name: "dedicated")
+        try cluster.start()
+        return cluster
+    }
+
+    private static func makeCluster(name: String) throws -> EmbeddedPostgres {
+        let directory = NSTemporaryDirectory() + "abk-test-\(getpid())-\(name)-\(UUID().uuidString.prefix(8))"
+        var configuration = EmbeddedPostgres.Configuration(dataDirectory: directory + "/data")
+        configuration.durable = false
+        configuration.settings = ["max_connections": "200"]
+        let cluster = try EmbeddedPostgres(
+            configuration: configuration, logger: Logger(label: "test-postgres", sink: LogSink(level: .warning)))
+        let first = clusters.withLock { list -> Bool in
+            list.append(cluster)
+            return list.count == 1
+        }
+        if first { atexit { TestPostgres.stopAll() } }
+        return cluster
+    }
+
+    private static func stopAll() {
+        for cluster in clusters.withLock({ $0 }) {
+            try? cluster.stop()
+            let data = cluster.configuration.dataDirectory
+            try? FileManager.default.removeItem(atPath: (data as NSString).deletingLastPathComponent)
+            try? FileManager.default.removeItem(atPath: cluster.socketDirectory)
+        }
+    }
+}
