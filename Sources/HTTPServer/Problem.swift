@@ -1,0 +1,127 @@
+import Foundation
+
+/// An RFC 9457 problem: the error every endpoint answers with, as
+/// `application/problem+json`, carrying a stable machine-readable `code`.
+///
+/// Throw it from a handler; any other error becomes a 500 `internal_error` (or what the
+/// server's error mapper makes of it) and is logged without its details reaching the client.
+public struct Problem: Error, Sendable, Equatable, CustomStringConvertible {
+    public var status: Int
+    /// Stable, documented code, e.g. `token_expired`. Clients switch on this.
+    public var code: String
+    /// Short human summary of the problem type.
+    public var title: String
+    /// Human explanation of this occurrence. Never holds secrets or personal data.
+    public var detail: String?
+    /// Extra response headers (`Allow`, `Retry-After`, `WWW-Authenticate`).
+    public var headers: [String: String]
+    /// Extra members of the problem object (string values).
+    public var extensions: [String: String]
+
+    public init(
+        status: Int, code: String, title: String, detail: String? = nil,
+        headers: [String: String] = [:], extensions: [String: String] = [:]
+    ) {
+        self.status = status
+        self.code = code
+        self.title = title
+        self.detail = detail
+        self.headers = headers
+        self.extensions = extensions
+    }
+
+    public var description: String { "Problem(\(status) \(code))" }
+
+    /// The `type` URI of a code.
+    public static func typeURI(_ code: String) -> String { "urn:appleid-broker:problem:\(code)" }
+
+    /// The problem as an HTTP response.
+    public func response(instance: String, requestID: String) -> HTTPResponse {
+        var object: [String: String] = extensions
+        object["type"] = Self.typeURI(code)
+        object["title"] = title
+        object["code"] = code
+        if let detail { object["detail"] = detail }
+        if !instance.isEmpty { object["instance"] = instance }
+        if !requestID.isEmpty { object["request_id"] = requestID }
+        // `status` is a number; build the JSON by hand around the sorted string members.
+        var body = "{\"status\":\(status)"
+        for key in object.keys.sorted() {
+            body += ",\"\(key)\":" + Self.quote(object[key]!)
+        }
+        body += "}"
+        var responseHeaders = HTTPHeaders([("Content-Type", "application/problem+json")])
+        for (name, value) in headers.sorted(by: { $0.key < $1.key }) { responseHeaders.add(name, value) }
+        return HTTPResponse(status: status, headers: responseHeaders, body: Array(body.utf8))
+    }
+
+    private static func quote(_ text: String) -> String {
+        let data = try! JSONSerialization.data(withJSONObject: [text], options: [.withoutEscapingSlashes])
+        return String(decoding: data.dropFirst().dropLast(), as: UTF8.self)
+    }
+}
+
+extension Problem {
+    public static func notFound(path: String) -> Problem {
+        Problem(status: 404, code: "not_found", title: "Not found", detail: "no resource at \(path)")
+    }
+
+    public static func methodNotAllowed(_ method: HTTPMethod, allowed: [HTTPMethod]) -> Problem {
+        Problem(
+            status: 405, code: "method_not_allowed", title: "Method not allowed",
+            detail: "\(method) is not allowed here",
+            headers: ["Allow": allowed.map(\.rawValue).joined(separator: ", ")])
+    }
+
+    public static func payloadTooLarge(limit: Int) -> Problem {
+        Problem(
+            status: 413, code: "payload_too_large", title: "Payload too large",
+            detail: "the body exceeds \(limit) bytes")
+    }
+
+    public static let internalError = Problem(
+        status: 500, code: "internal_error", title: "Internal server error",
+        detail: "the server failed to handle the request; it has been logged")
+
+    /// 503 with `Retry-After`, for a dependency that is down (the database, Apple).
+    public static func unavailable(code: String, detail: String, retryAfterSeconds: Int = 5) -> Problem {
+        Problem(
+            status: 503, code: code, title: "Service unavailable", detail: detail,
+            headers: ["Retry-After": String(retryAfterSeconds)])
+    }
+
+    public static func badRequest(code: String = "invalid_request", _ detail: String) -> Problem {
+        Problem(status: 400, code: code, title: "Invalid request", detail: detail)
+    }
+
+    /// Maps a JSON decoding failure to a problem that names the offending field.
+    static func from(_ error: DecodingError) -> Problem {
+        func path(_ codingPath: [any CodingKey]) -> String {
+            codingPath.map { $0.intValue.map { "[\($0)]" } ?? $0.stringValue }.joined(separator: ".")
+        }
+        switch error {
+        case .keyNotFound(let key, let context):
+            let field = path(context.codingPath + [key])
+            return .badRequest("field `\(field)` is required")
+        case .typeMismatch(let type, let context), .valueNotFound(let type, let context):
+            let field = path(context.codingPath)
+            return .badRequest("field `\(field)` must be \(Self.jsonTypeName(type))")
+        case .dataCorrupted(let context):
+            if context.codingPath.isEmpty {
+                return Problem(status: 400, code: "invalid_json", title: "Invalid JSON body", detail: "the body is not valid JSON")
+            }
+            return .badRequest("field `\(path(context.codingPath))` is invalid")
+        @unknown default:
+            return Problem(status: 400, code: "invalid_json", title: "Invalid JSON body", detail: "the body is not valid JSON")
+        }
+    }
+
+    private static func jsonTypeName(_ type: Any.Type) -> String {
+        switch type {
+        case is String.Type: "a string"
+        case is Bool.Type: "a boolean"
+        case is Int.Type, is Int64.Type, is Double.Type: "a number"
+        default: "of another type"
+        }
+    }
+}

@@ -1,0 +1,206 @@
+import Dispatch
+import Foundation
+import HTTPClient
+import HTTPServer
+import Observability
+import Synchronization
+import Testing
+
+/// Starts a server on a free loopback port for the duration of `body`.
+private func withServer<T>(
+    _ router: Router, configure: (inout HTTPServer.Configuration) -> Void = { _ in },
+    errorMapper: @escaping @Sendable (any Error) -> Problem? = { _ in nil },
+    _ body: (HTTPServer, String, MetricsRegistry) throws -> T
+) throws -> T {
+    var configuration = HTTPServer.Configuration()
+    configuration.listen = "127.0.0.1:0"
+    configuration.workerThreads = 8
+    configuration.accessLog = false
+    configure(&configuration)
+    let metrics = MetricsRegistry()
+    let server = HTTPServer(
+        configuration: configuration, router: router, logger: Logger(label: "test", sink: .capturing()),
+        metrics: metrics, errorMapper: errorMapper)
+    try server.start()
+    defer { server.shutdown() }
+    return try body(server, "http://127.0.0.1:\(server.port)", metrics)
+}
+
+private struct Echo: Codable, Equatable {
+    var name: String
+    var count: Int
+}
+
+private struct Opaque: Error {}
+
+private func demoRouter() -> Router {
+    var router = Router()
+    router.get("/items/{id}") { request in
+        .json(["id": try request.parameter("id"), "q": request.query["q"] ?? ""])
+    }
+    router.post("/items") { request in
+        .json(try request.decodeJSON(Echo.self), status: 201)
+    }
+    router.get("/boom") { _ in throw Opaque() }
+    router.get("/slow") { _ in
+        Thread.sleep(forTimeInterval: 0.5)
+        return .text("done")
+    }
+    return router
+}
+
+private func problem(_ response: HTTPClientResponse) throws -> [String: Any] {
+    #expect(response.header("content-type") == "application/problem+json")
+    return try #require(JSONSerialization.jsonObject(with: Data(response.body)) as? [String: Any])
+}
+
+@Suite("HTTPServer")
+struct HTTPServerTests {
+    let client = CurlTransport()
+
+    @Test("routes by method and path and binds path parameters and query arguments")
+    func routing() throws {
+        try withServer(demoRouter()) { _, base, _ in
+            let response = try client.send(.init(url: base + "/items/a%20b?q=z%C3%BC"))
+            #expect(response.status == 200)
+            let object = try JSONSerialization.jsonObject(with: Data(response.body)) as? [String: String]
+            #expect(object == ["id": "a b", "q": "zü"])
+            #expect(response.header("x-request-id")?.isEmpty == false)
+
+            let created = try client.send(
+                .init(method: "POST", url: base + "/items", headers: [("Content-Type", "application/json")],
+                      body: Array(#"{"name":"Zoë","count":3}"#.utf8)))
+            #expect(created.status == 201)
+            #expect(try JSONDecoder().decode(Echo.self, from: Data(created.body)) == Echo(name: "Zoë", count: 3))
+        }
+    }
+
+    @Test("unknown paths get a 404 problem; a known path with the wrong method gets 405 with Allow")
+    func notFoundAndMethodNotAllowed() throws {
+        try withServer(demoRouter()) { _, base, _ in
+            let missing = try client.send(.init(url: base + "/nope", headers: [("X-Request-Id", "req-123")]))
+            #expect(missing.status == 404)
+            let body = try problem(missing)
+            #expect(body["code"] as? String == "not_found")
+            #expect(body["status"] as? Int == 404)
+            #expect(body["type"] as? String == "urn:appleid-broker:problem:not_found")
+            #expect(body["request_id"] as? String == "req-123")
+            #expect(missing.header("x-request-id") == "req-123")
+
+            let wrong = try client.send(.init(method: "DELETE", url: base + "/items/1"))
+            #expect(wrong.status == 405)
+            #expect(try problem(wrong)["code"] as? String == "method_not_allowed")
+            #expect(wrong.header("allow") == "GET, HEAD")
+        }
+    }
+
+    @Test("a body over the limit gets 413, whether announced by Content-Length or chunked")
+    func payloadTooLarge() throws {
+        try withServer(demoRouter(), configure: { $0.maximumBodyBytes = 1024 }) { _, base, _ in
+            let big = Array(repeating: UInt8(ascii: "a"), count: 4096)
+            let response = try client.send(
+                .init(method: "POST", url: base + "/items", headers: [("Content-Type", "application/json")], body: big))
+            #expect(response.status == 413)
+            #expect(try problem(response)["code"] as? String == "payload_too_large")
+
+            let chunked = try client.send(
+                .init(method: "POST", url: base + "/items",
+                      headers: [("Content-Type", "application/json"), ("Transfer-Encoding", "chunked")], body: big))
+            #expect(chunked.status == 413)
+
+            let small = try client.send(
+                .init(method: "POST", url: base + "/items", headers: [("Content-Type", "application/json")],
+                      body: Array(#"{"name":"a","count":1}"#.utf8)))
+            #expect(small.status == 201)
+        }
+    }
+
+    @Test("malformed JSON, missing fields and wrong content types get distinct 4xx problems")
+    func badJSON() throws {
+        try withServer(demoRouter()) { _, base, _ in
+            func post(_ body: String, contentType: String = "application/json") throws -> HTTPClientResponse {
+                try client.send(
+                    .init(method: "POST", url: base + "/items", headers: [("Content-Type", contentType)], body: Array(body.utf8)))
+            }
+            let malformed = try post("{not json")
+            #expect(malformed.status == 400)
+            #expect(try problem(malformed)["code"] as? String == "invalid_json")
+
+            let missing = try post(#"{"name":"a"}"#)
+            #expect(missing.status == 400)
+            let missingBody = try problem(missing)
+            #expect(missingBody["code"] as? String == "invalid_request")
+            #expect((missingBody["detail"] as? String)?.contains("count") == true)
+
+            let mistyped = try post(#"{"name":"a","count":"three"}"#)
+            #expect(try problem(mistyped)["code"] as? String == "invalid_request")
+
+            let wrongType = try post(#"{"name":"a","count":1}"#, contentType: "text/plain")
+            #expect(wrongType.status == 415)
+            #expect(try problem(wrongType)["code"] as? String == "unsupported_media_type")
+
+            let empty = try post("")
+            #expect(empty.status == 400)
+        }
+    }
+
+    @Test("an unexpected error is a 500 problem that reveals nothing; a mapped error keeps its status")
+    func errors() throws {
+        try withServer(demoRouter()) { _, base, _ in
+            let response = try client.send(.init(url: base + "/boom"))
+            #expect(response.status == 500)
+            let body = try problem(response)
+            #expect(body["code"] as? String == "internal_error")
+            #expect(!response.bodyText.contains("Opaque"))
+        }
+        try withServer(demoRouter(), errorMapper: { _ in .unavailable(code: "database_unavailable", detail: "down") }) {
+            _, base, _ in
+            let response = try client.send(.init(url: base + "/boom"))
+            #expect(response.status == 503)
+            #expect(response.header("retry-after") == "5")
+            #expect(try problem(response)["code"] as? String == "database_unavailable")
+        }
+    }
+
+    @Test("100 concurrent requests all succeed and are counted in the metrics")
+    func concurrency() throws {
+        try withServer(demoRouter()) { _, base, metrics in
+            let failures = Atomic<Int>(0)
+            DispatchQueue.concurrentPerform(iterations: 100) { index in
+                let transport = CurlTransport()
+                do {
+                    let response = try transport.send(.init(url: base + "/items/\(index)"))
+                    let object = try JSONSerialization.jsonObject(with: Data(response.body)) as? [String: String]
+                    if response.status != 200 || object?["id"] != String(index) { failures.add(1, ordering: .relaxed) }
+                } catch {
+                    failures.add(1, ordering: .relaxed)
+                }
+            }
+            #expect(failures.load(ordering: .relaxed) == 0)
+            let text = metrics.render()
+            #expect(text.contains(#"http_requests_total{route="/items/{id}",method="GET",status="200"} 100"#))
+            #expect(text.contains(#"http_request_duration_seconds_count{route="/items/{id}",method="GET"} 100"#))
+        }
+    }
+
+    @Test("graceful shutdown finishes the in-flight request, then refuses new connections")
+    func gracefulShutdown() throws {
+        try withServer(demoRouter()) { server, base, _ in
+            let result = Mutex<Result<HTTPClientResponse, any Error>?>(nil)
+            let done = DispatchSemaphore(value: 0)
+            Thread {
+                let outcome = Result { try CurlTransport().send(.init(url: base + "/slow")) }
+                result.withLock { $0 = outcome }
+                done.signal()
+            }.start()
+            for _ in 0..<200 where server.inFlightRequests == 0 { Thread.sleep(forTimeInterval: 0.005) }
+            #expect(server.inFlightRequests == 1)
+            server.shutdown()
+            done.wait()
+            let response = try #require(try result.withLock { $0 }?.get())
+            #expect(response.status == 200)
+            #expect(response.bodyText == "done")
+            #expect(throws: HTTPClientError.self) { try CurlTransport().send(.init(url: base + "/items/1", timeout: .seconds(2))) }
+        }
+    }
+}
