@@ -1,0 +1,20 @@
+# appleid-broker — the two commands a newcomer needs are `make run` and `make test`.
+.PHONY: run test build release clean
+
+## Run the service (installs Debian packages if missing, builds, starts an embedded
+## PostgreSQL and, unless Apple settings are given, the Apple simulator).
+run:
+	scripts/run.sh
+
+## Run every test (what CI runs).
+test:
+	scripts/test.sh
+
+build:
+	swift build
+
+release:
+	swift build -c release
+
+clean:
+	rm -rf .build

@@ -1,0 +1,183 @@
+import BrokerCrypto
+import Foundation
+import HTTPServer
+import PostgresClient
+import Synchronization
+
+/// What an API key may do. Each endpoint requires one scope.
+public enum Scope: String, Sendable, CaseIterable, Codable, Comparable {
+    /// `POST /v1/apple/login` and web sign-in redemption: app backends.
+    case login
+    /// Reading users and credential state.
+    case read
+    /// Deletion requests: the compliance team.
+    case compliance
+    /// The pull feed of events.
+    case events
+    /// Webhook subscriptions and other administration.
+    case admin
+
+    public static func < (lhs: Scope, rhs: Scope) -> Bool { lhs.rawValue < rhs.rawValue }
+
+    /// Parses `login,read`; nil if a name is unknown or the list is empty.
+    public static func parseList(_ text: String) -> Set<Scope>? {
+        var scopes = Set<Scope>()
+        for name in text.split(separator: ",").map({ $0.trimmingCharacters(in: .whitespaces) }) where !name.isEmpty {
+            guard let scope = Scope(rawValue: name) else { return nil }
+            scopes.insert(scope)
+        }
+        return scopes.isEmpty ? nil : scopes
+    }
+}
+
+/// An API key's public facts (never the key itself).
+public struct APIKey: Sendable, Equatable, Codable {
+    public let id: String
+    public let name: String
+    public let scopes: Set<Scope>
+    public let createdAt: Date
+    public let revokedAt: Date?
+
+    enum CodingKeys: String, CodingKey {
+        case id, name, scopes
+        case createdAt = "created_at"
+        case revokedAt = "revoked_at"
+    }
+}
+
+/// Creates, lists and revokes API keys. Keys look like `abk_<12-char id>_<43-char secret>`;
+/// only the SHA-256 of the whole key is stored, so a leaked database cannot authenticate.
+public struct APIKeyStore: Sendable {
+    let pool: PostgresPool
+    /// NOTIFY channel that tells every broker process to drop cached keys.
+    static let changedChannel = "api_keys_changed"
+
+    public init(pool: PostgresPool) { self.pool = pool }
+
+    /// Creates a key; returns its facts and the key itself, which is shown only this once.
+    public func create(name: String, scopes: Set<Scope>) throws -> (key: APIKey, secret: String) {
+        let alphabet = Array("abcdefghijklmnopqrstuvwxyz234567")
+        let id = String(SecureRandom.bytes(12).map { alphabet[Int($0) % alphabet.count] })
+        let secret = "abk_\(id)_" + Base64URL.encode(SecureRandom.bytes(32))
+        let scopeText = scopes.sorted().map(\.rawValue).joined(separator: ",")
+        let row = try pool.query(
+            """
+            INSERT INTO api_keys (id, name, key_hash, scopes) VALUES (\(id), \(name), \(SHA256.hash(secret)), \(scopeText))
+            RETURNING created_at
+            """
+        ).single()
+        let key = APIKey(id: id, name: name, scopes: scopes, createdAt: try row.decode(Date.self, 0), revokedAt: nil)
+        return (key, secret)
+    }
+
+    /// Every key, newest first.
+    public func list() throws -> [APIKey] {
+        try pool.query("SELECT id, name, scopes, created_at, revoked_at FROM api_keys ORDER BY created_at DESC, id").map {
+            APIKey(
+                id: try $0.decode(String.self, 0), name: try $0.decode(String.self, 1),
+                scopes: Scope.parseList(try $0.decode(String.self, 2)) ?? [],
+                createdAt: try $0.decode(Date.self, 3), revokedAt: try $0.decode(Date?.self, 4))
+        }
+    }
+
+    /// Revokes a key; every running broker stops accepting it at once (NOTIFY).
+    /// - Returns: false when no active key has that id.
+    public func revoke(id: String) throws -> Bool {
+        try pool.withTransaction { connection in
+            let rows = try connection.query(
+                "UPDATE api_keys SET revoked_at = now() WHERE id = \(id) AND revoked_at IS NULL")
+            try connection.notify(channel: Self.changedChannel, payload: id)
+            return rows.affectedRows == 1
+        }
+    }
+
+    struct Stored: Sendable {
+        let key: APIKey
+        let hash: [UInt8]
+    }
+
+    func find(id: String) throws -> Stored? {
+        guard let row = try pool.query(
+            "SELECT id, name, scopes, created_at, revoked_at, key_hash FROM api_keys WHERE id = \(id)"
+        ).first else { return nil }
+        let key = APIKey(
+            id: try row.decode(String.self, 0), name: try row.decode(String.self, 1),
+            scopes: Scope.parseList(try row.decode(String.self, 2)) ?? [],
+            createdAt: try row.decode(Date.self, 3), revokedAt: try row.decode(Date?.self, 4))
+        return Stored(key: key, hash: try row.decode([UInt8].self, 5))
+    }
+}
+
+/// Checks `Authorization: Bearer <key>` against the stored hashes.
+///
+/// Keys are cached for a short time so a login costs no extra query; a revocation empties
+/// the cache of every process through LISTEN/NOTIFY (see `invalidate`).
+public final class APIKeyAuthenticator: Sendable {
+    private let store: APIKeyStore
+    private let cacheTTL: Duration
+    private let cache = Mutex<[String: (stored: APIKeyStore.Stored?, expires: ContinuousClock.Instant)]>([:])
+    private static let maximumCachedKeys = 10_000
+
+    public init(store: APIKeyStore, cacheTTL: Duration = .seconds(30)) {
+        self.store = store
+        self.cacheTTL = cacheTTL
+    }
+
+    /// Drops every cached key (called when another process revokes one).
+    public func invalidate() { cache.withLock { $0.removeAll() } }
+
+    /// The key presented with `request`, if it is valid and has `scope`.
+    /// - Throws: `Problem` 401 `unauthorized` for a missing, malformed, unknown, wrong or
+    ///   revoked key; 403 `insufficient_scope` when the key lacks `scope`.
+    public func authenticate(_ request: HTTPRequest, requiring scope: Scope) throws -> APIKey {
+        guard let presented = request.bearerToken else {
+            throw Self.unauthorized("send an API key as Authorization: Bearer <key>")
+        }
+        // abk_ + 12-character id + _ + secret
+        let utf8 = Array(presented.utf8)
+        guard utf8.count > 17, presented.hasPrefix("abk_"), utf8[16] == UInt8(ascii: "_") else {
+            throw Self.unauthorized("the API key is malformed")
+        }
+        let id = String(decoding: utf8[4..<16], as: UTF8.self)
+        guard let stored = try lookup(id),
+            ConstantTime.equals(SHA256.hash(utf8), stored.hash),
+            stored.key.revokedAt == nil
+        else {
+            throw Self.unauthorized("the API key is not valid")
+        }
+        guard stored.key.scopes.contains(scope) else {
+            throw Problem(
+                status: 403, code: "insufficient_scope", title: "Insufficient scope",
+                detail: "this endpoint needs an API key with the '\(scope.rawValue)' scope")
+        }
+        return stored.key
+    }
+
+    /// Wraps a handler so it runs only for a key with `scope`.
+    public func protect(
+        _ scope: Scope, _ handler: @escaping @Sendable (HTTPRequest, APIKey) throws -> HTTPResponse
+    ) -> HTTPHandler {
+        { request in
+            let key = try self.authenticate(request, requiring: scope)
+            return try handler(request, key)
+        }
+    }
+
+    private func lookup(_ id: String) throws -> APIKeyStore.Stored? {
+        let now = ContinuousClock.now
+        if let cached = cache.withLock({ $0[id] }), cached.expires > now { return cached.stored }
+        let stored = try store.find(id: id)
+        cache.withLock { cache in
+            if cache.count >= Self.maximumCachedKeys { cache.removeAll() }
+            // Unknown ids are cached briefly too, so guessing does not turn into one query per try.
+            cache[id] = (stored, now + (stored == nil ? .seconds(2) : cacheTTL))
+        }
+        return stored
+    }
+
+    static func unauthorized(_ detail: String) -> Problem {
+        Problem(
+            status: 401, code: "unauthorized", title: "Unauthorized", detail: detail,
+            headers: ["WWW-Authenticate": "Bearer realm=\"appleid-broker\""])
+    }
+}

@@ -1,0 +1,49 @@
+import Foundation
+
+/// `appleid-broker api-keys create|list|revoke`.
+enum APIKeysCommand {
+    static func run(_ subcommand: String, _ arguments: Arguments, environment: [String: String]) throws -> Int32 {
+        switch subcommand {
+        case "create":
+            let name = try arguments.required("name")
+            let scopeText = try arguments.required("scopes")
+            guard let scopes = Scope.parseList(scopeText) else {
+                throw Arguments.UsageError(
+                    description: "--scopes takes a comma list of " + Scope.allCases.map(\.rawValue).joined(separator: ", "))
+            }
+            let secret = try BrokerCommand.withDatabase(environment) { database in
+                try APIKeyStore(pool: database.pool).create(name: name, scopes: scopes).secret
+            }
+            print(secret)
+            return 0
+        case "list":
+            let keys = try BrokerCommand.withDatabase(environment) { try APIKeyStore(pool: $0.pool).list() }
+            if arguments.flags.contains("json") {
+                let encoder = JSONEncoder()
+                encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
+                encoder.dateEncodingStrategy = .iso8601
+                print(String(decoding: try encoder.encode(keys), as: UTF8.self))
+            } else {
+                print("ID\tNAME\tSCOPES\tCREATED\tREVOKED")
+                let format = ISO8601DateFormatter()
+                for key in keys {
+                    let scopes = key.scopes.sorted().map(\.rawValue).joined(separator: ",")
+                    print("\(key.id)\t\(key.name)\t\(scopes)\t\(format.string(from: key.createdAt))\t\(key.revokedAt.map(format.string(from:)) ?? "-")")
+                }
+            }
+            return 0
+        case "revoke":
+            guard arguments.positional.count == 3 else { throw Arguments.UsageError(description: "api-keys revoke needs the key ID") }
+            let id = arguments.positional[2]
+            let revoked = try BrokerCommand.withDatabase(environment) { try APIKeyStore(pool: $0.pool).revoke(id: id) }
+            if revoked {
+                BrokerCommand.printError("revoked \(id)")
+                return 0
+            }
+            BrokerCommand.printError("no active API key with id \(id)")
+            return 1
+        default:
+            throw Arguments.UsageError(description: "unknown api-keys command '\(subcommand)'")
+        }
+    }
+}

@@ -1,0 +1,24 @@
+import Foundation
+import Observability
+
+/// `appleid-broker serve`: runs the service until SIGTERM or SIGINT, then stops gracefully.
+enum ServeCommand {
+    static func run(_ arguments: Arguments, environment: [String: String]) throws -> Int32 {
+        var environment = environment
+        if let roles = arguments.options["roles"] { environment["BROKER_ROLES"] = roles }
+        let configuration = try BrokerConfiguration.load(environment: environment, requireApple: true)
+        let logger = Logger(label: "broker", sink: LogSink(level: configuration.logLevel))
+        let application: BrokerApplication
+        do {
+            application = try BrokerApplication(configuration: configuration, logger: logger)
+            try application.start()
+        } catch {
+            logger.error("start-up failed", [("error", "\(error)")])
+            return 1
+        }
+        let signal = TerminationSignals.wait()
+        logger.notice("shutting down", [("signal", signal == SIGTERM ? "SIGTERM" : "SIGINT")])
+        application.stop()
+        return 0
+    }
+}

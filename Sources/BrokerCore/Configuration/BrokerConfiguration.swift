@@ -1,0 +1,238 @@
+import BrokerCrypto
+import Foundation
+import Observability
+
+/// Everything the service reads from its environment (12-factor), validated in one pass:
+/// `load` reports every problem at once, each with the variable's name and what it expects.
+public struct BrokerConfiguration: Sendable {
+    /// `DATABASE_URL`; nil runs an embedded PostgreSQL in `dataDirectory/postgres`.
+    public var databaseURL: String?
+    /// `BROKER_LISTEN`, `host:port`.
+    public var listen: String = "127.0.0.1:8080"
+    /// `BROKER_DATA_DIR`: local state (the embedded cluster).
+    public var dataDirectory: String = "./.appleid-broker"
+    /// `BROKER_HTTP_THREADS`: libmicrohttpd worker threads.
+    public var httpThreads: Int = max(8, ProcessInfo.processInfo.activeProcessorCount * 4)
+    /// `BROKER_MAX_BODY_BYTES`: request body limit.
+    public var maximumBodyBytes: Int = 64 * 1024
+    /// `BROKER_CONNECTION_TIMEOUT_SECONDS`: idle HTTP connections are closed after this.
+    public var connectionTimeoutSeconds: Int = 30
+    /// `BROKER_SHUTDOWN_GRACE_SECONDS`: how long SIGTERM waits for in-flight requests.
+    public var shutdownGraceSeconds: Int = 10
+    /// `BROKER_DB_POOL_SIZE`.
+    public var databasePoolSize: Int = 16
+    /// `BROKER_DB_ACQUIRE_TIMEOUT_MS`: a request waiting longer for a connection gets 503.
+    public var databaseAcquireTimeoutMilliseconds: Int = 2000
+    /// `BROKER_LOG_LEVEL`.
+    public var logLevel: Logger.Level = .info
+    /// `BROKER_ACCESS_LOG`: one log line per request.
+    public var accessLog: Bool = true
+    /// `BROKER_ROLES` (or `serve --roles`): which parts this process runs.
+    public var roles: Set<Role> = Set(Role.allCases)
+    /// Apple settings; nil for commands that do not talk to Apple.
+    public var apple: AppleConfiguration?
+    /// `TOKEN_ENCRYPTION_KEY`: keys that encrypt refresh tokens and webhook secrets.
+    public var tokenKeys: TokenKeyRing?
+
+    public init() {}
+
+    /// The parts of the service a process can run (`serve --roles`).
+    public enum Role: String, Sendable, CaseIterable, Comparable {
+        /// The HTTP API for app backends, compliance and operators.
+        case api
+        /// Apple's server-to-server notification endpoint.
+        case notifications
+        /// The account-deletion job.
+        case deletion
+        /// Webhook delivery to app backends.
+        case dispatch
+        /// The daily refresh-token check.
+        case sweep
+
+        public static func < (lhs: Role, rhs: Role) -> Bool { lhs.rawValue < rhs.rawValue }
+    }
+
+    /// Every problem found in the environment.
+    public struct Invalid: Error, CustomStringConvertible, Sendable {
+        public let problems: [String]
+        public var description: String {
+            "invalid configuration:\n" + problems.map { "  - \($0)" }.joined(separator: "\n")
+        }
+    }
+
+    /// Reads and validates the environment.
+    /// - Parameter requireApple: true for `serve`, which cannot run without Apple credentials.
+    public static func load(environment: [String: String], requireApple: Bool) throws -> BrokerConfiguration {
+        var reader = EnvironmentReader(environment)
+        var configuration = BrokerConfiguration()
+        configuration.databaseURL = reader.string("DATABASE_URL")
+        configuration.listen = reader.string("BROKER_LISTEN") ?? configuration.listen
+        if !configuration.listen.contains(":") {
+            reader.problem("BROKER_LISTEN: expected host:port such as 127.0.0.1:8080, got '\(configuration.listen)'")
+        }
+        configuration.dataDirectory = reader.string("BROKER_DATA_DIR") ?? configuration.dataDirectory
+        configuration.httpThreads = reader.integer("BROKER_HTTP_THREADS", in: 1...1024) ?? configuration.httpThreads
+        configuration.maximumBodyBytes =
+            reader.integer("BROKER_MAX_BODY_BYTES", in: 1024...(16 << 20)) ?? configuration.maximumBodyBytes
+        configuration.connectionTimeoutSeconds =
+            reader.integer("BROKER_CONNECTION_TIMEOUT_SECONDS", in: 1...3600) ?? configuration.connectionTimeoutSeconds
+        configuration.shutdownGraceSeconds =
+            reader.integer("BROKER_SHUTDOWN_GRACE_SECONDS", in: 0...600) ?? configuration.shutdownGraceSeconds
+        configuration.databasePoolSize = reader.integer("BROKER_DB_POOL_SIZE", in: 1...500) ?? configuration.databasePoolSize
+        configuration.databaseAcquireTimeoutMilliseconds =
+            reader.integer("BROKER_DB_ACQUIRE_TIMEOUT_MS", in: 10...60_000)
+            ?? configuration.databaseAcquireTimeoutMilliseconds
+        if let level = reader.string("BROKER_LOG_LEVEL") {
+            if let parsed = Logger.Level(name: level) {
+                configuration.logLevel = parsed
+            } else {
+                reader.problem("BROKER_LOG_LEVEL: expected debug, info, notice, warning or error, got '\(level)'")
+            }
+        }
+        configuration.accessLog = reader.boolean("BROKER_ACCESS_LOG") ?? configuration.accessLog
+        if let roles = reader.string("BROKER_ROLES") {
+            configuration.roles = reader.roles(roles, variable: "BROKER_ROLES") ?? configuration.roles
+        }
+        configuration.apple = AppleConfiguration.load(&reader, required: requireApple)
+        if let keys = reader.string("TOKEN_ENCRYPTION_KEY") {
+            do {
+                configuration.tokenKeys = try TokenKeyRing(parsing: keys)
+            } catch {
+                reader.problem("TOKEN_ENCRYPTION_KEY: \(error)")
+            }
+        } else if requireApple {
+            reader.problem(
+                "TOKEN_ENCRYPTION_KEY: missing; set it to 32 random bytes in base64 (openssl rand -base64 32), "
+                    + "or id:base64,id:base64 to rotate (the first key encrypts)")
+        }
+        if !reader.problems.isEmpty { throw Invalid(problems: reader.problems) }
+        return configuration
+    }
+}
+
+/// Apple developer-account settings.
+public struct AppleConfiguration: Sendable {
+    /// `APPLE_TEAM_ID`: the 10-character Team ID (client-secret `iss`).
+    public var teamID: String
+    /// `APPLE_KEY_ID`: the 10-character Key ID of the Sign in with Apple key (client-secret `kid`).
+    public var keyID: String
+    /// `APPLE_PRIVATE_KEY_PATH`: the `.p8` file (PKCS#8 P-256), re-read when it changes.
+    public var privateKeyPath: String
+    /// `APPLE_CLIENT_IDS`: bundle IDs and Services IDs accepted as `aud`.
+    public var clientIDs: [String]
+    /// `APPLE_BASE_URL`: where Apple's endpoints are (a simulator in tests). The expected
+    /// issuer stays `https://appleid.apple.com` whatever this says.
+    public var baseURL: String = "https://appleid.apple.com"
+
+    public init(teamID: String, keyID: String, privateKeyPath: String, clientIDs: [String], baseURL: String) {
+        self.teamID = teamID
+        self.keyID = keyID
+        self.privateKeyPath = privateKeyPath
+        self.clientIDs = clientIDs
+        self.baseURL = baseURL
+    }
+
+    fileprivate static func load(_ reader: inout EnvironmentReader, required: Bool) -> AppleConfiguration? {
+        let names = ["APPLE_TEAM_ID", "APPLE_KEY_ID", "APPLE_PRIVATE_KEY_PATH", "APPLE_CLIENT_IDS"]
+        let anySet = names.contains { reader.string($0) != nil }
+        guard required || anySet else { return nil }
+        let teamID = reader.appleIdentifier("APPLE_TEAM_ID", what: "Team ID")
+        let keyID = reader.appleIdentifier("APPLE_KEY_ID", what: "Key ID of the Sign in with Apple key")
+        let path = reader.string("APPLE_PRIVATE_KEY_PATH")
+        if path == nil {
+            reader.problem("APPLE_PRIVATE_KEY_PATH: missing; the path of the .p8 key downloaded from developer.apple.com")
+        } else if let path {
+            do {
+                let pem = try String(contentsOfFile: path, encoding: .utf8)
+                let key = try AsymmetricKey.privateKey(pem: pem)
+                if key.kind != .ecP256 { reader.problem("APPLE_PRIVATE_KEY_PATH: \(path) holds a \(key.kind) key, not P-256") }
+            } catch let error as CryptoError {
+                reader.problem("APPLE_PRIVATE_KEY_PATH: \(path) is not a PKCS#8 P-256 private key (\(error.code))")
+            } catch {
+                reader.problem("APPLE_PRIVATE_KEY_PATH: cannot read \(path)")
+            }
+        }
+        let clientIDs = (reader.string("APPLE_CLIENT_IDS") ?? "")
+            .split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
+        if clientIDs.isEmpty {
+            reader.problem(
+                "APPLE_CLIENT_IDS: missing; a comma-separated list of the bundle IDs and Services IDs to accept as audience")
+        }
+        var baseURL = reader.string("APPLE_BASE_URL") ?? "https://appleid.apple.com"
+        while baseURL.hasSuffix("/") { baseURL.removeLast() }
+        if !(baseURL.hasPrefix("https://") || baseURL.hasPrefix("http://")) {
+            reader.problem("APPLE_BASE_URL: expected an http(s) URL, got '\(baseURL)'")
+        }
+        guard let teamID, let keyID, let path, !clientIDs.isEmpty else { return nil }
+        return AppleConfiguration(
+            teamID: teamID, keyID: keyID, privateKeyPath: path, clientIDs: clientIDs, baseURL: baseURL)
+    }
+}
+
+/// Reads variables and collects problems instead of stopping at the first one.
+struct EnvironmentReader {
+    let environment: [String: String]
+    private(set) var problems: [String] = []
+
+    init(_ environment: [String: String]) { self.environment = environment }
+
+    mutating func problem(_ text: String) { problems.append(text) }
+
+    /// The value, or nil when unset or blank.
+    func string(_ name: String) -> String? {
+        guard let value = environment[name]?.trimmingCharacters(in: .whitespacesAndNewlines), !value.isEmpty else {
+            return nil
+        }
+        return value
+    }
+
+    mutating func integer(_ name: String, in range: ClosedRange<Int>) -> Int? {
+        guard let text = string(name) else { return nil }
+        guard let value = Int(text), range.contains(value) else {
+            problem("\(name): expected a whole number from \(range.lowerBound) to \(range.upperBound), got '\(text)'")
+            return nil
+        }
+        return value
+    }
+
+    mutating func boolean(_ name: String) -> Bool? {
+        guard let text = string(name) else { return nil }
+        switch text.lowercased() {
+        case "1", "true", "yes", "on": return true
+        case "0", "false", "no", "off": return false
+        default:
+            problem("\(name): expected true or false, got '\(text)'")
+            return nil
+        }
+    }
+
+    mutating func roles(_ text: String, variable: String) -> Set<BrokerConfiguration.Role>? {
+        var roles = Set<BrokerConfiguration.Role>()
+        for part in text.split(separator: ",").map({ $0.trimmingCharacters(in: .whitespaces) }) where !part.isEmpty {
+            guard let role = BrokerConfiguration.Role(rawValue: part) else {
+                problem(
+                    "\(variable): unknown role '\(part)'; roles are "
+                        + BrokerConfiguration.Role.allCases.map(\.rawValue).joined(separator: ", "))
+                return nil
+            }
+            roles.insert(role)
+        }
+        if roles.isEmpty {
+            problem("\(variable): name at least one role")
+            return nil
+        }
+        return roles
+    }
+
+    mutating func appleIdentifier(_ name: String, what: String) -> String? {
+        guard let value = string(name) else {
+            problem("\(name): missing; the 10-character \(what) from developer.apple.com")
+            return nil
+        }
+        guard value.count == 10, value.allSatisfy({ $0.isASCII && ($0.isUppercase || $0.isNumber) }) else {
+            problem("\(name): expected 10 uppercase letters and digits (the \(what)), got '\(value)'")
+            return nil
+        }
+        return value
+    }
+}

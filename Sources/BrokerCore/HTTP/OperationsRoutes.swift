@@ -1,0 +1,26 @@
+import HTTPServer
+import Observability
+import PostgresClient
+
+/// `/healthz`, `/readyz` and `/metrics`: for load balancers, orchestrators and Prometheus.
+enum OperationsRoutes {
+    static func register(on router: inout Router, database: Database, metrics: MetricsRegistry, health: HealthState) {
+        router.get("/healthz") { _ in
+            .json(["status": "ok"])
+        }
+        router.get("/readyz") { _ in
+            guard !health.isShuttingDown else {
+                throw Problem.unavailable(code: "shutting_down", detail: "the service is shutting down", retryAfterSeconds: 1)
+            }
+            do {
+                try database.pool.query("SELECT 1")
+            } catch let error as PostgresError where error.isUnavailable {
+                throw Problem.unavailable(code: "database_unavailable", detail: "PostgreSQL is not reachable")
+            }
+            return .json(["status": "ready"])
+        }
+        router.get("/metrics") { _ in
+            .text(metrics.render(), contentType: "text/plain; version=0.0.4; charset=utf-8")
+        }
+    }
+}

@@ -1,0 +1,3 @@
+import BrokerCore
+
+BrokerCommand.main()

@@ -1,0 +1,50 @@
+import BrokerCore
+import Foundation
+import Testing
+
+@Suite("Configuration")
+struct ConfigurationTests {
+    @Test("reports every problem at once, one message each, naming the variable")
+    func everyProblem() throws {
+        let error = #expect(throws: BrokerConfiguration.Invalid.self) {
+            try BrokerConfiguration.load(
+                environment: [
+                    "BROKER_LISTEN": "8080", "BROKER_HTTP_THREADS": "lots", "BROKER_LOG_LEVEL": "loud",
+                    "APPLE_TEAM_ID": "short", "APPLE_PRIVATE_KEY_PATH": "/nonexistent.p8",
+                    "TOKEN_ENCRYPTION_KEY": "dG9vIHNob3J0",
+                ],
+                requireApple: true)
+        }
+        let problems = try #require(error?.problems)
+        for variable in [
+            "BROKER_LISTEN", "BROKER_HTTP_THREADS", "BROKER_LOG_LEVEL", "APPLE_TEAM_ID", "APPLE_KEY_ID",
+            "APPLE_PRIVATE_KEY_PATH", "APPLE_CLIENT_IDS", "TOKEN_ENCRYPTION_KEY",
+        ] {
+            #expect(problems.filter { $0.hasPrefix(variable + ":") }.count == 1, "one message for \(variable)")
+        }
+        #expect(problems.count == 8)
+    }
+
+    @Test("a complete environment loads with its defaults")
+    func loads() throws {
+        let key = try TestEnvironment.privateKeyFile()
+        let configuration = try BrokerConfiguration.load(
+            environment: [
+                "APPLE_TEAM_ID": "TEAMID1234", "APPLE_KEY_ID": "KEYID12345", "APPLE_PRIVATE_KEY_PATH": key,
+                "APPLE_CLIENT_IDS": "com.example.app, com.example.web", "TOKEN_ENCRYPTION_KEY": "k2:" + String(repeating: "A", count: 43) + "=,k1:" + String(repeating: "B", count: 43) + "=",
+            ],
+            requireApple: true)
+        #expect(configuration.databaseURL == nil)
+        #expect(configuration.listen == "127.0.0.1:8080")
+        #expect(configuration.apple?.clientIDs == ["com.example.app", "com.example.web"])
+        #expect(configuration.apple?.baseURL == "https://appleid.apple.com")
+        #expect(configuration.tokenKeys?.currentKeyID == "k2")
+        #expect(configuration.roles.count == BrokerConfiguration.Role.allCases.count)
+    }
+
+    @Test("commands that do not talk to Apple need no Apple settings")
+    func withoutApple() throws {
+        let configuration = try BrokerConfiguration.load(environment: [:], requireApple: false)
+        #expect(configuration.apple == nil)
+    }
+}

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Runs appleid-broker on this machine: installs missing Debian packages, builds (release),
+# and starts the service with an embedded PostgreSQL. Without Apple settings in the
+# environment it runs a local demo: it creates demo credentials in .appleid-broker/demo
+# and points the broker at the Apple simulator on 127.0.0.1:8090.
+# Stop with Ctrl-C (SIGINT) or SIGTERM.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/bootstrap.sh
+
+echo "== building (release)" >&2
+swift build -c release --product appleid-broker
+bin="$(swift build -c release --show-bin-path)"
+
+# initdb/postgres refuse root; as root they run as the 'postgres' account, which must be
+# able to reach the data directory. A home directory under /root is private: use /var/lib.
+if [ "$(id -u)" = 0 ] && [ -z "${BROKER_DATA_DIR:-}" ] && ! runuser -u postgres -- test -x "$PWD"; then
+  export BROKER_DATA_DIR=/var/lib/appleid-broker
+  echo "== running as root in a private directory: data goes to $BROKER_DATA_DIR" >&2
+fi
+data="${BROKER_DATA_DIR:-$PWD/.appleid-broker}"
+mkdir -p "$data"
+
+if [ -z "${APPLE_CLIENT_IDS:-}" ]; then
+  demo="$data/demo"
+  mkdir -p "$demo"
+  chmod 700 "$demo"
+  [ -f "$demo/AuthKey_DEMOKEY001.p8" ] || openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "$demo/AuthKey_DEMOKEY001.p8" 2>/dev/null
+  [ -f "$demo/token-encryption-key" ] || openssl rand -base64 32 > "$demo/token-encryption-key"
+  export APPLE_TEAM_ID=DEMOTEAM01 APPLE_KEY_ID=DEMOKEY001
+  export APPLE_PRIVATE_KEY_PATH="$demo/AuthKey_DEMOKEY001.p8"
+  export APPLE_CLIENT_IDS="com.example.app,com.example.web"
+  export APPLE_BASE_URL="${APPLE_BASE_URL:-http://127.0.0.1:8090}"
+  export TOKEN_ENCRYPTION_KEY="$(cat "$demo/token-encryption-key")"
+  echo "== demo mode: Apple settings from $demo" >&2
+fi
+
+export BROKER_DATA_DIR="$data"
+echo "== starting appleid-broker on ${BROKER_LISTEN:-127.0.0.1:8080}" >&2
+exec "$bin/appleid-broker" serve

@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Runs every test: builds with warnings as errors, then the whole suite in parallel.
+# Tests start their own throwaway PostgreSQL clusters and loopback servers.
+# Usage: scripts/test.sh [swift test arguments, e.g. --filter JOSETests]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/bootstrap.sh test
+
+flags=(-Xswiftc -warnings-as-errors)
+echo "== build (warnings are errors)" >&2
+swift build --build-tests "${flags[@]}"
+echo "== test" >&2
+swift test --skip-build --parallel "$@"
