@@ -4,9 +4,10 @@
 //
 // Layers, bottom up:
 //   C bridges      CMicroHTTPD, CLibpq, COpenSSL, CCurl (system libraries) + CBrokerShims (variadic calls)
-//   Foundations    Observability (logs, metrics), BrokerCrypto (OpenSSL), PostgresClient (libpq),
+//   Foundations    Observability (logs, metrics), BrokerCrypto (OpenSSL), JOSE (JWS/JWK), PostgresClient (libpq),
 //                  ProcessRunner (posix_spawn), EmbeddedPostgres (a private cluster), HTTPServer (libmicrohttpd), HTTPClient (libcurl)
 //   Product        BrokerCore (configuration, storage, API, workers, CLI) and the thin `appleid-broker` executable
+//   Simulator      AppleSimulator + `apple-sim`: appleid.apple.com on loopback
 import PackageDescription
 
 let swiftSettings: [SwiftSetting] = [
@@ -18,6 +19,7 @@ let package = Package(
     name: "appleid-broker",
     products: [
         .executable(name: "appleid-broker", targets: ["appleid-broker"]),
+        .executable(name: "apple-sim", targets: ["apple-sim"]),
     ],
     targets: [
         // MARK: C bridges (headers and link flags come from pkg-config)
@@ -43,17 +45,26 @@ let package = Package(
             swiftSettings: swiftSettings
         ),
         .target(name: "HTTPClient", dependencies: ["CCurl", "CBrokerShims"], swiftSettings: swiftSettings),
+        .target(name: "JOSE", dependencies: ["BrokerCrypto"], swiftSettings: swiftSettings),
 
         // MARK: The product
         .target(
             name: "BrokerCore",
             dependencies: [
-                "Observability", "BrokerCrypto", "PostgresClient", "EmbeddedPostgres", "HTTPServer", "HTTPClient",
+                "Observability", "BrokerCrypto", "JOSE", "PostgresClient", "EmbeddedPostgres", "HTTPServer", "HTTPClient",
             ],
             swiftSettings: swiftSettings,
             plugins: ["EmbedMigrations"]
         ),
         .executableTarget(name: "appleid-broker", dependencies: ["BrokerCore"], swiftSettings: swiftSettings),
+
+        // MARK: The Apple simulator: appleid.apple.com on loopback, for development and tests
+        .target(
+            name: "AppleSimulator",
+            dependencies: ["BrokerCrypto", "JOSE", "HTTPServer", "HTTPClient", "Observability"],
+            swiftSettings: swiftSettings
+        ),
+        .executableTarget(name: "apple-sim", dependencies: ["AppleSimulator"], swiftSettings: swiftSettings),
 
         // MARK: Build tooling: sql/*.sql compiled into the binary, so it needs no files at run time
         .executableTarget(name: "embed-sql", path: "Plugins/EmbedSQLTool"),
@@ -67,6 +78,12 @@ let package = Package(
             swiftSettings: swiftSettings
         ),
         .testTarget(name: "BrokerCryptoTests", dependencies: ["BrokerCrypto"], swiftSettings: swiftSettings),
+        .testTarget(name: "JOSETests", dependencies: ["JOSE", "BrokerCrypto", "TestSupport"], swiftSettings: swiftSettings),
+        .testTarget(
+            name: "AppleSimulatorTests",
+            dependencies: ["AppleSimulator", "JOSE", "BrokerCrypto", "HTTPClient", "TestSupport"],
+            swiftSettings: swiftSettings
+        ),
         .testTarget(
             name: "PostgresClientTests",
             dependencies: ["PostgresClient", "TestSupport"],

@@ -10,6 +10,7 @@ scripts/bootstrap.sh
 
 echo "== building (release)" >&2
 swift build -c release --product appleid-broker
+swift build -c release --product apple-sim
 bin="$(swift build -c release --show-bin-path)"
 
 # initdb/postgres refuse root; as root they run as the 'postgres' account, which must be
@@ -32,9 +33,17 @@ if [ -z "${APPLE_CLIENT_IDS:-}" ]; then
   export APPLE_CLIENT_IDS="com.example.app,com.example.web"
   export APPLE_BASE_URL="${APPLE_BASE_URL:-http://127.0.0.1:8090}"
   export TOKEN_ENCRYPTION_KEY="$(cat "$demo/token-encryption-key")"
-  echo "== demo mode: Apple settings from $demo" >&2
+  echo "== demo mode: Apple settings from $demo; the Apple simulator plays appleid.apple.com" >&2
+  "$bin/apple-sim" serve --listen 127.0.0.1:8090 --team "$APPLE_TEAM_ID" --key-id "$APPLE_KEY_ID" \
+    --key "$APPLE_PRIVATE_KEY_PATH" --client-ids "$APPLE_CLIENT_IDS" &
+  simulator=$!
+  trap 'kill "$simulator" 2>/dev/null || true' EXIT
 fi
 
 export BROKER_DATA_DIR="$data"
 echo "== starting appleid-broker on ${BROKER_LISTEN:-127.0.0.1:8080}" >&2
-exec "$bin/appleid-broker" serve
+# Not exec: the trap above must stop the simulator when the broker ends. Ctrl-C reaches both.
+"$bin/appleid-broker" serve &
+broker=$!
+trap 'kill -TERM "$broker" 2>/dev/null || true; wait "$broker"; kill "${simulator:-}" 2>/dev/null || true' INT TERM
+wait "$broker"

@@ -1,4 +1,5 @@
 import COpenSSL
+import Glibc
 
 /// An RSA or EC P-256 key held in an OpenSSL `EVP_PKEY`, freed when the last reference goes.
 ///
@@ -61,26 +62,40 @@ public final class AsymmetricKey: @unchecked Sendable {
     public static func rsaPublicKey(modulus: [UInt8], exponent: [UInt8]) throws -> AsymmetricKey {
         let modulus = Array(modulus.drop(while: { $0 == 0 }))
         guard !modulus.isEmpty, !exponent.isEmpty else { throw CryptoError(.invalidKey, "empty RSA modulus or exponent") }
-        let pointer = try fromData(
-            type: "RSA", selection: selectPublicKey,
-            build: { builder, bignums in
-                try push(bignum: modulus, name: "n", builder, &bignums)
-                try push(bignum: exponent, name: "e", builder, &bignums)
-            })
+        let pointer = try fromData(type: "RSA", selection: selectPublicKey) { parameters in
+            try parameters.push(bignum: modulus, name: "n")
+            try parameters.push(bignum: exponent, name: "e")
+        }
         return try AsymmetricKey(takingOwnershipOf: pointer, hasPrivateKey: false)
+    }
+
+    /// An RSA private key from its CRT components (RFC 7518 §6.3.2 names: n, e, d, p, q, dp, dq, qi).
+    public static func rsaPrivateKey(
+        modulus: [UInt8], publicExponent: [UInt8], privateExponent: [UInt8], prime1: [UInt8], prime2: [UInt8],
+        exponent1: [UInt8], exponent2: [UInt8], coefficient: [UInt8]
+    ) throws -> AsymmetricKey {
+        let pointer = try fromData(type: "RSA", selection: selectKeyPair) { parameters in
+            try parameters.push(bignum: modulus, name: "n")
+            try parameters.push(bignum: publicExponent, name: "e")
+            try parameters.push(bignum: privateExponent, name: "d")
+            try parameters.push(bignum: prime1, name: "rsa-factor1")
+            try parameters.push(bignum: prime2, name: "rsa-factor2")
+            try parameters.push(bignum: exponent1, name: "rsa-exponent1")
+            try parameters.push(bignum: exponent2, name: "rsa-exponent2")
+            try parameters.push(bignum: coefficient, name: "rsa-coefficient1")
+        }
+        let key = try AsymmetricKey(takingOwnershipOf: pointer, hasPrivateKey: true)
+        try key.check(publicOnly: false)
+        return key
     }
 
     /// An EC P-256 public key from its affine coordinates (32 bytes each), checked to be on the curve.
     public static func p256PublicKey(x: [UInt8], y: [UInt8]) throws -> AsymmetricKey {
         guard x.count == 32, y.count == 32 else { throw CryptoError(.invalidKey, "P-256 coordinates must be 32 bytes") }
-        let point = [0x04] + x + y
-        let pointer = try fromData(
-            type: "EC", selection: selectPublicKey,
-            build: { builder, _ in
-                guard OSSL_PARAM_BLD_push_utf8_string(builder, "group", "prime256v1", 0) == 1,
-                    OSSL_PARAM_BLD_push_octet_string(builder, "pub", point, point.count) == 1
-                else { throw CryptoError.openSSL(.invalidKey, "EC parameters") }
-            })
+        let pointer = try fromData(type: "EC", selection: selectPublicKey) { parameters in
+            try parameters.push(utf8: "prime256v1", name: "group")
+            try parameters.push(octets: [0x04] + x + y, name: "pub")
+        }
         let key = try AsymmetricKey(takingOwnershipOf: pointer, hasPrivateKey: false)
         try key.check(publicOnly: true)
         return key
@@ -91,15 +106,11 @@ public final class AsymmetricKey: @unchecked Sendable {
         guard d.count == 32, x.count == 32, y.count == 32 else {
             throw CryptoError(.invalidKey, "P-256 private key members must be 32 bytes")
         }
-        let point = [0x04] + x + y
-        let pointer = try fromData(
-            type: "EC", selection: selectKeyPair,
-            build: { builder, bignums in
-                guard OSSL_PARAM_BLD_push_utf8_string(builder, "group", "prime256v1", 0) == 1,
-                    OSSL_PARAM_BLD_push_octet_string(builder, "pub", point, point.count) == 1
-                else { throw CryptoError.openSSL(.invalidKey, "EC parameters") }
-                try push(bignum: d, name: "priv", builder, &bignums)
-            })
+        let pointer = try fromData(type: "EC", selection: selectKeyPair) { parameters in
+            try parameters.push(utf8: "prime256v1", name: "group")
+            try parameters.push(octets: [0x04] + x + y, name: "pub")
+            try parameters.push(bignum: d, name: "priv")
+        }
         let key = try AsymmetricKey(takingOwnershipOf: pointer, hasPrivateKey: true)
         try key.check(publicOnly: false)
         return key
@@ -238,33 +249,13 @@ public final class AsymmetricKey: @unchecked Sendable {
         return bytes
     }
 
-    private static func push(
-        bignum bytes: [UInt8], name: String, _ builder: OpaquePointer, _ bignums: inout [OpaquePointer]
-    ) throws {
-        guard let bignum = BN_bin2bn(bytes, Int32(bytes.count), nil) else {
-            throw CryptoError.openSSL(.invalidKey, "BN_bin2bn")
-        }
-        bignums.append(bignum)
-        guard OSSL_PARAM_BLD_push_BN(builder, name, bignum) == 1 else {
-            throw CryptoError.openSSL(.invalidKey, "key parameter \(name)")
-        }
-    }
-
-    /// EVP_PKEY_fromdata with parameters made by `build`; frees everything it made.
+    /// EVP_PKEY_fromdata with parameters made by `build`.
     private static func fromData(
-        type: String, selection: Int32,
-        build: (OpaquePointer, inout [OpaquePointer]) throws -> Void
+        type: String, selection: Int32, build: (ParameterBuilder) throws -> Void
     ) throws -> OpaquePointer {
-        guard let builder = OSSL_PARAM_BLD_new() else { throw CryptoError.openSSL(.internalError, "OSSL_PARAM_BLD_new") }
-        var bignums: [OpaquePointer] = []
-        defer {
-            OSSL_PARAM_BLD_free(builder)
-            bignums.forEach { BN_clear_free($0) }
-        }
-        try build(builder, &bignums)
-        guard let parameters = OSSL_PARAM_BLD_to_param(builder) else {
-            throw CryptoError.openSSL(.invalidKey, "OSSL_PARAM_BLD_to_param")
-        }
+        let builder = try ParameterBuilder()
+        try build(builder)
+        let parameters = try builder.parameters()
         defer { OSSL_PARAM_free(parameters) }
         guard let context = EVP_PKEY_CTX_new_from_name(nil, type, nil) else {
             throw CryptoError.openSSL(.internalError, "EVP_PKEY_CTX_new_from_name")
@@ -301,5 +292,66 @@ public final class AsymmetricKey: @unchecked Sendable {
             output.append(contentsOf: chunk.prefix(Int(read)))
         }
         return String(decoding: output, as: UTF8.self)
+    }
+}
+
+/// Owns an `OSSL_PARAM_BLD` and everything pushed into it. The builder keeps *pointers* to
+/// names and buffers until `OSSL_PARAM_BLD_to_param`, so they are copied into C memory that
+/// lives as long as this object, never passed as Swift temporaries.
+final class ParameterBuilder {
+    private let builder: OpaquePointer
+    private var allocations: [UnsafeMutablePointer<CChar>] = []
+    private var buffers: [UnsafeMutableRawPointer] = []
+    private var bignums: [OpaquePointer] = []
+
+    init() throws {
+        guard let builder = OSSL_PARAM_BLD_new() else { throw CryptoError.openSSL(.internalError, "OSSL_PARAM_BLD_new") }
+        self.builder = builder
+    }
+
+    deinit {
+        OSSL_PARAM_BLD_free(builder)
+        bignums.forEach { BN_clear_free($0) }
+        allocations.forEach { free($0) }
+        buffers.forEach { free($0) }
+    }
+
+    private func keep(_ text: String) -> UnsafeMutablePointer<CChar> {
+        let copy = strdup(text)!
+        allocations.append(copy)
+        return copy
+    }
+
+    func push(bignum bytes: [UInt8], name: String) throws {
+        guard let bignum = BN_bin2bn(bytes, Int32(bytes.count), nil) else {
+            throw CryptoError.openSSL(.invalidKey, "BN_bin2bn")
+        }
+        bignums.append(bignum)
+        guard OSSL_PARAM_BLD_push_BN(builder, keep(name), bignum) == 1 else {
+            throw CryptoError.openSSL(.invalidKey, "key parameter \(name)")
+        }
+    }
+
+    func push(utf8 value: String, name: String) throws {
+        guard OSSL_PARAM_BLD_push_utf8_string(builder, keep(name), keep(value), 0) == 1 else {
+            throw CryptoError.openSSL(.invalidKey, "key parameter \(name)")
+        }
+    }
+
+    func push(octets bytes: [UInt8], name: String) throws {
+        let buffer = malloc(max(1, bytes.count))!
+        buffers.append(buffer)
+        bytes.withUnsafeBytes { buffer.copyMemory(from: $0.baseAddress!, byteCount: bytes.count) }
+        guard OSSL_PARAM_BLD_push_octet_string(builder, keep(name), buffer, bytes.count) == 1 else {
+            throw CryptoError.openSSL(.invalidKey, "key parameter \(name)")
+        }
+    }
+
+    /// The finished parameter array; free it with OSSL_PARAM_free.
+    func parameters() throws -> UnsafeMutablePointer<OSSL_PARAM> {
+        guard let parameters = OSSL_PARAM_BLD_to_param(builder) else {
+            throw CryptoError.openSSL(.invalidKey, "OSSL_PARAM_BLD_to_param")
+        }
+        return parameters
     }
 }

@@ -36,6 +36,9 @@ public final class PostgresConnection: @unchecked Sendable {
             PQfinish(handle)
             throw PostgresError(.connectionFailed, serverMessage: message)
         }
+        // libpq prints server notices (and FATAL messages on termination) to stderr by
+        // default; they are not ours to print, and errors reach callers as PostgresError.
+        PQsetNoticeProcessor(handle, ignoreNotice, nil)
         self.handle = handle
     }
 
@@ -243,3 +246,6 @@ public enum PostgresIsolationLevel: Sendable {
         }
     }
 }
+
+/// A libpq notice processor that drops notices (a plain function: libpq calls it from C).
+private func ignoreNotice(_ context: UnsafeMutableRawPointer?, _ message: UnsafePointer<CChar>?) {}

@@ -1,0 +1,132 @@
+import BrokerCrypto
+import Foundation
+import HTTPServer
+import JOSE
+import Synchronization
+
+/// The simulator's own control API under `/sim/` (not Apple's): create users and tokens,
+/// rotate keys, send notifications, set faults, and read what happened.
+enum AdminEndpoints {
+    struct TeamRegistration: Codable {
+        var teamID: String
+        var keyID: String
+        /// The `.p8` (private; only its public half is kept) or a public-key PEM.
+        var keyPEM: String
+        var clientIDs: [String]
+
+        enum CodingKeys: String, CodingKey {
+            case teamID = "team_id"
+            case keyID = "key_id"
+            case keyPEM = "key_pem"
+            case clientIDs = "client_ids"
+        }
+    }
+
+    struct UserCreation: Codable {
+        var teamID: String?
+        var email: String?
+        var realUserStatus: Int?
+
+        enum CodingKeys: String, CodingKey {
+            case teamID = "team_id"
+            case email
+            case realUserStatus = "real_user_status"
+        }
+    }
+
+    struct CodeCreation: Codable {
+        var teamID: String?
+        var sub: String
+        var clientID: String
+        var redirectURI: String?
+
+        enum CodingKeys: String, CodingKey {
+            case teamID = "team_id"
+            case sub
+            case clientID = "client_id"
+            case redirectURI = "redirect_uri"
+        }
+    }
+
+    struct ConsentRevocation: Codable {
+        var teamID: String?
+        var sub: String
+
+        enum CodingKeys: String, CodingKey {
+            case teamID = "team_id"
+            case sub
+        }
+    }
+
+    static func register(on router: inout Router, simulator: AppleSimulator) {
+        router.post("/sim/teams") { request in
+            let registration = try request.decodeJSON(TeamRegistration.self)
+            let publicKey = try AppleSimulator.publicKey(fromPEM: registration.keyPEM)
+            simulator.registerTeam(
+                teamID: registration.teamID, keyID: registration.keyID, publicKey: publicKey,
+                clientIDs: registration.clientIDs)
+            return .json(["team_id": registration.teamID], status: 201)
+        }
+        router.post("/sim/users") { request in
+            let creation = try request.decodeJSON(UserCreation.self)
+            return .json(
+                simulator.createUser(teamID: creation.teamID, email: creation.email, realUserStatus: creation.realUserStatus ?? 2),
+                status: 201)
+        }
+        router.post("/sim/tokens") { request in
+            .json(try simulator.mintToken(try request.decodeJSON(TokenRequest.self)), status: 201)
+        }
+        router.post("/sim/codes") { request in
+            let creation = try request.decodeJSON(CodeCreation.self)
+            let code = simulator.issueCode(
+                teamID: creation.teamID, sub: creation.sub, clientID: creation.clientID, redirectURI: creation.redirectURI)
+            return .json(["code": code], status: 201)
+        }
+        router.post("/sim/consent/revoke") { request in
+            let revocation = try request.decodeJSON(ConsentRevocation.self)
+            return .json(["revoked": simulator.revokeConsent(teamID: revocation.teamID, sub: revocation.sub)])
+        }
+        router.post("/sim/keys/rotate") { _ in
+            .json(["kid": try simulator.rotateKeys()])
+        }
+        router.post("/sim/keys/retire") { _ in
+            .json(["retired": simulator.retireOldKeys()])
+        }
+        router.post("/sim/notifications") { request in
+            .json(try simulator.sendNotification(try request.decodeJSON(NotificationRequest.self)))
+        }
+        router.get("/sim/revocations") { _ in
+            .json(simulator.revocations)
+        }
+        router.delete("/sim/revocations") { _ in
+            simulator.clearRevocations()
+            return .noContent
+        }
+        router.get("/sim/stats") { _ in
+            .json(simulator.statistics)
+        }
+        router.get("/sim/faults") { _ in
+            .json(simulator.faults)
+        }
+        router.on(.put, "/sim/faults") { request in
+            simulator.faults = try request.decodeJSON(FaultSettings.self)
+            return .json(simulator.faults)
+        }
+    }
+}
+
+extension AppleSimulator {
+    /// The public key of a `.p8` private key, or a public key given as SubjectPublicKeyInfo PEM.
+    public static func publicKey(fromPEM pem: String) throws -> AsymmetricKey {
+        if pem.contains("PRIVATE KEY") {
+            let privateKey = try AsymmetricKey.privateKey(pem: pem)
+            let (x, y) = try privateKey.p256Coordinates()
+            return try AsymmetricKey.p256PublicKey(x: x, y: y)
+        }
+        let body = pem.split(separator: "\n").filter { !$0.hasPrefix("-----") }.joined()
+        guard let der = Data(base64Encoded: body) else {
+            throw Problem.badRequest("key_pem is neither a PKCS#8 private key nor a public-key PEM")
+        }
+        return try AsymmetricKey.publicKey(der: Array(der))
+    }
+}

@@ -1,0 +1,296 @@
+import BrokerCrypto
+import Foundation
+import HTTPClient
+import HTTPServer
+import JOSE
+import Synchronization
+
+/// Apple's answers for `/auth/*`: form-encoded requests, `client_secret_post` only,
+/// `{"error": …}` bodies with status 400.
+enum AppleEndpoints {
+    static func register(on router: inout Router, simulator: AppleSimulator) {
+        router.get("/auth/keys") { _ in
+            try simulator.withFaults("keys") {
+                simulator.state.withLock { $0.statistics.keys += 1 }
+                return HTTPResponse(
+                    status: 200, headers: ["Content-Type": "application/json"], body: try simulator.keySet.publicJSON())
+            }
+        }
+        router.post("/auth/token") { request in
+            try simulator.withFaults("token") {
+                simulator.state.withLock { $0.statistics.token += 1 }
+                return simulator.token(request)
+            }
+        }
+        router.post("/auth/revoke") { request in
+            try simulator.withFaults("revoke") {
+                simulator.state.withLock { $0.statistics.revoke += 1 }
+                return simulator.revoke(request)
+            }
+        }
+        router.post("/auth/usermigrationinfo") { request in
+            try simulator.withFaults("migration") {
+                simulator.state.withLock { $0.statistics.migration += 1 }
+                return simulator.migrationInfo(request)
+            }
+        }
+    }
+}
+
+/// An Apple error answer.
+struct AppleError: Error {
+    let error: String
+    let description: String?
+
+    init(_ error: String, _ description: String? = nil) {
+        self.error = error
+        self.description = description
+    }
+
+    var response: HTTPResponse {
+        var body: [String: JSONValue] = ["error": .string(error)]
+        if let description { body["error_description"] = .string(description) }
+        return HTTPResponse(
+            status: 400,
+            headers: ["Content-Type": "application/json", "Cache-Control": "no-store", "Pragma": "no-cache"],
+            body: JSONValue.object(body).serialized())
+    }
+}
+
+extension AppleSimulator {
+    /// Applies latency, injected errors and stalls to an endpoint's answer.
+    func withFaults(_ endpoint: String, _ answer: () throws -> HTTPResponse) throws -> HTTPResponse {
+        let faults = self.faults
+        let applies = faults.endpoints.isEmpty || faults.endpoints.contains(endpoint)
+        if applies && faults.latencyMilliseconds > 0 {
+            Thread.sleep(forTimeInterval: Double(faults.latencyMilliseconds) / 1000)
+        }
+        if applies && faults.timeoutRate > 0 && Double.random(in: 0..<1) < faults.timeoutRate {
+            Thread.sleep(forTimeInterval: Double(faults.timeoutMilliseconds) / 1000)
+            return HTTPResponse(status: 504)
+        }
+        if applies && faults.errorRate > 0 && Double.random(in: 0..<1) < faults.errorRate,
+            let status = faults.errorStatuses.randomElement()
+        {
+            var headers: HTTPHeaders = ["Content-Type": "text/plain"]
+            if status == 429 || status == 503 { headers.set("Retry-After", String(faults.retryAfterSeconds)) }
+            if endpoint == "revoke" {
+                state.withLock {
+                    $0.revocations.append(RevocationRecord(clientID: "", tokenTypeHint: nil, token: "", outcome: "fault", sub: nil))
+                }
+            }
+            return HTTPResponse(status: status, headers: headers, body: Array("simulated failure".utf8))
+        }
+        return try answer()
+    }
+
+    /// Parses a form body; Apple refuses anything else (a JSON body gets `invalid_client`).
+    func form(_ request: HTTPRequest) throws -> [String: String] {
+        let contentType = request.headers["Content-Type"]?.split(separator: ";").first?.trimmingCharacters(in: .whitespaces)
+        guard contentType?.lowercased() == "application/x-www-form-urlencoded" else {
+            throw AppleError("invalid_client")
+        }
+        var fields: [String: String] = [:]
+        for (name, value) in FormEncoding.decode(String(decoding: request.body, as: UTF8.self)) where fields[name] == nil {
+            fields[name] = value
+        }
+        return fields
+    }
+
+    /// Checks `client_id` and `client_secret` as Apple does and returns the client's team.
+    func authenticateClient(_ fields: [String: String]) throws -> Team {
+        guard let clientID = fields["client_id"], !clientID.isEmpty,
+            let secret = fields["client_secret"], !secret.isEmpty
+        else { throw AppleError("invalid_client") }
+        let header: JWSHeader
+        do {
+            header = try JWSVerifier(maximumBytes: 8192).unverifiedHeader(secret)
+        } catch {
+            throw AppleError("invalid_client")
+        }
+        guard let keyID = header.keyID,
+            let team = state.withLock({ state in state.teams.values.first { $0.keys[keyID] != nil } }),
+            let publicKey = team.keys[keyID]
+        else { throw AppleError("invalid_client") }
+        let claims: [String: JSONValue]
+        do {
+            let verified = try JWSVerifier(allowedAlgorithms: [.es256]).verify(secret, key: JWK(key: publicKey, keyID: keyID))
+            claims = try verified.claims()
+        } catch {
+            throw AppleError("invalid_client")
+        }
+        let now = Int64(Date().timeIntervalSince1970)
+        let audience = claims["aud"]?.stringValue ?? claims["aud"]?.arrayValue?.first?.stringValue
+        guard claims["iss"]?.stringValue == team.teamID,
+            claims["sub"]?.stringValue == clientID,
+            audience == Self.issuer,
+            let issuedAt = claims["iat"]?.integerValue, let expires = claims["exp"]?.integerValue,
+            issuedAt <= now + 60, expires > now, expires - issuedAt <= Int64(Self.maximumClientSecretLifetime),
+            team.clientIDs.contains(clientID)
+        else { throw AppleError("invalid_client") }
+        return team
+    }
+
+    func token(_ request: HTTPRequest) -> HTTPResponse {
+        do {
+            let fields = try form(request)
+            let team = try authenticateClient(fields)
+            let clientID = fields["client_id"]!
+            switch fields["grant_type"] {
+            case "authorization_code":
+                return try codeGrant(fields, team: team, clientID: clientID)
+            case "refresh_token":
+                return try refreshGrant(fields, team: team, clientID: clientID)
+            case "client_credentials":
+                guard fields["scope"] == "user.migration" else { throw AppleError("invalid_scope") }
+                let accessToken = "m" + Hex.encode(SecureRandom.bytes(16)) + ".0.sim"
+                state.withLock {
+                    $0.grants[accessToken] = Grant(teamID: team.teamID, sub: "", clientID: clientID, revoked: false, kind: "migration")
+                }
+                return tokenResponse(["access_token": .string(accessToken), "token_type": "Bearer", "expires_in": 3600])
+            case nil:
+                throw AppleError("invalid_request")
+            default:
+                throw AppleError("unsupported_grant_type")
+            }
+        } catch let error as AppleError {
+            return error.response
+        } catch {
+            return AppleError("invalid_request").response
+        }
+    }
+
+    private func codeGrant(_ fields: [String: String], team: Team, clientID: String) throws -> HTTPResponse {
+        guard let code = fields["code"] else { throw AppleError("invalid_request") }
+        let grant: CodeGrant = try state.withLock { state in
+            guard let grant = state.codes[code], grant.teamID == team.teamID else {
+                throw AppleError("invalid_grant", "The code has expired or has been revoked.")
+            }
+            guard !grant.used else { throw AppleError("invalid_grant", "The code has already been used.") }
+            guard grant.expires > Date() else { throw AppleError("invalid_grant", "The code has expired or has been revoked.") }
+            guard grant.clientID == clientID else { throw AppleError("invalid_grant", "client_id mismatch") }
+            // redirect_uri only when the authorization request had one (web); never for native codes.
+            guard fields["redirect_uri"] == grant.redirectURI else { throw AppleError("invalid_grant", "redirect_uri mismatch") }
+            state.codes[code]?.used = true
+            return grant
+        }
+        guard let user = user(teamID: grant.teamID, sub: grant.sub) else { throw AppleError("invalid_grant") }
+        let accessToken = "a" + Hex.encode(SecureRandom.bytes(16)) + ".0.sim"
+        let refreshToken = "r" + Hex.encode(SecureRandom.bytes(16)) + ".0.sim"
+        state.withLock { state in
+            state.grants[accessToken] = Grant(teamID: team.teamID, sub: user.sub, clientID: clientID, revoked: false, kind: "access_token")
+            state.grants[refreshToken] = Grant(teamID: team.teamID, sub: user.sub, clientID: clientID, revoked: false, kind: "refresh_token")
+        }
+        let idToken = try identityToken(
+            for: user, clientID: clientID, request: nil, code: nil, accessToken: accessToken, nonce: grant.nonce)
+        return tokenResponse([
+            "access_token": .string(accessToken), "token_type": "Bearer", "expires_in": 3600,
+            "refresh_token": .string(refreshToken), "id_token": .string(idToken),
+        ])
+    }
+
+    private func refreshGrant(_ fields: [String: String], team: Team, clientID: String) throws -> HTTPResponse {
+        guard let refreshToken = fields["refresh_token"] else { throw AppleError("invalid_request") }
+        if faults.forceInvalidGrant { throw AppleError("invalid_grant", "The token has expired or has been revoked.") }
+        let grant: Grant = try state.withLock { state in
+            guard let grant = state.grants[refreshToken], grant.kind == "refresh_token", !grant.revoked,
+                grant.teamID == team.teamID, grant.clientID == clientID
+            else { throw AppleError("invalid_grant", "The token has expired or has been revoked.") }
+            return grant
+        }
+        guard let user = user(teamID: grant.teamID, sub: grant.sub) else { throw AppleError("invalid_grant") }
+        let accessToken = "a" + Hex.encode(SecureRandom.bytes(16)) + ".0.sim"
+        state.withLock {
+            $0.grants[accessToken] = Grant(teamID: team.teamID, sub: user.sub, clientID: clientID, revoked: false, kind: "access_token")
+        }
+        // Apple sends no new refresh token on a refresh.
+        let idToken = try identityToken(for: user, clientID: clientID, request: nil, code: nil, accessToken: accessToken)
+        return tokenResponse([
+            "access_token": .string(accessToken), "token_type": "Bearer", "expires_in": 3600, "id_token": .string(idToken),
+        ])
+    }
+
+    private func tokenResponse(_ body: [String: JSONValue]) -> HTTPResponse {
+        HTTPResponse(
+            status: 200,
+            headers: ["Content-Type": "application/json", "Cache-Control": "no-store", "Pragma": "no-cache"],
+            body: JSONValue.object(body).serialized())
+    }
+
+    func revoke(_ request: HTTPRequest) -> HTTPResponse {
+        do {
+            let fields = try form(request)
+            _ = try authenticateClient(fields)
+            let clientID = fields["client_id"]!
+            guard let token = fields["token"], !token.isEmpty else { throw AppleError("invalid_request") }
+            state.withLock { state in
+                var record = RevocationRecord(
+                    clientID: clientID, tokenTypeHint: fields["token_type_hint"], token: token, outcome: "revoked", sub: nil)
+                if let grant = state.grants[token] {
+                    record.sub = grant.sub
+                    if grant.clientID != clientID {
+                        // Apple answers 200 and does nothing (protocol reference P10).
+                        record.outcome = "client_mismatch"
+                    } else if grant.revoked {
+                        record.outcome = "already_revoked"
+                    } else {
+                        state.grants[token]?.revoked = true
+                    }
+                } else {
+                    record.outcome = "unknown_token"
+                }
+                state.revocations.append(record)
+            }
+            return HTTPResponse(status: 200)
+        } catch let error as AppleError {
+            return error.response
+        } catch {
+            return AppleError("invalid_request").response
+        }
+    }
+
+    func migrationInfo(_ request: HTTPRequest) -> HTTPResponse {
+        do {
+            let fields = try form(request)
+            let team = try authenticateClient(fields)
+            guard let bearer = request.bearerToken,
+                let grant = state.withLock({ $0.grants[bearer] }), grant.kind == "migration", grant.teamID == team.teamID,
+                !grant.revoked
+            else { throw AppleError("invalid_client") }
+            if let sub = fields["sub"], let target = fields["target"] {
+                guard user(teamID: team.teamID, sub: sub) != nil else { throw AppleError("invalid_request", "unknown sub") }
+                // Stable per (user, recipient team), 1:1 with the old sub.
+                let transferSub = "000" + Hex.encode(SHA256.hash(team.teamID + "|" + sub + "|" + target).prefix(16)) + ".t"
+                state.withLock { state in
+                    if state.transfers[transferSub] == nil {
+                        state.transfers[transferSub] = Transfer(fromTeam: team.teamID, fromSub: sub, toTeam: target, toSub: nil)
+                    }
+                }
+                return tokenResponse(["transfer_sub": .string(transferSub)])
+            }
+            if let transferSub = fields["transfer_sub"] {
+                let recipient: SimulatedUser = try state.withLock { state in
+                    guard var transfer = state.transfers[transferSub], transfer.toTeam == team.teamID else {
+                        throw AppleError("invalid_request", "unknown transfer_sub")
+                    }
+                    if let toSub = transfer.toSub, let existing = state.users[team.teamID + "|" + toSub] { return existing }
+                    let user = SimulatedUser(
+                        teamID: team.teamID, sub: SimulatedUser.makeSub(), email: SimulatedUser.makeRelayEmail(),
+                        isPrivateEmail: true, realUserStatus: 2)
+                    state.users[team.teamID + "|" + user.sub] = user
+                    transfer.toSub = user.sub
+                    state.transfers[transferSub] = transfer
+                    return user
+                }
+                return tokenResponse([
+                    "sub": .string(recipient.sub), "email": .string(recipient.email ?? ""), "is_private_email": true,
+                ])
+            }
+            throw AppleError("invalid_request")
+        } catch let error as AppleError {
+            return error.response
+        } catch {
+            return AppleError("invalid_request").response
+        }
+    }
+}

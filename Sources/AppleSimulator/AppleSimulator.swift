@@ -1,0 +1,307 @@
+import BrokerCrypto
+import Foundation
+import HTTPClient
+import HTTPServer
+import JOSE
+import Observability
+import Synchronization
+
+/// Plays `https://appleid.apple.com` on loopback, so development, the demo and every
+/// test run without the internet: `/auth/keys`, `/auth/token`, `/auth/revoke`,
+/// `/auth/usermigrationinfo`, identity tokens for test users, signed server-to-server
+/// notifications, and fault knobs. It checks what Apple checks (client secrets, code
+/// reuse, client ids) and answers with Apple's error shapes.
+///
+/// Use it in-process (`start(listen:)` and the Swift API) or as the `apple-sim` executable,
+/// driven by its admin API under `/sim/`.
+public final class AppleSimulator: Sendable {
+    /// The issuer Apple puts in tokens, whatever URL the simulator listens on.
+    public static let issuer = "https://appleid.apple.com"
+    /// Lifetime of an authorization code (Apple: five minutes).
+    static let codeLifetime: TimeInterval = 300
+    /// Longest client-secret lifetime Apple accepts (about six months).
+    static let maximumClientSecretLifetime = 15_777_000
+
+    struct Team {
+        var teamID: String
+        var keys: [String: AsymmetricKey]
+        var clientIDs: Set<String>
+    }
+
+    struct CodeGrant {
+        var teamID: String
+        var sub: String
+        var clientID: String
+        var redirectURI: String?
+        var nonce: String?
+        var expires: Date
+        var used: Bool
+    }
+
+    struct Grant {
+        var teamID: String
+        var sub: String
+        var clientID: String
+        var revoked: Bool
+        var kind: String  // refresh_token, access_token, migration
+    }
+
+    struct Transfer {
+        var fromTeam: String
+        var fromSub: String
+        var toTeam: String
+        var toSub: String?
+    }
+
+    struct State {
+        var teams: [String: Team] = [:]
+        var signingKeys: [(keyID: String, key: AsymmetricKey)] = []
+        var users: [String: SimulatedUser] = [:]  // "team|sub"
+        var codes: [String: CodeGrant] = [:]
+        var grants: [String: Grant] = [:]  // token → grant
+        var transfers: [String: Transfer] = [:]  // transfer_sub → transfer
+        var revocations: [RevocationRecord] = []
+        var statistics = EndpointStatistics()
+        var faults = FaultSettings()
+    }
+
+    let state: Mutex<State>
+    let logger: Logger
+    let transport: any HTTPTransport
+    private let server = Mutex<HTTPServer?>(nil)
+    /// The team used when a request names none and several are registered.
+    public let defaultTeamID: String
+
+    /// A simulator with one RSA signing key and a default team `SIMTEAM001`.
+    public init(defaultTeamID: String = "SIMTEAM001", logger: Logger = Logger(label: "apple-sim")) throws {
+        self.defaultTeamID = defaultTeamID
+        self.logger = logger
+        self.transport = CurlTransport()
+        var initial = State()
+        initial.signingKeys = [(Self.makeKeyID(), try AsymmetricKey.generateRSA())]
+        initial.teams[defaultTeamID] = Team(teamID: defaultTeamID, keys: [:], clientIDs: [])
+        state = Mutex(initial)
+    }
+
+    // MARK: Teams and keys
+
+    /// Registers a team's Sign in with Apple key (the public half of its `.p8`) and its
+    /// client ids, so client secrets signed with that key are accepted.
+    public func registerTeam(teamID: String, keyID: String, publicKey: AsymmetricKey, clientIDs: [String]) {
+        state.withLock { state in
+            var team = state.teams[teamID] ?? Team(teamID: teamID, keys: [:], clientIDs: [])
+            team.keys[keyID] = publicKey
+            team.clientIDs.formUnion(clientIDs)
+            state.teams[teamID] = team
+        }
+    }
+
+    /// The public JWK Set served at `/auth/keys`.
+    public var keySet: JWKSet {
+        state.withLock { JWKSet(keys: $0.signingKeys.map { JWK(key: $0.key, keyID: $0.keyID) }) }
+    }
+
+    /// The id of the key that signs new tokens.
+    public var currentKeyID: String { state.withLock { $0.signingKeys.last!.keyID } }
+
+    /// Adds a new signing key (new tokens use it); old keys stay published until `retireOldKeys`.
+    @discardableResult
+    public func rotateKeys() throws -> String {
+        let key = try AsymmetricKey.generateRSA()
+        let keyID = Self.makeKeyID()
+        state.withLock { $0.signingKeys.append((keyID, key)) }
+        return keyID
+    }
+
+    /// Stops publishing every key but the newest; tokens signed by them no longer verify.
+    @discardableResult
+    public func retireOldKeys() -> [String] {
+        state.withLock { state in
+            let retired = state.signingKeys.dropLast().map(\.keyID)
+            state.signingKeys = [state.signingKeys.last!]
+            return retired
+        }
+    }
+
+    // MARK: Users and tokens
+
+    /// Creates a user in `teamID` (default team when nil) with a relay address unless `email` is given.
+    @discardableResult
+    public func createUser(teamID: String? = nil, email: String? = nil, realUserStatus: Int = 2) -> SimulatedUser {
+        let user = SimulatedUser(
+            teamID: teamID ?? defaultTeamID, sub: SimulatedUser.makeSub(), email: email ?? SimulatedUser.makeRelayEmail(),
+            isPrivateEmail: email == nil, realUserStatus: realUserStatus)
+        state.withLock { $0.users[user.teamID + "|" + user.sub] = user }
+        return user
+    }
+
+    /// A user by team and sub.
+    public func user(teamID: String? = nil, sub: String) -> SimulatedUser? {
+        state.withLock { $0.users[(teamID ?? defaultTeamID) + "|" + sub] }
+    }
+
+    /// Mints an identity token as Apple would, creating the user when needed.
+    public func mintToken(_ request: TokenRequest) throws -> MintedToken {
+        let teamID = request.teamID ?? teamFor(clientID: request.clientID)
+        var user: SimulatedUser
+        if let sub = request.sub, let existing = self.user(teamID: teamID, sub: sub) {
+            user = existing
+        } else {
+            user = createUser(
+                teamID: teamID, email: request.email, realUserStatus: request.realUserStatus ?? 2)
+            if let sub = request.sub {
+                // Keep the caller's sub (tests address users by it).
+                state.withLock { state in
+                    state.users.removeValue(forKey: teamID + "|" + user.sub)
+                    user.sub = sub
+                    state.users[teamID + "|" + sub] = user
+                }
+            }
+        }
+        var code: String?
+        if request.withCode == true {
+            code = issueCode(teamID: teamID, sub: user.sub, clientID: request.clientID, redirectURI: request.redirectURI,
+                             nonce: request.rawNonce.map(SHA256.hexHash))
+        }
+        let token = try identityToken(
+            for: user, clientID: request.clientID, request: request, code: code, accessToken: nil)
+        return MintedToken(idToken: token, sub: user.sub, email: request.omitEmail == true ? nil : user.email, code: code)
+    }
+
+    /// An authorization code (single use, five minutes) for a user and client id.
+    public func issueCode(teamID: String? = nil, sub: String, clientID: String, redirectURI: String? = nil, nonce: String? = nil) -> String {
+        let code = "c" + Hex.encode(SecureRandom.bytes(16)) + ".0.sim." + Base64URL.encode(SecureRandom.bytes(6))
+        state.withLock {
+            $0.codes[code] = CodeGrant(
+                teamID: teamID ?? defaultTeamID, sub: sub, clientID: clientID, redirectURI: redirectURI, nonce: nonce,
+                expires: Date().addingTimeInterval(Self.codeLifetime), used: false)
+        }
+        return code
+    }
+
+    /// Revokes every grant of a user (as when they stop using Sign in with Apple in Settings).
+    @discardableResult
+    public func revokeConsent(teamID: String? = nil, sub: String) -> Int {
+        let team = teamID ?? defaultTeamID
+        return state.withLock { state in
+            var count = 0
+            for (token, grant) in state.grants where grant.teamID == team && grant.sub == sub && !grant.revoked {
+                state.grants[token]?.revoked = true
+                count += 1
+            }
+            return count
+        }
+    }
+
+    /// Whether a refresh or access token is currently valid.
+    public func isTokenValid(_ token: String) -> Bool {
+        state.withLock { $0.grants[token].map { !$0.revoked } ?? false }
+    }
+
+    // MARK: Observations and knobs
+
+    /// Every `/auth/revoke` call so far, oldest first.
+    public var revocations: [RevocationRecord] { state.withLock { $0.revocations } }
+
+    public func clearRevocations() { state.withLock { $0.revocations.removeAll() } }
+
+    /// Calls per endpoint.
+    public var statistics: EndpointStatistics { state.withLock { $0.statistics } }
+
+    /// The current fault settings.
+    public var faults: FaultSettings {
+        get { state.withLock { $0.faults } }
+        set { state.withLock { $0.faults = newValue } }
+    }
+
+    // MARK: Serving
+
+    /// Serves the simulator's HTTP API on `listen` (`127.0.0.1:0` picks a port).
+    /// - Returns: the bound port.
+    @discardableResult
+    public func start(listen: String = "127.0.0.1:0", threads: Int = 64) throws -> UInt16 {
+        var router = Router()
+        AppleEndpoints.register(on: &router, simulator: self)
+        AdminEndpoints.register(on: &router, simulator: self)
+        var configuration = HTTPServer.Configuration()
+        configuration.listen = listen
+        configuration.workerThreads = threads
+        configuration.accessLog = false
+        configuration.shutdownGracePeriod = .seconds(2)
+        let server = HTTPServer(
+            configuration: configuration, router: router, logger: logger.labelled("apple-sim-http"),
+            metrics: MetricsRegistry())
+        try server.start()
+        self.server.withLock { $0 = server }
+        return server.port
+    }
+
+    /// `http://127.0.0.1:<port>` once started.
+    public var baseURL: String {
+        "http://127.0.0.1:\(server.withLock { $0?.port ?? 0 })"
+    }
+
+    public func stop() {
+        let running = server.withLock { value -> HTTPServer? in
+            defer { value = nil }
+            return value
+        }
+        running?.shutdown()
+    }
+
+    // MARK: Internals shared with the endpoints
+
+    func teamFor(clientID: String) -> String {
+        state.withLock { state in
+            state.teams.values.first { $0.clientIDs.contains(clientID) }?.teamID ?? defaultTeamID
+        }
+    }
+
+    /// Signs a JWT with the current RSA key.
+    func signWithCurrentKey(_ claims: [String: JSONValue]) throws -> String {
+        let (keyID, key) = state.withLock { $0.signingKeys.last! }
+        return try JWSSigner(key: key, keyID: keyID).sign(claims: claims)
+    }
+
+    func identityToken(
+        for user: SimulatedUser, clientID: String, request: TokenRequest?, code: String?, accessToken: String?,
+        nonce: String? = nil
+    ) throws -> String {
+        let now = request?.issuedAt ?? Int(Date().timeIntervalSince1970)
+        var claims: [String: JSONValue] = [
+            "iss": .string(Self.issuer), "aud": .string(clientID), "sub": .string(user.sub),
+            "iat": .integer(Int64(now)), "exp": .integer(Int64(now + (request?.lifetime ?? 600))),
+            "auth_time": .integer(Int64(now)),
+        ]
+        if let raw = request?.rawNonce {
+            claims["nonce"] = .string(SHA256.hexHash(raw))
+        } else if let nonceClaim = request?.nonceClaim {
+            claims["nonce"] = .string(nonceClaim)
+        } else if let nonce {
+            claims["nonce"] = .string(nonce)
+        }
+        claims["nonce_supported"] = .bool(request?.nonceSupported ?? true)
+        if let code { claims["c_hash"] = .string(Self.halfHash(code)) }
+        if let accessToken { claims["at_hash"] = .string(Self.halfHash(accessToken)) }
+        if request?.omitEmail != true, let email = user.email {
+            let strings = request?.booleansAsStrings == true
+            claims["email"] = .string(email)
+            claims["email_verified"] = strings ? "true" : true
+            // Apple leaves is_private_email out for real addresses.
+            if user.isPrivateEmail { claims["is_private_email"] = strings ? "true" : true }
+        }
+        claims["real_user_status"] = .integer(Int64(request?.realUserStatus ?? user.realUserStatus))
+        if let transferSub = request?.transferSub { claims["transfer_sub"] = .string(transferSub) }
+        return try signWithCurrentKey(claims)
+    }
+
+    /// OIDC `c_hash`/`at_hash`: base64url of the left half of SHA-256.
+    static func halfHash(_ value: String) -> String {
+        Base64URL.encode(SHA256.hash(value).prefix(16))
+    }
+
+    static func makeKeyID() -> String {
+        let alphabet = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789")
+        return String((0..<10).map { _ in alphabet.randomElement()! })
+    }
+}

@@ -1,0 +1,147 @@
+import BrokerCrypto
+import Foundation
+import Glibc
+import HTTPClient
+import Observability
+
+/// The `apple-sim` command line: serve the simulator, or drive a running one.
+public enum AppleSimulatorCommand {
+    static let usage = """
+        usage: apple-sim <command> [options]
+
+          serve [--listen 127.0.0.1:8090] [--team TEAMID --key-id KEYID --key FILE.p8 --client-ids a,b]
+                          play appleid.apple.com on loopback until SIGTERM/SIGINT
+          mint-token --client-id ID [--sub SUB] [--raw-nonce N] [--email E] [--real-user-status 0|1|2]
+                     [--booleans-as-strings] [--with-code] [--url http://127.0.0.1:8090]
+                          print a fresh identity token (and code) as JSON
+          notify --to URL --type TYPE --sub SUB --client-id ID [--url …]
+                          sign and POST a server-to-server notification (types: email-disabled,
+                          email-enabled, consent-revoked, account-delete)
+          rotate-keys [--retire] [--url …]
+                          add a signing key (and stop publishing the old ones with --retire)
+          faults [--latency-ms N] [--error-rate 0.3] [--timeout-rate R] [--invalid-grant] [--url …]
+                          set fault injection
+          revocations [--url …]
+                          print every /auth/revoke call so far
+        """
+
+    public static func main() -> Never {
+        var blocked = sigset_t()
+        sigemptyset(&blocked)
+        sigaddset(&blocked, SIGTERM)
+        sigaddset(&blocked, SIGINT)
+        pthread_sigmask(SIG_BLOCK, &blocked, nil)
+        exit(run(Array(CommandLine.arguments.dropFirst())))
+    }
+
+    static func run(_ arguments: [String]) -> Int32 {
+        guard let command = arguments.first else {
+            print(usage)
+            return 2
+        }
+        var options: [String: String] = [:]
+        var flags = Set<String>()
+        var index = 1
+        while index < arguments.count {
+            let name = arguments[index]
+            guard name.hasPrefix("--") else {
+                printError("unexpected argument \(name)\n\n\(usage)")
+                return 2
+            }
+            let key = String(name.dropFirst(2))
+            if index + 1 < arguments.count, !arguments[index + 1].hasPrefix("--") {
+                options[key] = arguments[index + 1]
+                index += 2
+            } else {
+                flags.insert(key)
+                index += 1
+            }
+        }
+        let url = options["url"] ?? "http://127.0.0.1:8090"
+        do {
+            switch command {
+            case "serve":
+                return try serve(options)
+            case "mint-token":
+                guard let clientID = options["client-id"] else { throw Usage("--client-id is required") }
+                var body: [String: Any] = ["client_id": clientID]
+                body["sub"] = options["sub"]
+                body["raw_nonce"] = options["raw-nonce"]
+                body["email"] = options["email"]
+                body["real_user_status"] = options["real-user-status"].flatMap(Int.init)
+                if flags.contains("booleans-as-strings") { body["booleans_as_strings"] = true }
+                if flags.contains("with-code") { body["with_code"] = true }
+                return try call(url + "/sim/tokens", method: "POST", body: body)
+            case "notify":
+                guard let to = options["to"], let type = options["type"], let sub = options["sub"],
+                    let clientID = options["client-id"]
+                else { throw Usage("--to, --type, --sub and --client-id are required") }
+                return try call(url + "/sim/notifications", method: "POST", body: ["url": to, "type": type, "sub": sub, "client_id": clientID])
+            case "rotate-keys":
+                let status = try call(url + "/sim/keys/rotate", method: "POST", body: [:])
+                return flags.contains("retire") ? try call(url + "/sim/keys/retire", method: "POST", body: [:]) : status
+            case "faults":
+                var body: [String: Any] = [:]
+                body["latency_ms"] = options["latency-ms"].flatMap(Int.init)
+                body["error_rate"] = options["error-rate"].flatMap(Double.init)
+                body["timeout_rate"] = options["timeout-rate"].flatMap(Double.init)
+                if flags.contains("invalid-grant") { body["invalid_grant"] = true }
+                return try call(url + "/sim/faults", method: "PUT", body: body)
+            case "revocations":
+                return try call(url + "/sim/revocations", method: "GET", body: nil)
+            case "help", "--help", "-h":
+                print(usage)
+                return 0
+            default:
+                throw Usage("unknown command \(command)")
+            }
+        } catch let usageError as Usage {
+            printError("\(usageError.text)\n\n\(usage)")
+            return 2
+        } catch {
+            printError("error: \(error)")
+            return 1
+        }
+    }
+
+    struct Usage: Error {
+        let text: String
+        init(_ text: String) { self.text = text }
+    }
+
+    private static func serve(_ options: [String: String]) throws -> Int32 {
+        let logger = Logger(label: "apple-sim", sink: LogSink(level: .notice))
+        let simulator = try AppleSimulator(logger: logger)
+        if let team = options["team"] {
+            guard let keyID = options["key-id"], let keyFile = options["key"], let clients = options["client-ids"] else {
+                throw Usage("--team needs --key-id, --key and --client-ids")
+            }
+            let publicKey = try AppleSimulator.publicKey(fromPEM: try String(contentsOfFile: keyFile, encoding: .utf8))
+            simulator.registerTeam(
+                teamID: team, keyID: keyID, publicKey: publicKey,
+                clientIDs: clients.split(separator: ",").map(String.init))
+        }
+        let port = try simulator.start(listen: options["listen"] ?? "127.0.0.1:8090")
+        logger.notice("apple-sim listening", [("port", String(port))])
+        var signals = sigset_t()
+        sigemptyset(&signals)
+        sigaddset(&signals, SIGTERM)
+        sigaddset(&signals, SIGINT)
+        var received: Int32 = 0
+        sigwait(&signals, &received)
+        simulator.stop()
+        return 0
+    }
+
+    private static func call(_ url: String, method: String, body: [String: Any]?) throws -> Int32 {
+        let data = try body.map { try JSONSerialization.data(withJSONObject: $0) } ?? Data()
+        let response = try CurlTransport().send(
+            .init(method: method, url: url, headers: [("Content-Type", "application/json")], body: Array(data)))
+        print(response.bodyText)
+        return (200..<300).contains(response.status) ? 0 : 1
+    }
+
+    private static func printError(_ text: String) {
+        FileHandle.standardError.write(Data((text + "\n").utf8))
+    }
+}

@@ -1,0 +1,167 @@
+import BrokerCrypto
+import Foundation
+import JOSE
+
+/// A user of the simulated Apple ID service, as one team sees them.
+public struct SimulatedUser: Sendable, Codable, Equatable {
+    public var teamID: String
+    /// Team-scoped identifier, `001234.<32 hex>.1234`.
+    public var sub: String
+    public var email: String?
+    public var isPrivateEmail: Bool
+    /// 0 unsupported, 1 unknown, 2 likely real.
+    public var realUserStatus: Int
+
+    enum CodingKeys: String, CodingKey {
+        case teamID = "team_id"
+        case sub, email
+        case isPrivateEmail = "is_private_email"
+        case realUserStatus = "real_user_status"
+    }
+
+    /// A fresh `sub` shaped like Apple's.
+    static func makeSub() -> String {
+        let digits = Int.random(in: 0..<10_000)
+        let tail = Int.random(in: 0..<10_000)
+        return "00" + String(format: "%04d", digits) + "." + Hex.encode(SecureRandom.bytes(16)) + "." + String(format: "%04d", tail)
+    }
+
+    /// A fresh relay address.
+    static func makeRelayEmail() -> String {
+        let alphabet = Array("abcdefghijklmnopqrstuvwxyz0123456789")
+        return String((0..<10).map { _ in alphabet.randomElement()! }) + "@privaterelay.appleid.com"
+    }
+}
+
+/// How to mint an identity token (every field optional, defaults as Apple would send).
+public struct TokenRequest: Sendable, Codable {
+    /// The user; created (in `teamID`) when absent or unknown.
+    public var sub: String?
+    public var teamID: String?
+    /// `aud`: a bundle ID or Services ID.
+    public var clientID: String
+    /// The raw nonce; the token carries its lowercase hex SHA-256.
+    public var rawNonce: String?
+    /// A nonce put into the token as is (for mismatch tests).
+    public var nonceClaim: String?
+    public var nonceSupported: Bool?
+    /// A real (non-relay) address for a new user; default is a relay address.
+    public var email: String?
+    /// Leave `email`, `email_verified`, `is_private_email` out.
+    public var omitEmail: Bool?
+    /// Send `email_verified`/`is_private_email` as "true"/"false" strings (pre-2024 style).
+    public var booleansAsStrings: Bool?
+    public var realUserStatus: Int?
+    /// Seconds since 1970; default now.
+    public var issuedAt: Int?
+    /// Lifetime in seconds; default 600.
+    public var lifetime: Int?
+    public var transferSub: String?
+    /// Also issue an authorization code for this user and client (returned with the token).
+    public var withCode: Bool?
+    /// The redirect URI the code is bound to (web flow); nil for native codes.
+    public var redirectURI: String?
+
+    public init(clientID: String) { self.clientID = clientID }
+
+    enum CodingKeys: String, CodingKey {
+        case sub
+        case teamID = "team_id"
+        case clientID = "client_id"
+        case rawNonce = "raw_nonce"
+        case nonceClaim = "nonce_claim"
+        case nonceSupported = "nonce_supported"
+        case email
+        case omitEmail = "omit_email"
+        case booleansAsStrings = "booleans_as_strings"
+        case realUserStatus = "real_user_status"
+        case issuedAt = "iat"
+        case lifetime
+        case transferSub = "transfer_sub"
+        case withCode = "with_code"
+        case redirectURI = "redirect_uri"
+    }
+}
+
+/// What minting returns.
+public struct MintedToken: Sendable, Codable {
+    public var idToken: String
+    public var sub: String
+    public var email: String?
+    /// Present when the request asked for a code.
+    public var code: String?
+
+    enum CodingKeys: String, CodingKey {
+        case idToken = "id_token"
+        case sub, email, code
+    }
+}
+
+/// Faults injected into Apple's endpoints, for tests and benchmarks.
+public struct FaultSettings: Sendable, Codable, Equatable {
+    /// Added to every answer of the affected endpoints.
+    public var latencyMilliseconds: Int = 0
+    /// Share of answers replaced by an error status (0…1).
+    public var errorRate: Double = 0
+    /// Statuses drawn from for those errors (500, 503, 429).
+    public var errorStatuses: [Int] = [500, 503, 429]
+    /// `Retry-After` seconds sent with 429 and 503.
+    public var retryAfterSeconds: Int = 1
+    /// Share of answers that stall for `timeoutMilliseconds` and then fail.
+    public var timeoutRate: Double = 0
+    public var timeoutMilliseconds: Int = 15_000
+    /// Answer every refresh-token grant (and revoke-verification refresh) with invalid_grant.
+    public var forceInvalidGrant: Bool = false
+    /// Which endpoints the faults hit: `token`, `revoke`, `keys`, `migration`. Empty: all.
+    public var endpoints: [String] = []
+
+    public init() {}
+
+    enum CodingKeys: String, CodingKey {
+        case latencyMilliseconds = "latency_ms"
+        case errorRate = "error_rate"
+        case errorStatuses = "error_statuses"
+        case retryAfterSeconds = "retry_after"
+        case timeoutRate = "timeout_rate"
+        case timeoutMilliseconds = "timeout_ms"
+        case forceInvalidGrant = "invalid_grant"
+        case endpoints
+    }
+
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        latencyMilliseconds = try container.decodeIfPresent(Int.self, forKey: .latencyMilliseconds) ?? 0
+        errorRate = try container.decodeIfPresent(Double.self, forKey: .errorRate) ?? 0
+        errorStatuses = try container.decodeIfPresent([Int].self, forKey: .errorStatuses) ?? [500, 503, 429]
+        retryAfterSeconds = try container.decodeIfPresent(Int.self, forKey: .retryAfterSeconds) ?? 1
+        timeoutRate = try container.decodeIfPresent(Double.self, forKey: .timeoutRate) ?? 0
+        timeoutMilliseconds = try container.decodeIfPresent(Int.self, forKey: .timeoutMilliseconds) ?? 15_000
+        forceInvalidGrant = try container.decodeIfPresent(Bool.self, forKey: .forceInvalidGrant) ?? false
+        endpoints = try container.decodeIfPresent([String].self, forKey: .endpoints) ?? []
+    }
+}
+
+/// One call to `/auth/revoke`, as recorded for assertions.
+public struct RevocationRecord: Sendable, Codable, Equatable {
+    public var clientID: String
+    public var tokenTypeHint: String?
+    public var token: String
+    /// `revoked`, `unknown_token`, `client_mismatch`, `already_revoked`, `fault`.
+    public var outcome: String
+    public var sub: String?
+
+    enum CodingKeys: String, CodingKey {
+        case clientID = "client_id"
+        case tokenTypeHint = "token_type_hint"
+        case token, outcome, sub
+    }
+}
+
+/// Counts of calls per endpoint.
+public struct EndpointStatistics: Sendable, Codable, Equatable {
+    public var keys = 0
+    public var token = 0
+    public var revoke = 0
+    public var migration = 0
+    public var authorize = 0
+}

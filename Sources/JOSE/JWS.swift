@@ -1,0 +1,157 @@
+import BrokerCrypto
+
+/// The protected header of a JWS, as far as this service reads it.
+public struct JWSHeader: Sendable {
+    public let algorithm: String
+    public let keyID: String?
+    public let type: String?
+    /// Every member, for callers that need more.
+    public let members: [String: JSONValue]
+}
+
+/// A JWS whose signature has been verified: its header and payload can be trusted.
+public struct VerifiedJWS: Sendable {
+    public let header: JWSHeader
+    public let payload: [UInt8]
+    /// The key that verified it.
+    public let keyID: String?
+
+    /// The payload as a JSON object (JWT claims), with duplicate member names refused.
+    public func claims() throws -> [String: JSONValue] {
+        try JSONValue.parseObject(payload)
+    }
+}
+
+/// Verifies compact JWS (RFC 7515 §7.1), safely by construction:
+///
+/// - the algorithm comes from the trusted key; the header's `alg` must merely agree with it,
+///   so `none`, HMAC-with-the-public-key and RS/ES confusion cannot work;
+/// - `crit` is refused (we implement no extensions); `jku`, `x5u`, `jwk` and `x5c` are never
+///   followed: keys come only from the caller;
+/// - tokens over `maximumBytes` are refused before any decoding;
+/// - base64url must be canonical and unpadded, header and claims JSON objects without
+///   duplicate member names.
+public struct JWSVerifier: Sendable {
+    /// Largest token accepted (default 16 KiB).
+    public var maximumBytes: Int = 16 * 1024
+    /// Algorithms accepted at all.
+    public var allowedAlgorithms: Set<JWSAlgorithm> = [.rs256, .es256]
+
+    public init(maximumBytes: Int = 16 * 1024, allowedAlgorithms: Set<JWSAlgorithm> = [.rs256, .es256]) {
+        self.maximumBytes = maximumBytes
+        self.allowedAlgorithms = allowedAlgorithms
+    }
+
+    /// Verifies with the key whose `kid` the header names; a header without `kid` is refused.
+    public func verify(_ token: String, keys: JWKSet) throws -> VerifiedJWS {
+        let parts = try Parts(token, maximumBytes: maximumBytes)
+        try check(parts.header)
+        guard let keyID = parts.header.keyID else { throw JOSEError(.keyNotFound, "the header has no kid") }
+        guard let key = keys.verificationKey(keyID: keyID) else {
+            throw JOSEError(.keyNotFound, "no trusted key has kid \(keyID)")
+        }
+        return try verify(parts, key: key)
+    }
+
+    /// Verifies with one trusted key, whatever the header's `kid`.
+    public func verify(_ token: String, key: JWK) throws -> VerifiedJWS {
+        let parts = try Parts(token, maximumBytes: maximumBytes)
+        try check(parts.header)
+        guard key.canVerify else { throw JOSEError(.keyNotFound, "the key may not verify signatures") }
+        return try verify(parts, key: key)
+    }
+
+    /// The header of a compact JWS, decoded but **not verified**: only for choosing which
+    /// trusted key to verify it with (as a server picks the team key named by `kid`).
+    public func unverifiedHeader(_ token: String) throws -> JWSHeader {
+        try Parts(token, maximumBytes: maximumBytes).header
+    }
+
+    private func check(_ header: JWSHeader) throws {
+        guard header.members["crit"] == nil else {
+            throw JOSEError(.unsupportedCritical, "critical header extensions are not supported")
+        }
+        guard let algorithm = JWSAlgorithm(rawValue: header.algorithm), allowedAlgorithms.contains(algorithm) else {
+            throw JOSEError(.unsupportedAlgorithm, "algorithm \(header.algorithm) is not accepted")
+        }
+    }
+
+    private func verify(_ parts: Parts, key: JWK) throws -> VerifiedJWS {
+        guard let algorithm = key.algorithm, allowedAlgorithms.contains(algorithm) else {
+            throw JOSEError(.keyNotFound, "the key has no accepted algorithm")
+        }
+        guard algorithm.rawValue == parts.header.algorithm else {
+            throw JOSEError(.algorithmMismatch, "header alg \(parts.header.algorithm) does not match the key's \(algorithm.rawValue)")
+        }
+        guard algorithm.verify(signature: parts.signature, signingInput: parts.signingInput, key: key.key) else {
+            throw JOSEError(.signatureInvalid, "the signature does not verify")
+        }
+        return VerifiedJWS(header: parts.header, payload: parts.payload, keyID: key.keyID)
+    }
+
+    /// The decoded pieces of a compact JWS.
+    struct Parts {
+        let header: JWSHeader
+        let payload: [UInt8]
+        let signature: [UInt8]
+        let signingInput: ArraySlice<UInt8>
+
+        init(_ token: String, maximumBytes: Int) throws {
+            let utf8 = Array(token.utf8)
+            guard utf8.count <= maximumBytes else {
+                throw JOSEError(.tooLarge, "the token exceeds \(maximumBytes) bytes")
+            }
+            guard let firstDot = utf8.firstIndex(of: UInt8(ascii: ".")),
+                let secondDot = utf8[(firstDot + 1)...].firstIndex(of: UInt8(ascii: ".")),
+                !utf8[(secondDot + 1)...].contains(UInt8(ascii: "."))
+            else { throw JOSEError(.malformed, "a compact JWS has three dot-separated parts") }
+            guard firstDot > 0 else { throw JOSEError(.malformed, "the header is empty") }
+            guard let headerBytes = Base64URL.decode(utf8: utf8[..<firstDot]),
+                let payload = Base64URL.decode(utf8: utf8[(firstDot + 1)..<secondDot]),
+                let signature = Base64URL.decode(utf8: utf8[(secondDot + 1)...])
+            else { throw JOSEError(.malformed, "a part is not canonical unpadded base64url") }
+            let members = try JSONValue.parseObject(headerBytes)
+            guard let algorithm = members["alg"]?.stringValue else {
+                throw JOSEError(.malformed, "the header lacks a string alg")
+            }
+            if let kid = members["kid"], kid.stringValue == nil { throw JOSEError(.malformed, "kid is not a string") }
+            header = JWSHeader(
+                algorithm: algorithm, keyID: members["kid"]?.stringValue, type: members["typ"]?.stringValue,
+                members: members)
+            self.payload = payload
+            self.signature = signature
+            signingInput = utf8[..<secondDot]
+        }
+    }
+}
+
+/// Signs compact JWS with a private key; the algorithm follows from the key.
+public struct JWSSigner: Sendable {
+    public let key: AsymmetricKey
+    public let algorithm: JWSAlgorithm
+    public let keyID: String?
+
+    public init(key: AsymmetricKey, keyID: String?) throws {
+        guard key.hasPrivateKey, let algorithm = JWSAlgorithm(for: key) else {
+            throw JOSEError(.invalidKey, "signing needs an RSA or P-256 private key")
+        }
+        self.key = key
+        self.algorithm = algorithm
+        self.keyID = keyID
+    }
+
+    /// A compact JWS of `payload` with header `{"alg":…,"kid":…}` plus `extraHeader`.
+    public func sign(payload: [UInt8], extraHeader: [String: JSONValue] = [:]) throws -> String {
+        var header = extraHeader
+        header["alg"] = .string(algorithm.rawValue)
+        if let keyID { header["kid"] = .string(keyID) }
+        let signingInput = Base64URL.encode(JSONValue.object(header).serialized()) + "." + Base64URL.encode(payload)
+        let signature = try algorithm.sign(Array(signingInput.utf8), with: key)
+        return signingInput + "." + Base64URL.encode(signature)
+    }
+
+    /// A JWT: `claims` as the JSON payload.
+    public func sign(claims: [String: JSONValue], extraHeader: [String: JSONValue] = [:]) throws -> String {
+        try sign(payload: JSONValue.object(claims).serialized(), extraHeader: extraHeader)
+    }
+}

@@ -1,0 +1,3 @@
+import AppleSimulator
+
+AppleSimulatorCommand.main()
