@@ -96,7 +96,7 @@ let package = Package(
         ),
         .testTarget(
             name: "BrokerCoreTests",
-            dependencies: ["BrokerCore", "TestSupport", "ProcessRunner"],
+            dependencies: ["BrokerCore", "AppleSimulator", "JOSE", "BrokerCrypto", "TestSupport", "ProcessRunner"],
             swiftSettings: swiftSettings
         ),
     ]

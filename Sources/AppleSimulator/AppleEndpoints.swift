@@ -11,26 +11,22 @@ enum AppleEndpoints {
     static func register(on router: inout Router, simulator: AppleSimulator) {
         router.get("/auth/keys") { _ in
             try simulator.withFaults("keys") {
-                simulator.state.withLock { $0.statistics.keys += 1 }
                 return HTTPResponse(
                     status: 200, headers: ["Content-Type": "application/json"], body: try simulator.keySet.publicJSON())
             }
         }
         router.post("/auth/token") { request in
             try simulator.withFaults("token") {
-                simulator.state.withLock { $0.statistics.token += 1 }
                 return simulator.token(request)
             }
         }
         router.post("/auth/revoke") { request in
             try simulator.withFaults("revoke") {
-                simulator.state.withLock { $0.statistics.revoke += 1 }
                 return simulator.revoke(request)
             }
         }
         router.post("/auth/usermigrationinfo") { request in
             try simulator.withFaults("migration") {
-                simulator.state.withLock { $0.statistics.migration += 1 }
                 return simulator.migrationInfo(request)
             }
         }
@@ -60,6 +56,15 @@ struct AppleError: Error {
 extension AppleSimulator {
     /// Applies latency, injected errors and stalls to an endpoint's answer.
     func withFaults(_ endpoint: String, _ answer: () throws -> HTTPResponse) throws -> HTTPResponse {
+        state.withLock { state in
+            switch endpoint {
+            case "keys": state.statistics.keys += 1
+            case "token": state.statistics.token += 1
+            case "revoke": state.statistics.revoke += 1
+            case "migration": state.statistics.migration += 1
+            default: state.statistics.authorize += 1
+            }
+        }
         let faults = self.faults
         let applies = faults.endpoints.isEmpty || faults.endpoints.contains(endpoint)
         if applies && faults.latencyMilliseconds > 0 {

@@ -269,7 +269,7 @@ public final class AppleSimulator: Sendable {
     ) throws -> String {
         let now = request?.issuedAt ?? Int(Date().timeIntervalSince1970)
         var claims: [String: JSONValue] = [
-            "iss": .string(Self.issuer), "aud": .string(clientID), "sub": .string(user.sub),
+            "iss": .string(request?.issuer ?? Self.issuer), "aud": .string(clientID), "sub": .string(user.sub),
             "iat": .integer(Int64(now)), "exp": .integer(Int64(now + (request?.lifetime ?? 600))),
             "auth_time": .integer(Int64(now)),
         ]

@@ -61,6 +61,8 @@ public struct TokenRequest: Sendable, Codable {
     public var withCode: Bool?
     /// The redirect URI the code is bound to (web flow); nil for native codes.
     public var redirectURI: String?
+    /// A wrong `iss`, for negative tests (Apple always sends https://appleid.apple.com).
+    public var issuer: String?
 
     public init(clientID: String) { self.clientID = clientID }
 
@@ -80,6 +82,7 @@ public struct TokenRequest: Sendable, Codable {
         case transferSub = "transfer_sub"
         case withCode = "with_code"
         case redirectURI = "redirect_uri"
+        case issuer = "iss"
     }
 }
 

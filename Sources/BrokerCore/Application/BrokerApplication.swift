@@ -1,4 +1,5 @@
 import Foundation
+import HTTPClient
 import HTTPServer
 import Observability
 import PostgresClient
@@ -18,18 +19,65 @@ public final class BrokerApplication: Sendable {
     let logger: Logger
     let listener: PostgresListener
     let server: HTTPServer
+    /// Apple's signing keys, shared by login and notifications.
+    public let appleKeys: AppleKeyCache
+    public let apple: AppleClient
+    let workers: [BackgroundWorker]
 
     /// Opens the database (migrating it) and builds every component; starts nothing.
-    public init(configuration: BrokerConfiguration, logger: Logger) throws {
+    /// - Parameter transport: how to reach Apple (the seam tests may replace).
+    public init(
+        configuration: BrokerConfiguration, logger: Logger, transport: any HTTPTransport = CurlTransport()
+    ) throws {
+        guard let appleSettings = configuration.apple, let tokenKeys = configuration.tokenKeys else {
+            throw BrokerConfiguration.Invalid(problems: ["serve needs the Apple settings and TOKEN_ENCRYPTION_KEY"])
+        }
         self.configuration = configuration
         self.logger = logger
         database = try Database.open(configuration, logger: logger)
         metrics = MetricsRegistry()
-        apiKeys = APIKeyAuthenticator(store: APIKeyStore(pool: database.pool))
+        let pool = database.pool
+        apiKeys = APIKeyAuthenticator(store: APIKeyStore(pool: pool))
         listener = PostgresListener(configuration: database.connection, logger: logger.labelled("listener"))
+
+        let secrets = ClientSecretProvider(
+            teamID: appleSettings.teamID, keyID: appleSettings.keyID, keyPath: appleSettings.privateKeyPath,
+            keyIDPath: appleSettings.keyIDPath, metrics: metrics)
+        let apple = AppleClient(
+            baseURL: appleSettings.baseURL, transport: transport, secrets: secrets,
+            timeout: .milliseconds(appleSettings.timeoutMilliseconds), metrics: metrics, logger: logger.labelled("apple"))
+        self.apple = apple
+        appleKeys = AppleKeyCache(
+            refreshInterval: .seconds(appleSettings.keysRefreshSeconds), metrics: metrics, logger: logger.labelled("jwks"),
+            fetch: { try apple.fetchKeys() })
+        let verifier = AppleTokenVerifier(keys: appleKeys)
+        let validator = IdentityTokenValidator(
+            verifier: verifier, clientIDs: Set(appleSettings.clientIDs),
+            leeway: TimeInterval(configuration.login.tokenLeewaySeconds),
+            maximumAge: TimeInterval(configuration.login.tokenMaximumAgeSeconds))
+        let retry = RetryPolicy(maximumAttempts: appleSettings.maximumAttempts)
+        let login = LoginService(
+            validator: validator, apple: apple, pool: pool, tokenKeys: tokenKeys, teamID: appleSettings.teamID,
+            settings: configuration.login, validationIntervalSeconds: configuration.sweep.validationIntervalSeconds,
+            retry: retry, metrics: metrics)
 
         var router = Router()
         OperationsRoutes.register(on: &router, database: database, metrics: metrics, health: health)
+        if configuration.roles.contains(.api) {
+            LoginRoutes.register(on: &router, login: login, users: UserDirectory(pool: pool), keys: apiKeys)
+        }
+
+        var workers: [BackgroundWorker] = []
+        if configuration.roles.contains(.sweep) {
+            let sweep = RefreshTokenSweep(
+                pool: pool, apple: apple, tokenKeys: tokenKeys, settings: configuration.sweep, metrics: metrics,
+                logger: logger.labelled("refresh-sweep"))
+            workers.append(
+                BackgroundWorker(
+                    name: "refresh-sweep", interval: .seconds(configuration.sweep.intervalSeconds), logger: logger,
+                    step: sweep.step))
+        }
+        self.workers = workers
 
         var serverConfiguration = HTTPServer.Configuration()
         serverConfiguration.listen = configuration.listen
@@ -49,6 +97,10 @@ public final class BrokerApplication: Sendable {
     /// Starts the listener, the workers and the HTTP server.
     public func start() throws {
         listener.start()
+        if configuration.roles.contains(.api) || configuration.roles.contains(.notifications) {
+            appleKeys.start()
+        }
+        workers.forEach { $0.start() }
         try server.start()
         logger.notice(
             "appleid-broker started",
@@ -62,6 +114,8 @@ public final class BrokerApplication: Sendable {
     public func stop() {
         health.beginShutdown()
         server.shutdown()
+        workers.forEach { $0.stop() }
+        appleKeys.stop()
         listener.stop()
         database.close()
         logger.notice("appleid-broker stopped")

@@ -33,8 +33,38 @@ public struct BrokerConfiguration: Sendable {
     public var apple: AppleConfiguration?
     /// `TOKEN_ENCRYPTION_KEY`: keys that encrypt refresh tokens and webhook secrets.
     public var tokenKeys: TokenKeyRing?
+    /// Login policy.
+    public var login = LoginSettings()
+    /// The refresh-token sweep.
+    public var sweep = SweepSettings()
 
     public init() {}
+
+    /// Identity-token checks and the risk hint (`APPLE_TOKEN_*`, `BROKER_CHALLENGE_*`).
+    public struct LoginSettings: Sendable {
+        /// `APPLE_TOKEN_LEEWAY_SECONDS`: clock skew allowed on `exp`, `iat`, `nbf`.
+        public var tokenLeewaySeconds = 60
+        /// `APPLE_TOKEN_MAX_AGE_SECONDS`: identity tokens issued longer ago are refused (`token_too_old`).
+        public var tokenMaximumAgeSeconds = 600
+        /// `BROKER_CHALLENGE_UNKNOWN`: suggest a challenge when `real_user_status` is `unknown`.
+        public var challengeUnknown = true
+        /// `BROKER_CHALLENGE_UNSUPPORTED`: suggest a challenge when it is `unsupported` or absent.
+        public var challengeUnsupported = false
+        /// `BROKER_LAST_LOGIN_RESOLUTION_SECONDS`: a repeat login changing nothing rewrites
+        /// `last_login_at` only when it is older than this, so busy users cost no write.
+        public var lastLoginResolutionSeconds = 60
+    }
+
+    /// The daily re-validation of stored refresh tokens (`BROKER_SWEEP_*`, `BROKER_REFRESH_VALIDATION_SECONDS`).
+    public struct SweepSettings: Sendable {
+        /// `BROKER_SWEEP_INTERVAL_SECONDS`: how often the sweep looks for due tokens.
+        public var intervalSeconds = 60
+        /// `BROKER_REFRESH_VALIDATION_SECONDS`: each token is validated at most this often
+        /// (Apple asks for at most daily); up to a tenth more is added as jitter.
+        public var validationIntervalSeconds = 86_400
+        /// `BROKER_SWEEP_CONCURRENCY`: refresh calls to Apple in parallel.
+        public var concurrency = 4
+    }
 
     /// The parts of the service a process can run (`serve --roles`).
     public enum Role: String, Sendable, CaseIterable, Comparable {
@@ -94,6 +124,21 @@ public struct BrokerConfiguration: Sendable {
             configuration.roles = reader.roles(roles, variable: "BROKER_ROLES") ?? configuration.roles
         }
         configuration.apple = AppleConfiguration.load(&reader, required: requireApple)
+        var login = LoginSettings()
+        login.tokenLeewaySeconds = reader.integer("APPLE_TOKEN_LEEWAY_SECONDS", in: 0...600) ?? login.tokenLeewaySeconds
+        login.tokenMaximumAgeSeconds =
+            reader.integer("APPLE_TOKEN_MAX_AGE_SECONDS", in: 1...(10 * 365 * 86_400)) ?? login.tokenMaximumAgeSeconds
+        login.challengeUnknown = reader.boolean("BROKER_CHALLENGE_UNKNOWN") ?? login.challengeUnknown
+        login.challengeUnsupported = reader.boolean("BROKER_CHALLENGE_UNSUPPORTED") ?? login.challengeUnsupported
+        login.lastLoginResolutionSeconds =
+            reader.integer("BROKER_LAST_LOGIN_RESOLUTION_SECONDS", in: 0...86_400) ?? login.lastLoginResolutionSeconds
+        configuration.login = login
+        var sweep = SweepSettings()
+        sweep.intervalSeconds = reader.integer("BROKER_SWEEP_INTERVAL_SECONDS", in: 1...86_400) ?? sweep.intervalSeconds
+        sweep.validationIntervalSeconds =
+            reader.integer("BROKER_REFRESH_VALIDATION_SECONDS", in: 1...(30 * 86_400)) ?? sweep.validationIntervalSeconds
+        sweep.concurrency = reader.integer("BROKER_SWEEP_CONCURRENCY", in: 1...64) ?? sweep.concurrency
+        configuration.sweep = sweep
         if let keys = reader.string("TOKEN_ENCRYPTION_KEY") {
             do {
                 configuration.tokenKeys = try TokenKeyRing(parsing: keys)
@@ -123,6 +168,15 @@ public struct AppleConfiguration: Sendable {
     /// `APPLE_BASE_URL`: where Apple's endpoints are (a simulator in tests). The expected
     /// issuer stays `https://appleid.apple.com` whatever this says.
     public var baseURL: String = "https://appleid.apple.com"
+    /// `APPLE_KEY_ID_PATH`: a file holding the key id, re-read when it changes (key rotation
+    /// without a restart); nil uses `keyID`.
+    public var keyIDPath: String?
+    /// `APPLE_JWKS_REFRESH_SECONDS`: how often Apple's keys are re-fetched in the background.
+    public var keysRefreshSeconds = 900
+    /// `APPLE_TIMEOUT_MS`: limit for one call to Apple.
+    public var timeoutMilliseconds = 5000
+    /// `APPLE_MAX_ATTEMPTS`: tries for a call that meets 5xx, 429 or a timeout.
+    public var maximumAttempts = 3
 
     public init(teamID: String, keyID: String, privateKeyPath: String, clientIDs: [String], baseURL: String) {
         self.teamID = teamID
@@ -163,9 +217,21 @@ public struct AppleConfiguration: Sendable {
         if !(baseURL.hasPrefix("https://") || baseURL.hasPrefix("http://")) {
             reader.problem("APPLE_BASE_URL: expected an http(s) URL, got '\(baseURL)'")
         }
+        let keyIDPath = reader.string("APPLE_KEY_ID_PATH")
+        if let keyIDPath, !FileManager.default.isReadableFile(atPath: keyIDPath) {
+            reader.problem("APPLE_KEY_ID_PATH: cannot read \(keyIDPath)")
+        }
+        let refresh = reader.integer("APPLE_JWKS_REFRESH_SECONDS", in: 10...86_400)
+        let timeout = reader.integer("APPLE_TIMEOUT_MS", in: 100...120_000)
+        let attempts = reader.integer("APPLE_MAX_ATTEMPTS", in: 1...10)
         guard let teamID, let keyID, let path, !clientIDs.isEmpty else { return nil }
-        return AppleConfiguration(
+        var apple = AppleConfiguration(
             teamID: teamID, keyID: keyID, privateKeyPath: path, clientIDs: clientIDs, baseURL: baseURL)
+        apple.keyIDPath = keyIDPath
+        apple.keysRefreshSeconds = refresh ?? apple.keysRefreshSeconds
+        apple.timeoutMilliseconds = timeout ?? apple.timeoutMilliseconds
+        apple.maximumAttempts = attempts ?? apple.maximumAttempts
+        return apple
     }
 }
 

@@ -1,3 +1,4 @@
+import AppleSimulator
 import BrokerCore
 import BrokerCrypto
 import Foundation
@@ -5,6 +6,7 @@ import HTTPClient
 import Observability
 import PostgresClient
 import ProcessRunner
+import Synchronization
 import TestSupport
 
 /// Environment for a broker under test: a fresh database and throwaway Apple credentials.
@@ -34,9 +36,15 @@ enum TestEnvironment {
     }
 }
 
-/// A broker running in this process on a free port, against its own database.
-final class TestBroker {
+/// A broker running in this process on a free port, against its own database, talking to
+/// an Apple simulator of its own that knows the broker's team key.
+final class TestBroker: Sendable {
+    static let teamID = "TEAMID1234"
+    static let clientID = "com.example.app"
+    static let webClientID = "com.example.web"
+
     let application: BrokerApplication
+    let simulator: AppleSimulator
     let environment: [String: String]
     let client = CurlTransport()
     let logs: LogSink
@@ -44,15 +52,58 @@ final class TestBroker {
     var baseURL: String { "http://127.0.0.1:\(application.port)" }
     var pool: PostgresPool { application.database.pool }
 
-    init(database: PostgresConfiguration? = nil, extra: [String: String] = [:]) throws {
-        environment = try TestEnvironment.variables(database: database ?? TestPostgres.freshDatabase(), extra: extra)
+    /// - Parameter appleBaseURL: where the broker finds Apple; default the simulator.
+    init(database: PostgresConfiguration? = nil, extra: [String: String] = [:], appleBaseURL: String? = nil) throws {
+        simulator = try AppleSimulator(logger: Logger(label: "sim", sink: .capturing(level: .warning)))
+        try simulator.start()
+        var variables = extra
+        variables["APPLE_BASE_URL"] = appleBaseURL ?? simulator.baseURL
+        environment = try TestEnvironment.variables(database: database ?? TestPostgres.freshDatabase(), extra: variables)
+        let pem = try String(contentsOfFile: environment["APPLE_PRIVATE_KEY_PATH"]!, encoding: .utf8)
+        simulator.registerTeam(
+            teamID: Self.teamID, keyID: environment["APPLE_KEY_ID"]!, publicKey: try AppleSimulator.publicKey(fromPEM: pem),
+            clientIDs: [Self.clientID, Self.webClientID])
         let configuration = try BrokerConfiguration.load(environment: environment, requireApple: true)
         logs = LogSink.capturing(level: .info)
         application = try BrokerApplication(configuration: configuration, logger: Logger(label: "broker", sink: logs))
         try application.start()
     }
 
-    deinit { application.stop() }
+    deinit {
+        application.stop()
+        simulator.stop()
+    }
+
+    /// Mints an identity token at the simulator.
+    func mint(_ configure: (inout TokenRequest) -> Void = { _ in }) throws -> MintedToken {
+        var request = TokenRequest(clientID: Self.clientID)
+        request.teamID = Self.teamID
+        configure(&request)
+        return try simulator.mintToken(request)
+    }
+
+    /// `POST /v1/apple/login` with a login-scoped key.
+    func login(_ body: [String: Any], key: String? = nil) throws -> HTTPClientResponse {
+        let data = try JSONSerialization.data(withJSONObject: body)
+        return try post("/v1/apple/login", json: String(decoding: data, as: UTF8.self), key: key ?? loginKey())
+    }
+
+    private let cachedKeys = Mutex<[Set<Scope>: String]>([:])
+
+    /// One key per scope set, created on first use.
+    func key(_ scopes: Set<Scope>) throws -> String {
+        if let key = cachedKeys.withLock({ $0[scopes] }) { return key }
+        let key = try apiKey(scopes)
+        cachedKeys.withLock { $0[scopes] = key }
+        return key
+    }
+
+    func loginKey() throws -> String { try key([.login]) }
+
+    /// A single integer from SQL.
+    func count(_ query: PostgresQuery) throws -> Int {
+        try pool.query(query).single().decode(Int.self, 0)
+    }
 
     /// A new API key with these scopes.
     func apiKey(_ scopes: Set<Scope>, name: String = "test") throws -> String {

@@ -1,0 +1,192 @@
+import Foundation
+import HTTPClient
+import JOSE
+import Observability
+
+/// Apple's token response (protocol reference §2).
+public struct AppleTokenResponse: Sendable {
+    public var accessToken: String
+    /// Only on the authorization-code grant.
+    public var refreshToken: String?
+    public var idToken: String?
+    public var expiresIn: Int?
+}
+
+/// How many times, and how patiently, a call to Apple is retried.
+public struct RetryPolicy: Sendable {
+    public var maximumAttempts: Int
+    public var baseDelay: Duration
+    public var maximumDelay: Duration
+
+    public init(maximumAttempts: Int = 3, baseDelay: Duration = .milliseconds(200), maximumDelay: Duration = .seconds(2)) {
+        self.maximumAttempts = maximumAttempts
+        self.baseDelay = baseDelay
+        self.maximumDelay = maximumDelay
+    }
+
+    /// Exponential backoff with full jitter, or the server's `Retry-After` (capped).
+    func delay(attempt: Int, retryAfter: Int?) -> Duration {
+        if let retryAfter { return min(.seconds(retryAfter), maximumDelay) }
+        let cap = min(baseDelay * (1 << min(attempt - 1, 16)), maximumDelay)
+        let milliseconds = Int(cap.seconds * 1000)
+        return .milliseconds(Int.random(in: milliseconds / 2...max(milliseconds / 2, milliseconds)))
+    }
+}
+
+/// Calls Apple's REST endpoints (`APPLE_BASE_URL` + `/auth/…`), form-encoded with
+/// `client_secret_post`, blocking the calling thread. 5xx, 429 and transport failures are
+/// retried per `RetryPolicy` (honouring `Retry-After`); Apple's 400 answers map to
+/// `AppleAPIError`. Every call is counted by endpoint and status with its latency.
+public final class AppleClient: Sendable {
+    public let baseURL: String
+    private let transport: any HTTPTransport
+    private let secrets: ClientSecretProvider
+    private let timeout: Duration
+    private let logger: Logger
+    private let calls: CounterFamily
+    private let latency: HistogramFamily
+
+    public init(
+        baseURL: String, transport: any HTTPTransport, secrets: ClientSecretProvider, timeout: Duration = .seconds(5),
+        metrics: MetricsRegistry, logger: Logger
+    ) {
+        self.baseURL = baseURL
+        self.transport = transport
+        self.secrets = secrets
+        self.timeout = timeout
+        self.logger = logger
+        calls = metrics.counter(
+            "apple_requests_total", help: "Calls to Apple by endpoint and HTTP status (0: no answer).",
+            labels: ["endpoint", "status"])
+        latency = metrics.histogram(
+            "apple_request_duration_seconds", help: "Latency of calls to Apple by endpoint.", labels: ["endpoint"])
+    }
+
+    /// `GET /auth/keys`.
+    public func fetchKeys(retry: RetryPolicy = RetryPolicy(maximumAttempts: 1)) throws -> JWKSet {
+        let response = try send("keys", .init(url: baseURL + "/auth/keys", timeout: timeout), retry: retry)
+        guard response.status == 200 else { throw Self.error(response) }
+        do {
+            return try JWKSet(json: response.body)
+        } catch {
+            throw AppleAPIError.malformedResponse("the JWK Set does not parse")
+        }
+    }
+
+    /// The authorization-code grant. `redirectURI` only for codes from a web authorization
+    /// request; native codes must be exchanged without one (protocol reference P9).
+    public func exchangeCode(_ code: String, clientID: String, redirectURI: String? = nil, retry: RetryPolicy = RetryPolicy())
+        throws -> AppleTokenResponse
+    {
+        var fields = [
+            ("client_id", clientID), ("client_secret", try secrets.secret(for: clientID)), ("code", code),
+            ("grant_type", "authorization_code"),
+        ]
+        if let redirectURI { fields.append(("redirect_uri", redirectURI)) }
+        return try tokenCall("token", fields, retry: retry)
+    }
+
+    /// The refresh-token grant: succeeds while the user still authorizes the app.
+    public func refresh(_ refreshToken: String, clientID: String, retry: RetryPolicy = RetryPolicy()) throws -> AppleTokenResponse {
+        try tokenCall(
+            "token",
+            [("client_id", clientID), ("client_secret", try secrets.secret(for: clientID)),
+             ("grant_type", "refresh_token"), ("refresh_token", refreshToken)],
+            retry: retry)
+    }
+
+    /// `POST /auth/revoke` with the client id the token was issued to. Apple answers 200 for
+    /// revoked and already-invalid tokens alike.
+    public func revoke(_ token: String, clientID: String, hint: String = "refresh_token", retry: RetryPolicy = RetryPolicy())
+        throws
+    {
+        let response = try send(
+            "revoke",
+            .form(url: baseURL + "/auth/revoke", fields: [
+                ("client_id", clientID), ("client_secret", try secrets.secret(for: clientID)), ("token", token),
+                ("token_type_hint", hint),
+            ], timeout: timeout),
+            retry: retry)
+        guard response.status == 200 else { throw Self.error(response) }
+    }
+
+    /// The `client_credentials` grant with scope `user.migration` (team transfer).
+    public func migrationAccessToken(clientID: String, retry: RetryPolicy = RetryPolicy()) throws -> String {
+        try tokenCall(
+            "token",
+            [("client_id", clientID), ("client_secret", try secrets.secret(for: clientID)),
+             ("grant_type", "client_credentials"), ("scope", "user.migration")],
+            retry: retry
+        ).accessToken
+    }
+
+    /// `POST /auth/usermigrationinfo`; returns the decoded JSON object.
+    public func migrationInfo(
+        _ fields: [(String, String)], accessToken: String, clientID: String, retry: RetryPolicy = RetryPolicy()
+    ) throws -> [String: JSONValue] {
+        let response = try send(
+            "migration",
+            .form(
+                url: baseURL + "/auth/usermigrationinfo",
+                fields: fields + [("client_id", clientID), ("client_secret", try secrets.secret(for: clientID))],
+                headers: [("Authorization", "Bearer \(accessToken)")], timeout: timeout),
+            retry: retry)
+        guard response.status == 200 else { throw Self.error(response) }
+        guard let object = try? JSONValue.parseObject(response.body) else {
+            throw AppleAPIError.malformedResponse("usermigrationinfo answer is not a JSON object")
+        }
+        return object
+    }
+
+    // MARK: Internals
+
+    private func tokenCall(_ endpoint: String, _ fields: [(String, String)], retry: RetryPolicy) throws -> AppleTokenResponse {
+        let response = try send(endpoint, .form(url: baseURL + "/auth/token", fields: fields, timeout: timeout), retry: retry)
+        guard response.status == 200 else { throw Self.error(response) }
+        guard let object = try? JSONValue.parseObject(response.body), let accessToken = object["access_token"]?.stringValue else {
+            throw AppleAPIError.malformedResponse("token answer lacks access_token")
+        }
+        return AppleTokenResponse(
+            accessToken: accessToken, refreshToken: object["refresh_token"]?.stringValue,
+            idToken: object["id_token"]?.stringValue, expiresIn: object["expires_in"]?.integerValue.map(Int.init))
+    }
+
+    /// Sends with retries on 5xx, 429 and transport failures; returns the last answer.
+    private func send(_ endpoint: String, _ request: HTTPClientRequest, retry: RetryPolicy) throws -> HTTPClientResponse {
+        var attempt = 0
+        while true {
+            attempt += 1
+            let started = ContinuousClock.now
+            do {
+                let response = try transport.send(request)
+                latency.observe((ContinuousClock.now - started).seconds, endpoint)
+                calls.increment(endpoint, String(response.status))
+                let retryable = response.status >= 500 || response.status == 429
+                if !retryable { return response }
+                if attempt >= retry.maximumAttempts {
+                    throw AppleAPIError.unavailable("Apple answered \(response.status) to \(endpoint) \(attempt) times")
+                }
+                let retryAfter = response.header("retry-after").flatMap { Int($0) }
+                Thread.sleep(forTimeInterval: retry.delay(attempt: attempt, retryAfter: retryAfter).seconds)
+            } catch let error as HTTPClientError {
+                latency.observe((ContinuousClock.now - started).seconds, endpoint)
+                calls.increment(endpoint, "0")
+                if attempt >= retry.maximumAttempts {
+                    throw AppleAPIError.unavailable("\(endpoint): \(error.code) after \(attempt) attempts")
+                }
+                logger.debug("retrying Apple call", [("endpoint", endpoint), ("error", "\(error.code)")])
+                Thread.sleep(forTimeInterval: retry.delay(attempt: attempt, retryAfter: nil).seconds)
+            }
+        }
+    }
+
+    private static func error(_ response: HTTPClientResponse) -> AppleAPIError {
+        let body = try? JSONValue.parseObject(response.body)
+        let code = body?["error"]?.stringValue
+        switch code {
+        case "invalid_grant": return .invalidGrant(body?["error_description"]?.stringValue)
+        case "invalid_client": return .invalidClient
+        default: return .rejected(status: response.status, error: code)
+        }
+    }
+}

@@ -1,0 +1,62 @@
+import BrokerCrypto
+import Foundation
+import JOSE
+
+/// Why an Apple-signed JWT (identity token or notification) was refused. `code` is the
+/// problem code the API answers with.
+public struct TokenRejection: Error, Sendable, Equatable, CustomStringConvertible {
+    public let code: String
+    public let detail: String
+
+    public init(_ code: String, _ detail: String) {
+        self.code = code
+        self.detail = detail
+    }
+
+    public var description: String { "\(code): \(detail)" }
+
+    static func malformed(_ detail: String) -> TokenRejection { TokenRejection("token_malformed", detail) }
+}
+
+/// Verifies the signature of a JWT Apple signed (identity tokens, server-to-server
+/// notifications): RS256 only, with the key Apple publishes under the header's `kid`
+/// (one refetch of `/auth/keys` for an unknown kid), then parses the claims as a JSON
+/// object without duplicate names.
+public struct AppleTokenVerifier: Sendable {
+    public let keys: any AppleKeyProvider
+    private let verifier = JWSVerifier(maximumBytes: 16 * 1024, allowedAlgorithms: [.rs256])
+
+    public init(keys: any AppleKeyProvider) { self.keys = keys }
+
+    /// The verified claims.
+    /// - Throws: `TokenRejection` (`token_malformed`, `token_signature_invalid`,
+    ///   `unknown_key`) or `AppleKeyError.unavailable` when Apple's keys cannot be had.
+    public func verify(_ token: String) throws -> [String: JSONValue] {
+        let header: JWSHeader
+        do {
+            header = try verifier.unverifiedHeader(token)
+        } catch let error as JOSEError {
+            throw TokenRejection.malformed(error.reason)
+        }
+        guard header.algorithm == "RS256" else {
+            throw TokenRejection.malformed("alg \(header.algorithm) is not RS256")
+        }
+        guard let keyID = header.keyID else { throw TokenRejection.malformed("the header has no kid") }
+        let key: JWK
+        do {
+            key = try keys.key(id: keyID)
+        } catch AppleKeyError.unknownKey {
+            throw TokenRejection("unknown_key", "Apple publishes no key with this kid")
+        }
+        do {
+            return try verifier.verify(token, key: key).claims()
+        } catch let error as JOSEError {
+            switch error.code {
+            case .signatureInvalid, .algorithmMismatch, .keyNotFound:
+                throw TokenRejection("token_signature_invalid", "the signature does not verify with Apple's key")
+            default:
+                throw TokenRejection.malformed(error.reason)
+            }
+        }
+    }
+}

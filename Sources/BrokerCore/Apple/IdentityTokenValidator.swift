@@ -1,0 +1,111 @@
+import BrokerCrypto
+import Foundation
+import JOSE
+
+/// What a verified Apple identity token says about the user.
+public struct AppleIdentity: Sendable, Equatable {
+    public var sub: String
+    /// The audience that matched: the bundle ID or Services ID the token was issued to.
+    public var clientID: String
+    public var email: String?
+    public var emailVerified: Bool?
+    /// From the token; nil when absent (the caller treats absent as false when email is present).
+    public var isPrivateEmail: Bool?
+    /// `unsupported`, `unknown`, `likely_real`; nil when the token has none (web tokens).
+    public var realUserStatus: String?
+    public var transferSub: String?
+    public var issuedAt: Date
+    public var expiresAt: Date
+}
+
+/// Checks an identity token against every rule of the protocol reference's checklist:
+/// RS256 signature by Apple's key, `iss` exactly `https://appleid.apple.com` (whatever
+/// `APPLE_BASE_URL` says), `aud` one of the configured client ids, `exp` with leeway, `iat`
+/// not in the future and not older than `maximumAge`, `nbf` if present, the nonce rule,
+/// a non-empty `sub`. Booleans may be JSON booleans or strings.
+public struct IdentityTokenValidator: Sendable {
+    public static let issuer = "https://appleid.apple.com"
+
+    public let verifier: AppleTokenVerifier
+    public let clientIDs: Set<String>
+    public var leeway: TimeInterval = 60
+    public var maximumAge: TimeInterval = 600
+    public var now: @Sendable () -> Date = Date.init
+
+    public init(verifier: AppleTokenVerifier, clientIDs: Set<String>, leeway: TimeInterval = 60, maximumAge: TimeInterval = 600) {
+        self.verifier = verifier
+        self.clientIDs = clientIDs
+        self.leeway = leeway
+        self.maximumAge = maximumAge
+    }
+
+    /// - Parameters:
+    ///   - rawNonce: the nonce the app generated; the token's `nonce` must be its lowercase hex SHA-256.
+    ///   - clientIDHint: when given, the audience must be this client id.
+    ///   - checkAge: false for tokens Apple returns from `/auth/token` (their `iat` is now anyway).
+    public func validate(_ token: String, rawNonce: String?, clientIDHint: String? = nil, checkAge: Bool = true) throws
+        -> AppleIdentity
+    {
+        let claims = try verifier.verify(token)
+        guard claims["iss"]?.stringValue == Self.issuer else {
+            throw TokenRejection("token_issuer_invalid", "iss must be \(Self.issuer)")
+        }
+        let audiences: [String]
+        switch claims["aud"] {
+        case .string(let value): audiences = [value]
+        case .array(let values): audiences = values.compactMap(\.stringValue)
+        default: throw TokenRejection.malformed("aud is missing")
+        }
+        let accepted = audiences.filter { clientIDs.contains($0) && (clientIDHint == nil || $0 == clientIDHint) }
+        guard let clientID = accepted.first else {
+            throw TokenRejection("token_audience_invalid", "aud is not one of this service's client ids")
+        }
+        guard let expires = claims["exp"]?.integerValue else { throw TokenRejection.malformed("exp is missing") }
+        guard let issuedAt = claims["iat"]?.integerValue else { throw TokenRejection.malformed("iat is missing") }
+        let current = now().timeIntervalSince1970
+        guard TimeInterval(expires) + leeway >= current else { throw TokenRejection("token_expired", "the token has expired") }
+        guard TimeInterval(issuedAt) - leeway <= current else {
+            throw TokenRejection("token_not_yet_valid", "iat is in the future")
+        }
+        if let notBefore = claims["nbf"] {
+            guard let value = notBefore.integerValue else { throw TokenRejection.malformed("nbf is not a number") }
+            guard TimeInterval(value) - leeway <= current else { throw TokenRejection("token_not_yet_valid", "nbf is in the future") }
+        }
+        if checkAge, current - TimeInterval(issuedAt) > maximumAge {
+            throw TokenRejection("token_too_old", "the token was issued more than \(Int(maximumAge)) s ago")
+        }
+        guard let sub = claims["sub"]?.stringValue, !sub.isEmpty else { throw TokenRejection.malformed("sub is missing") }
+
+        if let rawNonce {
+            switch claims["nonce"] {
+            case .string(let nonce):
+                guard ConstantTime.equals(Array(nonce.utf8), Array(SHA256.hexHash(rawNonce).utf8)) else {
+                    throw TokenRejection("nonce_mismatch", "nonce is not the hex SHA-256 of raw_nonce")
+                }
+            case nil:
+                // Apple says nonce_supported=false means the platform could not carry one.
+                guard claims["nonce_supported"]?.lenientBoolValue == false else {
+                    throw TokenRejection("nonce_missing", "the token carries no nonce")
+                }
+            default:
+                throw TokenRejection.malformed("nonce is not a string")
+            }
+        }
+
+        let email = claims["email"]?.stringValue
+        let realUserStatus: String? =
+            switch claims["real_user_status"]?.integerValue {
+            case 0: "unsupported"
+            case 1: "unknown"
+            case 2: "likely_real"
+            default: nil
+            }
+        return AppleIdentity(
+            sub: sub, clientID: clientID, email: email,
+            emailVerified: claims["email_verified"]?.lenientBoolValue,
+            isPrivateEmail: claims["is_private_email"]?.lenientBoolValue ?? (email == nil ? nil : false),
+            realUserStatus: realUserStatus, transferSub: claims["transfer_sub"]?.stringValue,
+            issuedAt: Date(timeIntervalSince1970: TimeInterval(issuedAt)),
+            expiresAt: Date(timeIntervalSince1970: TimeInterval(expires)))
+    }
+}

@@ -1,0 +1,26 @@
+import Foundation
+import HTTPServer
+
+/// `POST /v1/apple/login` (scope `login`), `GET /v1/users/{id}` and
+/// `GET /v1/users/{id}/credential-state` (scope `read`).
+enum LoginRoutes {
+    static func register(on router: inout Router, login: LoginService, users: UserDirectory, keys: APIKeyAuthenticator) {
+        router.post("/v1/apple/login", keys.protect(.login) { request, _ in
+            .json(try login.login(try request.decodeJSON(LoginRequest.self)))
+        })
+        router.get("/v1/users/{id}", keys.protect(.read) { request, _ in
+            let id = try UserDirectory.userID(request)
+            if let user = try users.user(id) { return .json(user) }
+            if let deletion = try users.deletion(ofPurgedUser: id) {
+                throw Problem(
+                    status: 410, code: "user_deleted", title: "User deleted", detail: "this user was deleted",
+                    extensions: ["deletion_id": deletion.uuidString.lowercased()])
+            }
+            throw Problem(status: 404, code: "user_not_found", title: "User not found", detail: "no user with this id")
+        })
+        router.get("/v1/users/{id}/credential-state", keys.protect(.read) { request, _ in
+            let id = try UserDirectory.userID(request)
+            return .json(["user_id": id.uuidString.lowercased(), "state": try users.credentialState(id)])
+        })
+    }
+}

@@ -1,0 +1,181 @@
+import BrokerCrypto
+import Foundation
+import HTTPServer
+import Observability
+import PostgresClient
+
+/// `POST /v1/apple/login`: verifies the identity token, exchanges the authorization code
+/// (once), stores the refresh token encrypted, upserts the user, and answers with who the
+/// user is. Nothing is written for a rejected login.
+public final class LoginService: Sendable {
+    let validator: IdentityTokenValidator
+    let apple: AppleClient
+    let store: LoginStore
+    let ledger: CodeExchangeLedger
+    let tokenKeys: TokenKeyRing
+    let teamID: String
+    let settings: BrokerConfiguration.LoginSettings
+    let validationIntervalSeconds: Int
+    let retry: RetryPolicy
+    private let outcomes: CounterFamily
+    private let successes: CounterFamily
+
+    init(
+        validator: IdentityTokenValidator, apple: AppleClient, pool: PostgresPool, tokenKeys: TokenKeyRing, teamID: String,
+        settings: BrokerConfiguration.LoginSettings, validationIntervalSeconds: Int, retry: RetryPolicy, metrics: MetricsRegistry
+    ) {
+        self.validator = validator
+        self.apple = apple
+        self.store = LoginStore(pool: pool, teamID: teamID, lastLoginResolution: settings.lastLoginResolutionSeconds)
+        self.ledger = CodeExchangeLedger(pool: pool)
+        self.tokenKeys = tokenKeys
+        self.teamID = teamID
+        self.settings = settings
+        self.validationIntervalSeconds = validationIntervalSeconds
+        self.retry = retry
+        outcomes = metrics.counter(
+            "login_requests_total", help: "Logins by outcome: success or the problem code.", labels: ["outcome"])
+        successes = metrics.counter(
+            "login_success_total", help: "Successful logins by relay e-mail and real_user_status.",
+            labels: ["private_email", "real_user_status"])
+    }
+
+    public func login(_ request: LoginRequest) throws -> LoginResponse {
+        do {
+            let response = try perform(request)
+            outcomes.increment("success")
+            successes.increment(String(response.isPrivateEmail), response.realUserStatus)
+            return response
+        } catch let problem as Problem {
+            outcomes.increment(problem.code)
+            throw problem
+        } catch let error as PostgresError where error.isUnavailable {
+            outcomes.increment("database_unavailable")
+            throw error
+        }
+    }
+
+    private func perform(_ request: LoginRequest) throws -> LoginResponse {
+        try request.validate()
+        let identity: AppleIdentity
+        do {
+            identity = try validator.validate(request.identityToken, rawNonce: request.rawNonce, clientIDHint: request.clientID)
+        } catch let rejection as TokenRejection {
+            throw Self.problem(for: rejection)
+        } catch AppleKeyError.unavailable {
+            throw Self.appleUnavailable("Apple's signing keys cannot be fetched")
+        }
+
+        var sealed: (keyID: String, sealed: [UInt8])?
+        var claimedCode: String?
+        if let code = request.authorizationCode {
+            switch try ledger.claim(code, clientID: identity.clientID) {
+            case .alreadyExchanged:
+                break
+            case .claimed:
+                claimedCode = code
+                do {
+                    let refreshToken = try exchange(code, for: identity)
+                    sealed = try tokenKeys.seal(
+                        Array(refreshToken.utf8),
+                        associatedData: LoginStore.associatedData(teamID: teamID, sub: identity.sub, clientID: identity.clientID))
+                } catch let problem as Problem {
+                    ledger.finish(code, succeeded: false, errorCode: problem.status < 500 ? problem.code : nil)
+                    throw problem
+                } catch {
+                    ledger.finish(code, succeeded: false)
+                    throw error
+                }
+            }
+        }
+
+        let record: LoginStore.Record
+        do {
+            let jitter = Int.random(in: 0...max(1, validationIntervalSeconds / 10))
+            record = try store.login(identity, user: request.user, sealedRefreshToken: sealed, validationJitterSeconds: jitter)
+        } catch {
+            if let claimedCode { ledger.finish(claimedCode, succeeded: false) }
+            throw error
+        }
+        if let claimedCode { ledger.finish(claimedCode, succeeded: record.outcome == "ok") }
+        guard record.outcome == "ok" else {
+            throw Problem(
+                status: 409, code: "user_deletion_pending", title: "Deletion pending",
+                detail: "this user's account is being deleted; sign-in is refused until it is done")
+        }
+        let realUserStatus = record.realUserStatus ?? "unsupported"
+        let challenge: Bool =
+            switch realUserStatus {
+            case "likely_real": false
+            case "unknown": settings.challengeUnknown
+            default: settings.challengeUnsupported
+            }
+        return LoginResponse(
+            userID: record.userID, appleSub: identity.sub, isNewUser: record.isNewUser, email: record.email,
+            emailVerified: record.emailVerified, isPrivateEmail: record.isPrivateEmail, realUserStatus: realUserStatus,
+            refreshTokenStored: record.refreshTokenStored, status: "active", risk: .init(suggestChallenge: challenge))
+    }
+
+    /// Exchanges a native authorization code (no redirect_uri) and checks that the id_token
+    /// Apple returns names the same user.
+    private func exchange(_ code: String, for identity: AppleIdentity) throws -> String {
+        let tokens: AppleTokenResponse
+        do {
+            tokens = try apple.exchangeCode(code, clientID: identity.clientID, retry: retry)
+        } catch let error as AppleAPIError {
+            throw Self.problem(for: error)
+        }
+        guard let refreshToken = tokens.refreshToken, let idToken = tokens.idToken else {
+            throw Self.appleUnavailable("Apple's token answer lacked a refresh token")
+        }
+        let returned: AppleIdentity
+        do {
+            returned = try validator.validate(idToken, rawNonce: nil, clientIDHint: identity.clientID, checkAge: false)
+        } catch {
+            throw Problem(
+                status: 502, code: "apple_response_invalid", title: "Apple's answer was invalid",
+                detail: "the id_token returned by Apple did not verify")
+        }
+        guard returned.sub == identity.sub else {
+            throw Problem(
+                status: 400, code: "authorization_code_invalid", title: "Authorization code invalid",
+                detail: "the authorization code belongs to another user than the identity token")
+        }
+        return refreshToken
+    }
+
+    /// Problem for a rejected token: 400 for malformed input, 401 for everything that fails authentication.
+    static func problem(for rejection: TokenRejection) -> Problem {
+        let titles = [
+            "token_malformed": "Malformed identity token", "token_signature_invalid": "Invalid signature",
+            "token_expired": "Token expired", "token_not_yet_valid": "Token not yet valid",
+            "token_too_old": "Token too old", "token_issuer_invalid": "Invalid issuer",
+            "token_audience_invalid": "Invalid audience", "nonce_mismatch": "Nonce mismatch",
+            "nonce_missing": "Nonce missing", "unknown_key": "Unknown signing key",
+            "authorization_code_invalid": "Authorization code invalid",
+        ]
+        let status = rejection.code == "token_malformed" || rejection.code == "authorization_code_invalid" ? 400 : 401
+        return Problem(status: status, code: rejection.code, title: titles[rejection.code] ?? "Rejected", detail: rejection.detail)
+    }
+
+    static func problem(for error: AppleAPIError) -> Problem {
+        switch error {
+        case .invalidGrant:
+            return Problem(
+                status: 400, code: "authorization_code_invalid", title: "Authorization code invalid",
+                detail: "Apple refused the authorization code (expired, used, or for another client id)")
+        case .invalidClient:
+            return Problem(
+                status: 502, code: "apple_client_rejected", title: "Apple refused our credentials",
+                detail: "Apple answered invalid_client: check APPLE_TEAM_ID, APPLE_KEY_ID, the .p8 key and APPLE_CLIENT_IDS")
+        case .rejected, .malformedResponse:
+            return Problem(status: 502, code: "apple_response_invalid", title: "Apple's answer was invalid", detail: "\(error)")
+        case .unavailable:
+            return appleUnavailable("Apple did not answer after retries")
+        }
+    }
+
+    static func appleUnavailable(_ detail: String) -> Problem {
+        .unavailable(code: "apple_unavailable", detail: detail, retryAfterSeconds: 5)
+    }
+}

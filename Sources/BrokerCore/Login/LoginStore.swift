@@ -1,0 +1,110 @@
+import BrokerCrypto
+import Foundation
+import PostgresClient
+
+/// The database side of a login: one call of `broker_login` (sql/0002_login.sql), which
+/// upserts the user and identity, stores the refresh token and writes the outbox events
+/// in one transaction.
+struct LoginStore: Sendable {
+    let pool: PostgresPool
+    let teamID: String
+    /// Repeat logins changing nothing rewrite last_login_at only when older than this.
+    let lastLoginResolution: Int
+
+    struct Record: Sendable {
+        var outcome: String
+        var userID: UUID
+        var isNewUser: Bool
+        var email: String?
+        var emailVerified: Bool
+        var isPrivateEmail: Bool
+        var realUserStatus: String?
+        var refreshTokenStored: Bool
+    }
+
+    func login(
+        _ identity: AppleIdentity, user: AppleUserField?, sealedRefreshToken: (keyID: String, sealed: [UInt8])?,
+        validationJitterSeconds: Int
+    ) throws -> Record {
+        let row = try pool.query(
+            """
+            SELECT * FROM broker_login(\(teamID), \(identity.sub), \(identity.clientID), \(identity.email),
+                \(identity.emailVerified), \(identity.isPrivateEmail), \(identity.realUserStatus),
+                \(user?.name?.firstName), \(user?.name?.lastName), \(user?.email), \(identity.transferSub),
+                \(sealedRefreshToken?.sealed), \(sealedRefreshToken?.keyID), \(UUID()), \(UUID()),
+                \(String(lastLoginResolution) + " seconds")::interval, \(String(validationJitterSeconds) + " seconds")::interval)
+            """
+        ).single()
+        return Record(
+            outcome: try row.decode(String.self, 0), userID: try row.decode(UUID.self, 1),
+            isNewUser: try row.decode(Bool.self, 2), email: try row.decode(String?.self, 3),
+            emailVerified: try row.decode(Bool?.self, 4) ?? false, isPrivateEmail: try row.decode(Bool?.self, 5) ?? false,
+            realUserStatus: try row.decode(String?.self, 6), refreshTokenStored: try row.decode(Bool.self, 7))
+    }
+
+    /// The associated data that binds a sealed refresh token to its identity and client id.
+    static func associatedData(teamID: String, sub: String, clientID: String) -> [UInt8] {
+        Array("apple_tokens|\(teamID)|\(sub)|\(clientID)".utf8)
+    }
+}
+
+/// Remembers which authorization codes have been (or are being) exchanged, by SHA-256, so
+/// a code is exchanged at most once even when a client retries a login concurrently: the
+/// second request waits for the first and reuses its outcome.
+struct CodeExchangeLedger: Sendable {
+    let pool: PostgresPool
+    /// How long a second request waits for the first to finish.
+    var waitLimit: Duration = .seconds(15)
+
+    enum Claim {
+        /// This request exchanges the code.
+        case claimed
+        /// Another request exchanged it and stored the refresh token.
+        case alreadyExchanged
+    }
+
+    func claim(_ code: String, clientID: String) throws -> Claim {
+        let hash = SHA256.hexHash(code)
+        let inserted = try pool.query(
+            """
+            INSERT INTO authorization_codes (code_hash, client_id, state) VALUES (\(hash), \(clientID), 'exchanging')
+            ON CONFLICT (code_hash) DO NOTHING RETURNING 1
+            """)
+        if !inserted.isEmpty { return .claimed }
+        let deadline = ContinuousClock.now + waitLimit
+        while ContinuousClock.now < deadline {
+            guard let row = try pool.query(
+                "SELECT state, error_code, now() - updated_at > interval '60 seconds' FROM authorization_codes WHERE code_hash = \(hash)"
+            ).first else {
+                // The other attempt failed transiently and let go: try to take it.
+                return try claim(code, clientID: clientID)
+            }
+            switch try row.decode(String.self, 0) {
+            case "exchanged":
+                return .alreadyExchanged
+            case "failed":
+                throw LoginService.problem(for: TokenRejection(try row.decode(String?.self, 1) ?? "authorization_code_invalid", "the code was refused"))
+            default:
+                if try row.decode(Bool.self, 2) {
+                    // Its exchanger died mid-way; Apple has likely consumed the code.
+                    throw LoginService.problem(for: TokenRejection("authorization_code_invalid", "the code's exchange did not finish"))
+                }
+                Thread.sleep(forTimeInterval: 0.05)
+            }
+        }
+        throw LoginService.appleUnavailable("the code is still being exchanged by another request")
+    }
+
+    func finish(_ code: String, succeeded: Bool, errorCode: String? = nil) {
+        let hash = SHA256.hexHash(code)
+        if succeeded {
+            _ = try? pool.query("UPDATE authorization_codes SET state = 'exchanged', updated_at = now() WHERE code_hash = \(hash)")
+        } else if let errorCode {
+            _ = try? pool.query(
+                "UPDATE authorization_codes SET state = 'failed', error_code = \(errorCode), updated_at = now() WHERE code_hash = \(hash)")
+        } else {
+            // A transient failure (Apple or the database down): let a retry try again.
+            _ = try? pool.query("DELETE FROM authorization_codes WHERE code_hash = \(hash)")
+        }
+    }
+}

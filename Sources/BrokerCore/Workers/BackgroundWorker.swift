@@ -1,0 +1,83 @@
+import Foundation
+import Observability
+import PostgresClient
+import Synchronization
+
+/// A loop on a thread of its own (blocking calls to PostgreSQL and Apple belong on threads
+/// we own, not on Swift concurrency's cooperative pool).
+///
+/// `step` does one batch of work and says whether there may be more: the loop runs it
+/// again at once while it finds work, and otherwise sleeps until `interval` passes or
+/// `wake()` is called (a NOTIFY handler or a local producer). Errors are logged and the
+/// loop backs off; it never dies.
+public final class BackgroundWorker: Sendable {
+    public let name: String
+    private let interval: Duration
+    private let step: @Sendable () throws -> Bool
+    private let signal = WakeupSignal()
+    private let stopped = Atomic<Bool>(false)
+    private let finished = DispatchSemaphore(value: 0)
+    private let started = Atomic<Bool>(false)
+    private let logger: Logger
+
+    public init(name: String, interval: Duration, logger: Logger, step: @escaping @Sendable () throws -> Bool) {
+        self.name = name
+        self.interval = interval
+        self.step = step
+        self.logger = logger.labelled(name)
+    }
+
+    /// Starts the thread (once).
+    public func start() {
+        guard !started.exchange(true, ordering: .acquiringAndReleasing) else { return }
+        let thread = Thread { [self] in
+            run()
+            finished.signal()
+        }
+        thread.name = name
+        thread.start()
+    }
+
+    /// Asks the loop to look for work now.
+    public func wake() { signal.signal() }
+
+    /// Stops after the current step; waits up to `timeout` for it.
+    public func stop(timeout: Duration = .seconds(10)) {
+        stopped.store(true, ordering: .releasing)
+        signal.signal()
+        if started.load(ordering: .acquiring) {
+            _ = finished.wait(timeout: .now() + timeout.dispatchInterval)
+        }
+    }
+
+    public var isStopped: Bool { stopped.load(ordering: .acquiring) }
+
+    private func run() {
+        var failures = 0
+        while !isStopped {
+            do {
+                let more = try step()
+                failures = 0
+                if more { continue }
+                signal.wait(timeout: interval)
+            } catch {
+                failures += 1
+                let backoff = min(30.0, 0.1 * pow(2, Double(min(failures, 10))))
+                logger.warning("worker step failed", [("error", "\(error)"), ("retry_in_s", String(format: "%.1f", backoff))])
+                signal.wait(timeout: .milliseconds(Int(backoff * 1000)))
+            }
+        }
+    }
+}
+
+extension Duration {
+    var dispatchInterval: DispatchTimeInterval {
+        let (seconds, attoseconds) = components
+        return .nanoseconds(Int(seconds) * 1_000_000_000 + Int(attoseconds / 1_000_000_000))
+    }
+
+    /// The duration in seconds as a Double.
+    var seconds: Double {
+        Double(components.seconds) + Double(components.attoseconds) / 1e18
+    }
+}

@@ -1,0 +1,201 @@
+-- 0002: login support: the outbox emitter, the login upsert, code-exchange dedup.
+
+-- Authorization codes being or having been exchanged, by SHA-256: a code is exchanged at
+-- most once even when a client retries the same login concurrently.
+CREATE TABLE authorization_codes (
+    code_hash   text PRIMARY KEY,
+    client_id   text NOT NULL,
+    state       text NOT NULL CHECK (state IN ('exchanging', 'exchanged', 'failed')),
+    error_code  text,
+    created_at  timestamptz NOT NULL DEFAULT now(),
+    updated_at  timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX authorization_codes_created ON authorization_codes (created_at);
+
+-- Writes one outbox event and, in the same transaction, one delivery row per webhook
+-- subscription whose topics match; wakes the dispatcher at commit.
+CREATE FUNCTION broker_emit_event(p_type text, p_user_id uuid, p_payload jsonb, p_personal boolean)
+RETURNS bigint LANGUAGE plpgsql AS $$
+DECLARE
+    v_id bigint;
+BEGIN
+    INSERT INTO outbox_events (event_id, type, user_id, payload, personal)
+    VALUES (gen_random_uuid(), p_type, p_user_id, p_payload, p_personal)
+    RETURNING id INTO v_id;
+    INSERT INTO webhook_deliveries (event_id, subscription_id, ordering_key)
+    SELECT v_id, s.id, p_user_id
+    FROM webhook_subscriptions s
+    WHERE s.topics ? p_type OR s.topics ? '*';
+    PERFORM pg_notify('outbox', '');
+    RETURN v_id;
+END
+$$;
+
+-- The login upsert, in one statement (one round trip, one transaction):
+--   * an identity of a user whose deletion is pending is not touched ('deletion_pending');
+--   * a first login creates the user and the identity (a concurrent first login of the same
+--     sub loses the insert race and continues as a repeat login: one user either way); a
+--     token with transfer_sub joins the user that owned the old sub;
+--   * a repeat login updates what changed: e-mail and flags from the verified token win,
+--     names are only ever filled in, consent is re-activated; last_login_at is rewritten
+--     only when older than p_last_login_resolution, so busy repeat logins do not write;
+--   * a refresh token, when given (already encrypted), replaces the one stored for the
+--     identity and client id;
+--   * outbox events: user.created, identity.updated, consent.restored.
+CREATE FUNCTION broker_login(
+    p_team_id text, p_sub text, p_client_id text,
+    p_email text, p_email_verified boolean, p_is_private_email boolean, p_real_user_status text,
+    p_given_name text, p_family_name text, p_user_email text, p_transfer_sub text,
+    p_refresh_token bytea, p_refresh_key_id text,
+    p_new_user_id uuid, p_new_identity_id uuid, p_last_login_resolution interval, p_validation_jitter interval
+) RETURNS TABLE (
+    r_outcome text, r_user_id uuid, r_is_new_user boolean, r_email text, r_email_verified boolean,
+    r_is_private_email boolean, r_real_user_status text, r_refresh_token_stored boolean
+) LANGUAGE plpgsql AS $$
+DECLARE
+    v_identity apple_identities%ROWTYPE;
+    v_user uuid;
+    v_status text;
+    v_new_user boolean := false;
+    v_created boolean := false;
+    v_email_changed boolean;
+    v_restored boolean;
+    v_stored boolean := false;
+    v_sub_hash text := encode(sha256(convert_to(p_sub, 'UTF8')), 'hex');
+BEGIN
+    SELECT * INTO v_identity FROM apple_identities WHERE team_id = p_team_id AND sub = p_sub;
+    IF NOT FOUND THEN
+        IF p_transfer_sub IS NOT NULL THEN
+            SELECT i.user_id INTO v_user FROM apple_identities i
+            WHERE i.transfer_sub = p_transfer_sub AND NOT (i.team_id = p_team_id AND i.sub = p_sub)
+            ORDER BY i.created_at LIMIT 1;
+        END IF;
+        IF v_user IS NULL THEN
+            INSERT INTO users (id) VALUES (p_new_user_id);
+            v_user := p_new_user_id;
+            v_new_user := true;
+        END IF;
+        INSERT INTO apple_identities AS i (
+            id, user_id, team_id, sub, client_id, email, email_verified, is_private_email, real_user_status,
+            given_name, family_name, transfer_sub, last_login_at, last_verified_at)
+        VALUES (
+            p_new_identity_id, v_user, p_team_id, p_sub, p_client_id, COALESCE(p_email, p_user_email),
+            COALESCE(p_email_verified, false), COALESCE(p_is_private_email, false), p_real_user_status,
+            p_given_name, p_family_name, p_transfer_sub, now(), now())
+        ON CONFLICT (team_id, sub) DO NOTHING
+        RETURNING * INTO v_identity;
+        IF FOUND THEN
+            v_created := true;
+        ELSE
+            -- A concurrent first login of this sub won; continue as a repeat login.
+            IF v_new_user THEN
+                DELETE FROM users WHERE id = p_new_user_id;
+                v_new_user := false;
+            END IF;
+            SELECT * INTO v_identity FROM apple_identities WHERE team_id = p_team_id AND sub = p_sub;
+        END IF;
+    END IF;
+
+    SELECT status INTO v_status FROM users WHERE id = v_identity.user_id;
+    IF v_status = 'deleting' THEN
+        RETURN QUERY SELECT 'deletion_pending'::text, v_identity.user_id, false, NULL::text, NULL::boolean,
+            NULL::boolean, NULL::text, false;
+        RETURN;
+    END IF;
+
+    IF v_created THEN
+        IF v_new_user THEN
+            PERFORM broker_emit_event('user.created', v_identity.user_id, jsonb_build_object(
+                'user_id', v_identity.user_id, 'client_id', p_client_id, 'email', v_identity.email,
+                'email_verified', v_identity.email_verified, 'is_private_email', v_identity.is_private_email,
+                'real_user_status', v_identity.real_user_status), true);
+            IF EXISTS (SELECT 1 FROM tombstones WHERE team_id = p_team_id AND sub_hash = v_sub_hash) THEN
+                INSERT INTO audit_log (actor, action, subject, detail)
+                VALUES ('login', 'login.new_user_after_deletion', v_sub_hash,
+                        jsonb_build_object('user_id', v_identity.user_id));
+            END IF;
+        ELSE
+            PERFORM broker_emit_event('identity.linked', v_identity.user_id, jsonb_build_object(
+                'user_id', v_identity.user_id, 'client_id', p_client_id, 'reason', 'team_transfer'), false);
+        END IF;
+    ELSE
+        v_email_changed := (p_email IS NOT NULL AND p_email IS DISTINCT FROM v_identity.email)
+            OR (p_email_verified IS NOT NULL AND p_email_verified IS DISTINCT FROM v_identity.email_verified)
+            OR (p_is_private_email IS NOT NULL AND p_email IS NOT NULL
+                AND p_is_private_email IS DISTINCT FROM v_identity.is_private_email);
+        v_restored := v_identity.consent = 'revoked';
+        IF v_email_changed OR v_restored
+            OR v_identity.client_id IS DISTINCT FROM p_client_id
+            OR (p_real_user_status IS NOT NULL AND p_real_user_status IS DISTINCT FROM v_identity.real_user_status)
+            OR (p_given_name IS NOT NULL AND v_identity.given_name IS NULL)
+            OR (p_family_name IS NOT NULL AND v_identity.family_name IS NULL)
+            OR (v_identity.email IS NULL AND p_user_email IS NOT NULL)
+            OR p_refresh_token IS NOT NULL
+            OR v_identity.last_login_at IS NULL OR v_identity.last_login_at < now() - p_last_login_resolution
+        THEN
+            UPDATE apple_identities AS i SET
+                client_id = p_client_id,
+                email = COALESCE(p_email, i.email, p_user_email),
+                email_verified = COALESCE(p_email_verified, i.email_verified),
+                is_private_email = CASE WHEN p_email IS NOT NULL THEN COALESCE(p_is_private_email, false)
+                                        ELSE i.is_private_email END,
+                real_user_status = COALESCE(p_real_user_status, i.real_user_status),
+                given_name = COALESCE(i.given_name, p_given_name),
+                family_name = COALESCE(i.family_name, p_family_name),
+                consent = 'active',
+                consent_at = CASE WHEN v_restored THEN now() ELSE i.consent_at END,
+                last_login_at = now(),
+                last_verified_at = now()
+            WHERE i.id = v_identity.id
+            RETURNING * INTO v_identity;
+            IF v_email_changed THEN
+                PERFORM broker_emit_event('identity.updated', v_identity.user_id, jsonb_build_object(
+                    'user_id', v_identity.user_id, 'email', v_identity.email,
+                    'email_verified', v_identity.email_verified, 'is_private_email', v_identity.is_private_email), true);
+            END IF;
+            IF v_restored THEN
+                PERFORM broker_emit_event('consent.restored', v_identity.user_id, jsonb_build_object(
+                    'user_id', v_identity.user_id, 'client_id', p_client_id), false);
+            END IF;
+        END IF;
+    END IF;
+
+    IF p_refresh_token IS NOT NULL THEN
+        INSERT INTO apple_tokens AS t (id, identity_id, user_id, client_id, refresh_token, key_id, next_validation_at)
+        VALUES (gen_random_uuid(), v_identity.id, v_identity.user_id, p_client_id, p_refresh_token, p_refresh_key_id,
+                now() + interval '1 day' + p_validation_jitter)
+        ON CONFLICT (identity_id, client_id) DO UPDATE SET
+            refresh_token = EXCLUDED.refresh_token, key_id = EXCLUDED.key_id, obtained_at = now(),
+            last_validated_at = NULL, next_validation_at = EXCLUDED.next_validation_at, revoked_at = NULL;
+        v_stored := true;
+    ELSE
+        v_stored := EXISTS (SELECT 1 FROM apple_tokens WHERE identity_id = v_identity.id AND revoked_at IS NULL);
+    END IF;
+
+    RETURN QUERY SELECT 'ok'::text, v_identity.user_id, v_new_user, v_identity.email, v_identity.email_verified,
+        v_identity.is_private_email, v_identity.real_user_status, v_stored;
+END
+$$;
+
+-- Marks an identity's consent revoked (from a consent-revoked notification or a refresh
+-- that Apple answers invalid_grant): deletes its stored refresh tokens, which are dead at
+-- Apple, and emits consent.revoked. Changes issued at or before the last applied change
+-- are ignored (p_event_time orders them). Returns true when something changed.
+CREATE FUNCTION broker_revoke_consent(p_identity_id uuid, p_event_time timestamptz, p_source text)
+RETURNS boolean LANGUAGE plpgsql AS $$
+DECLARE
+    v_identity apple_identities%ROWTYPE;
+BEGIN
+    SELECT * INTO v_identity FROM apple_identities WHERE id = p_identity_id FOR UPDATE;
+    IF NOT FOUND OR (v_identity.consent_at IS NOT NULL AND v_identity.consent_at >= p_event_time) THEN
+        RETURN false;
+    END IF;
+    DELETE FROM apple_tokens WHERE identity_id = p_identity_id;
+    UPDATE apple_identities SET consent = 'revoked', consent_at = p_event_time WHERE id = p_identity_id;
+    IF v_identity.consent = 'active' THEN
+        PERFORM broker_emit_event('consent.revoked', v_identity.user_id, jsonb_build_object(
+            'user_id', v_identity.user_id, 'client_id', v_identity.client_id, 'source', p_source), false);
+    END IF;
+    RETURN v_identity.consent = 'active';
+END
+$$;
