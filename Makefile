@@ -1,5 +1,5 @@
 # appleid-broker — the two commands a newcomer needs are `make run` and `make test`.
-.PHONY: run test build release clean
+.PHONY: run test build release clean bench-login
 
 ## Run the service (installs Debian packages if missing, builds, starts an embedded
 ## PostgreSQL and, unless Apple settings are given, the Apple simulator).
@@ -18,3 +18,7 @@ release:
 
 clean:
 	rm -rf .build
+
+## Login benchmark: req/s, p50/p99, CPU/req, RSS; pgbench reference; A/B against the Go peer.
+bench-login:
+	scripts/bench-login.sh

@@ -4,7 +4,8 @@
 //
 // Layers, bottom up:
 //   C bridges      CMicroHTTPD, CLibpq, COpenSSL, CCurl (system libraries) + CBrokerShims (variadic calls)
-//   Foundations    Observability (logs, metrics), BrokerCrypto (OpenSSL), JOSE (JWS/JWK), PostgresClient (libpq),
+//   Foundations    Observability (logs, metrics), StrictJSON (a strict JSON reader/writer),
+//                  BrokerCrypto (OpenSSL), JOSE (JWS/JWK), PostgresClient (libpq),
 //                  ProcessRunner (posix_spawn), EmbeddedPostgres (a private cluster), HTTPServer (libmicrohttpd), HTTPClient (libcurl)
 //   Product        BrokerCore (configuration, storage, API, workers, CLI) and the thin `appleid-broker` executable
 //   Simulator      AppleSimulator + `apple-sim`: appleid.apple.com on loopback
@@ -41,17 +42,19 @@ let package = Package(
         ),
         .target(
             name: "HTTPServer",
-            dependencies: ["CMicroHTTPD", "CBrokerShims", "Observability"],
+            dependencies: ["CMicroHTTPD", "CBrokerShims", "Observability", "StrictJSON"],
             swiftSettings: swiftSettings
         ),
         .target(name: "HTTPClient", dependencies: ["CCurl", "CBrokerShims"], swiftSettings: swiftSettings),
-        .target(name: "JOSE", dependencies: ["BrokerCrypto"], swiftSettings: swiftSettings),
+        .target(name: "StrictJSON", swiftSettings: swiftSettings),
+        .target(name: "JOSE", dependencies: ["BrokerCrypto", "StrictJSON"], swiftSettings: swiftSettings),
 
         // MARK: The product
         .target(
             name: "BrokerCore",
             dependencies: [
-                "Observability", "BrokerCrypto", "JOSE", "PostgresClient", "EmbeddedPostgres", "HTTPServer", "HTTPClient",
+                "Observability", "BrokerCrypto", "StrictJSON", "JOSE", "PostgresClient", "EmbeddedPostgres", "HTTPServer",
+                "HTTPClient",
             ],
             swiftSettings: swiftSettings,
             plugins: ["EmbedMigrations"]
@@ -61,10 +64,15 @@ let package = Package(
         // MARK: The Apple simulator: appleid.apple.com on loopback, for development and tests
         .target(
             name: "AppleSimulator",
-            dependencies: ["BrokerCrypto", "JOSE", "HTTPServer", "HTTPClient", "Observability"],
+            dependencies: ["BrokerCrypto", "JOSE", "StrictJSON", "HTTPServer", "HTTPClient", "Observability"],
             swiftSettings: swiftSettings
         ),
         .executableTarget(name: "apple-sim", dependencies: ["AppleSimulator"], swiftSettings: swiftSettings),
+
+        // MARK: Micro-benchmarks (figures for `make bench`, never timed tests)
+        .executableTarget(
+            name: "broker-bench", dependencies: ["BrokerCore", "BrokerCrypto", "JOSE", "StrictJSON"],
+            swiftSettings: swiftSettings),
 
         // MARK: Build tooling: sql/*.sql compiled into the binary, so it needs no files at run time
         .executableTarget(name: "embed-sql", path: "Plugins/EmbedSQLTool"),
@@ -78,10 +86,12 @@ let package = Package(
             swiftSettings: swiftSettings
         ),
         .testTarget(name: "BrokerCryptoTests", dependencies: ["BrokerCrypto"], swiftSettings: swiftSettings),
-        .testTarget(name: "JOSETests", dependencies: ["JOSE", "BrokerCrypto", "TestSupport"], swiftSettings: swiftSettings),
+        .testTarget(name: "StrictJSONTests", dependencies: ["StrictJSON"], swiftSettings: swiftSettings),
+        .testTarget(
+            name: "JOSETests", dependencies: ["JOSE", "StrictJSON", "BrokerCrypto", "TestSupport"], swiftSettings: swiftSettings),
         .testTarget(
             name: "AppleSimulatorTests",
-            dependencies: ["AppleSimulator", "JOSE", "BrokerCrypto", "HTTPClient", "TestSupport"],
+            dependencies: ["AppleSimulator", "JOSE", "StrictJSON", "BrokerCrypto", "HTTPClient", "TestSupport"],
             swiftSettings: swiftSettings
         ),
         .testTarget(
@@ -96,7 +106,7 @@ let package = Package(
         ),
         .testTarget(
             name: "BrokerCoreTests",
-            dependencies: ["BrokerCore", "AppleSimulator", "JOSE", "BrokerCrypto", "TestSupport", "ProcessRunner"],
+            dependencies: ["BrokerCore", "AppleSimulator", "JOSE", "StrictJSON", "BrokerCrypto", "TestSupport", "ProcessRunner"],
             swiftSettings: swiftSettings
         ),
     ]

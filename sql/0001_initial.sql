@@ -1,10 +1,10 @@
 -- 0001: the whole schema of DESIGN.md §3.
 --
--- Personal data lives only in users, apple_identities, apple_tokens and the outbox rows
--- marked `personal`; every one of them hangs off users(id) ON DELETE CASCADE (outbox rows
--- are deleted explicitly by the purge), so deleting the user row purges the person.
--- What stays after a purge (deletion_requests, deletion_steps, tombstones, audit_log,
--- apple_notifications) holds identifiers and hashes only: no name, e-mail or token.
+-- Personal data lives only in users, apple_identities and apple_tokens, which hang off
+-- users(id) ON DELETE CASCADE, so deleting the user row purges the person. Outbox events
+-- are thin on purpose (the user id and non-personal facts; backends read details through
+-- the API), and what stays after a purge (deletion_requests, deletion_steps, tombstones,
+-- audit_log, apple_notifications) holds identifiers and hashes only: no name, e-mail or token.
 
 CREATE TABLE users (
     id          uuid PRIMARY KEY,
@@ -36,7 +36,7 @@ CREATE TABLE apple_identities (
     last_login_at        timestamptz,
     last_verified_at     timestamptz,
     CONSTRAINT apple_identities_team_sub_key UNIQUE (team_id, sub)
-);
+) WITH (fillfactor = 85);  -- room for HOT updates of last_login_at on repeat logins
 CREATE INDEX apple_identities_user_id ON apple_identities (user_id);
 CREATE INDEX apple_identities_transfer_sub ON apple_identities (transfer_sub) WHERE transfer_sub IS NOT NULL;
 
@@ -103,19 +103,17 @@ CREATE INDEX deletion_steps_deletion ON deletion_steps (deletion_id, id);
 
 -- Transactional outbox. `txid` is the writing transaction's id: feeds read only rows
 -- whose transaction is older than every transaction still in flight, so a row that
--- commits late is never skipped (DESIGN.md §3, outbox pitfall).
+-- commits late is never skipped (DESIGN.md §3, outbox pitfall). Payloads hold the user id
+-- and non-personal facts only.
 CREATE TABLE outbox_events (
     id          bigserial PRIMARY KEY,
-    event_id    uuid NOT NULL UNIQUE,
     type        text NOT NULL,
     user_id     uuid,
     payload     jsonb NOT NULL,
-    personal    boolean NOT NULL DEFAULT false,          -- payload holds personal data: purged with the user
     txid        xid8 NOT NULL DEFAULT pg_current_xact_id(),
     created_at  timestamptz NOT NULL DEFAULT now()
 );
 CREATE INDEX outbox_events_feed ON outbox_events (txid, id);
-CREATE INDEX outbox_events_user ON outbox_events (user_id);
 
 CREATE TABLE webhook_subscriptions (
     id           uuid PRIMARY KEY,

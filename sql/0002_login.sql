@@ -13,22 +13,43 @@ CREATE TABLE authorization_codes (
 CREATE INDEX authorization_codes_created ON authorization_codes (created_at);
 
 -- Writes one outbox event and, in the same transaction, one delivery row per webhook
--- subscription whose topics match; wakes the dispatcher at commit.
-CREATE FUNCTION broker_emit_event(p_type text, p_user_id uuid, p_payload jsonb, p_personal boolean)
+-- subscription whose topics match. No NOTIFY: PostgreSQL serialises every notifying
+-- commit on one lock, which would cap login throughput; the dispatcher polls briefly and
+-- is woken in-process by the writer.
+CREATE FUNCTION broker_emit_event(p_type text, p_user_id uuid, p_payload jsonb)
 RETURNS bigint LANGUAGE plpgsql AS $$
 DECLARE
     v_id bigint;
 BEGIN
-    INSERT INTO outbox_events (event_id, type, user_id, payload, personal)
-    VALUES (gen_random_uuid(), p_type, p_user_id, p_payload, p_personal)
+    INSERT INTO outbox_events (type, user_id, payload)
+    VALUES (p_type, p_user_id, p_payload)
     RETURNING id INTO v_id;
     INSERT INTO webhook_deliveries (event_id, subscription_id, ordering_key)
     SELECT v_id, s.id, p_user_id
     FROM webhook_subscriptions s
     WHERE s.topics ? p_type OR s.topics ? '*';
-    PERFORM pg_notify('outbox', '');
     RETURN v_id;
 END
+$$;
+
+-- Whether a login with these verified facts would change nothing on this identity but
+-- last_login_at, and that one is recent enough to leave alone. Shared by the read-only
+-- fast path (LoginStore) and broker_login, so both agree on what counts as a change.
+-- A SQL function PostgreSQL inlines into the calling query.
+CREATE FUNCTION broker_identity_unchanged(
+    i apple_identities, p_client_id text, p_email text, p_email_verified boolean, p_is_private_email boolean,
+    p_real_user_status text, p_given_name text, p_family_name text, p_user_email text, p_last_login_resolution interval
+) RETURNS boolean LANGUAGE sql STABLE AS $$
+    SELECT i.consent = 'active'
+        AND i.client_id = p_client_id
+        AND (p_email IS NULL OR p_email = i.email)
+        AND (p_email_verified IS NULL OR p_email_verified = i.email_verified)
+        AND (p_email IS NULL OR p_is_private_email IS NULL OR p_is_private_email = i.is_private_email)
+        AND (p_real_user_status IS NULL OR p_real_user_status = i.real_user_status)
+        AND (p_given_name IS NULL OR i.given_name IS NOT NULL)
+        AND (p_family_name IS NULL OR i.family_name IS NOT NULL)
+        AND (p_user_email IS NULL OR i.email IS NOT NULL)
+        AND i.last_login_at IS NOT NULL AND i.last_login_at >= now() - p_last_login_resolution
 $$;
 
 -- The login upsert, in one statement (one round trip, one transaction):
@@ -41,74 +62,98 @@ $$;
 --     only when older than p_last_login_resolution, so busy repeat logins do not write;
 --   * a refresh token, when given (already encrypted), replaces the one stored for the
 --     identity and client id;
---   * outbox events: user.created, identity.updated, consent.restored.
+--   * outbox events: user.created, identity.linked, identity.updated, consent.restored.
+-- The common case, a repeat login that changes nothing, does not call this at all:
+-- LoginStore answers it from one read-only query (see broker_identity_unchanged).
 CREATE FUNCTION broker_login(
     p_team_id text, p_sub text, p_client_id text,
     p_email text, p_email_verified boolean, p_is_private_email boolean, p_real_user_status text,
     p_given_name text, p_family_name text, p_user_email text, p_transfer_sub text,
     p_refresh_token bytea, p_refresh_key_id text,
-    p_new_user_id uuid, p_new_identity_id uuid, p_last_login_resolution interval, p_validation_jitter interval
+    p_last_login_resolution interval, p_validation_jitter interval
 ) RETURNS TABLE (
     r_outcome text, r_user_id uuid, r_is_new_user boolean, r_email text, r_email_verified boolean,
     r_is_private_email boolean, r_real_user_status text, r_refresh_token_stored boolean
 ) LANGUAGE plpgsql AS $$
 DECLARE
-    v_identity apple_identities%ROWTYPE;
-    v_user uuid;
+    v_identity record;
     v_status text;
+    v_has_token boolean := false;
+    v_user uuid;
+    v_new_user_id uuid;
     v_new_user boolean := false;
     v_created boolean := false;
     v_email_changed boolean;
     v_restored boolean;
-    v_stored boolean := false;
-    v_sub_hash text := encode(sha256(convert_to(p_sub, 'UTF8')), 'hex');
+    v_sub_hash text;
 BEGIN
-    SELECT * INTO v_identity FROM apple_identities WHERE team_id = p_team_id AND sub = p_sub;
-    IF NOT FOUND THEN
+    SELECT i.*, u.status AS user_status,
+           EXISTS (SELECT 1 FROM apple_tokens t WHERE t.identity_id = i.id AND t.revoked_at IS NULL) AS has_token,
+           broker_identity_unchanged(i, p_client_id, p_email, p_email_verified, p_is_private_email, p_real_user_status,
+               p_given_name, p_family_name, p_user_email, p_last_login_resolution) AS unchanged
+    INTO v_identity
+    FROM apple_identities i JOIN users u ON u.id = i.user_id
+    WHERE i.team_id = p_team_id AND i.sub = p_sub;
+    IF FOUND THEN
+        v_status := v_identity.user_status;
+        v_has_token := v_identity.has_token;
+    ELSE
         IF p_transfer_sub IS NOT NULL THEN
             SELECT i.user_id INTO v_user FROM apple_identities i
             WHERE i.transfer_sub = p_transfer_sub AND NOT (i.team_id = p_team_id AND i.sub = p_sub)
             ORDER BY i.created_at LIMIT 1;
         END IF;
         IF v_user IS NULL THEN
-            INSERT INTO users (id) VALUES (p_new_user_id);
-            v_user := p_new_user_id;
+            v_new_user_id := gen_random_uuid();
+            INSERT INTO users (id) VALUES (v_new_user_id);
+            v_user := v_new_user_id;
             v_new_user := true;
         END IF;
         INSERT INTO apple_identities AS i (
             id, user_id, team_id, sub, client_id, email, email_verified, is_private_email, real_user_status,
             given_name, family_name, transfer_sub, last_login_at, last_verified_at)
         VALUES (
-            p_new_identity_id, v_user, p_team_id, p_sub, p_client_id, COALESCE(p_email, p_user_email),
+            gen_random_uuid(), v_user, p_team_id, p_sub, p_client_id, COALESCE(p_email, p_user_email),
             COALESCE(p_email_verified, false), COALESCE(p_is_private_email, false), p_real_user_status,
             p_given_name, p_family_name, p_transfer_sub, now(), now())
         ON CONFLICT (team_id, sub) DO NOTHING
         RETURNING * INTO v_identity;
         IF FOUND THEN
             v_created := true;
+            SELECT status INTO v_status FROM users WHERE id = v_identity.user_id;
         ELSE
             -- A concurrent first login of this sub won; continue as a repeat login.
             IF v_new_user THEN
-                DELETE FROM users WHERE id = p_new_user_id;
+                DELETE FROM users WHERE id = v_new_user_id;
                 v_new_user := false;
             END IF;
-            SELECT * INTO v_identity FROM apple_identities WHERE team_id = p_team_id AND sub = p_sub;
+            SELECT i.*, u.status AS user_status,
+                   EXISTS (SELECT 1 FROM apple_tokens t WHERE t.identity_id = i.id AND t.revoked_at IS NULL) AS has_token,
+                   broker_identity_unchanged(i, p_client_id, p_email, p_email_verified, p_is_private_email,
+                       p_real_user_status, p_given_name, p_family_name, p_user_email, p_last_login_resolution) AS unchanged
+            INTO v_identity
+            FROM apple_identities i JOIN users u ON u.id = i.user_id
+            WHERE i.team_id = p_team_id AND i.sub = p_sub;
+            v_status := v_identity.user_status;
+            v_has_token := v_identity.has_token;
         END IF;
     END IF;
 
-    SELECT status INTO v_status FROM users WHERE id = v_identity.user_id;
+    r_user_id := v_identity.user_id;
     IF v_status = 'deleting' THEN
-        RETURN QUERY SELECT 'deletion_pending'::text, v_identity.user_id, false, NULL::text, NULL::boolean,
-            NULL::boolean, NULL::text, false;
+        r_outcome := 'deletion_pending';
+        r_is_new_user := false;
+        r_refresh_token_stored := false;
+        RETURN NEXT;
         RETURN;
     END IF;
 
     IF v_created THEN
         IF v_new_user THEN
             PERFORM broker_emit_event('user.created', v_identity.user_id, jsonb_build_object(
-                'user_id', v_identity.user_id, 'client_id', p_client_id, 'email', v_identity.email,
-                'email_verified', v_identity.email_verified, 'is_private_email', v_identity.is_private_email,
-                'real_user_status', v_identity.real_user_status), true);
+                'user_id', v_identity.user_id, 'client_id', p_client_id, 'is_private_email', v_identity.is_private_email,
+                'real_user_status', v_identity.real_user_status));
+            v_sub_hash := encode(sha256(convert_to(p_sub, 'UTF8')), 'hex');
             IF EXISTS (SELECT 1 FROM tombstones WHERE team_id = p_team_id AND sub_hash = v_sub_hash) THEN
                 INSERT INTO audit_log (actor, action, subject, detail)
                 VALUES ('login', 'login.new_user_after_deletion', v_sub_hash,
@@ -116,7 +161,7 @@ BEGIN
             END IF;
         ELSE
             PERFORM broker_emit_event('identity.linked', v_identity.user_id, jsonb_build_object(
-                'user_id', v_identity.user_id, 'client_id', p_client_id, 'reason', 'team_transfer'), false);
+                'user_id', v_identity.user_id, 'client_id', p_client_id, 'reason', 'team_transfer'));
         END IF;
     ELSE
         v_email_changed := (p_email IS NOT NULL AND p_email IS DISTINCT FROM v_identity.email)
@@ -124,15 +169,7 @@ BEGIN
             OR (p_is_private_email IS NOT NULL AND p_email IS NOT NULL
                 AND p_is_private_email IS DISTINCT FROM v_identity.is_private_email);
         v_restored := v_identity.consent = 'revoked';
-        IF v_email_changed OR v_restored
-            OR v_identity.client_id IS DISTINCT FROM p_client_id
-            OR (p_real_user_status IS NOT NULL AND p_real_user_status IS DISTINCT FROM v_identity.real_user_status)
-            OR (p_given_name IS NOT NULL AND v_identity.given_name IS NULL)
-            OR (p_family_name IS NOT NULL AND v_identity.family_name IS NULL)
-            OR (v_identity.email IS NULL AND p_user_email IS NOT NULL)
-            OR p_refresh_token IS NOT NULL
-            OR v_identity.last_login_at IS NULL OR v_identity.last_login_at < now() - p_last_login_resolution
-        THEN
+        IF v_email_changed OR v_restored OR p_refresh_token IS NOT NULL OR NOT v_identity.unchanged THEN
             UPDATE apple_identities AS i SET
                 client_id = p_client_id,
                 email = COALESCE(p_email, i.email, p_user_email),
@@ -150,12 +187,12 @@ BEGIN
             RETURNING * INTO v_identity;
             IF v_email_changed THEN
                 PERFORM broker_emit_event('identity.updated', v_identity.user_id, jsonb_build_object(
-                    'user_id', v_identity.user_id, 'email', v_identity.email,
-                    'email_verified', v_identity.email_verified, 'is_private_email', v_identity.is_private_email), true);
+                    'user_id', v_identity.user_id, 'changed', jsonb_build_array('email'),
+                    'email_verified', v_identity.email_verified, 'is_private_email', v_identity.is_private_email));
             END IF;
             IF v_restored THEN
                 PERFORM broker_emit_event('consent.restored', v_identity.user_id, jsonb_build_object(
-                    'user_id', v_identity.user_id, 'client_id', p_client_id), false);
+                    'user_id', v_identity.user_id, 'client_id', p_client_id));
             END IF;
         END IF;
     END IF;
@@ -167,13 +204,17 @@ BEGIN
         ON CONFLICT (identity_id, client_id) DO UPDATE SET
             refresh_token = EXCLUDED.refresh_token, key_id = EXCLUDED.key_id, obtained_at = now(),
             last_validated_at = NULL, next_validation_at = EXCLUDED.next_validation_at, revoked_at = NULL;
-        v_stored := true;
-    ELSE
-        v_stored := EXISTS (SELECT 1 FROM apple_tokens WHERE identity_id = v_identity.id AND revoked_at IS NULL);
+        v_has_token := true;
     END IF;
 
-    RETURN QUERY SELECT 'ok'::text, v_identity.user_id, v_new_user, v_identity.email, v_identity.email_verified,
-        v_identity.is_private_email, v_identity.real_user_status, v_stored;
+    r_outcome := 'ok';
+    r_is_new_user := v_new_user;
+    r_email := v_identity.email;
+    r_email_verified := v_identity.email_verified;
+    r_is_private_email := v_identity.is_private_email;
+    r_real_user_status := v_identity.real_user_status;
+    r_refresh_token_stored := v_has_token;
+    RETURN NEXT;
 END
 $$;
 
@@ -194,7 +235,7 @@ BEGIN
     UPDATE apple_identities SET consent = 'revoked', consent_at = p_event_time WHERE id = p_identity_id;
     IF v_identity.consent = 'active' THEN
         PERFORM broker_emit_event('consent.revoked', v_identity.user_id, jsonb_build_object(
-            'user_id', v_identity.user_id, 'client_id', v_identity.client_id, 'source', p_source), false);
+            'user_id', v_identity.user_id, 'client_id', v_identity.client_id, 'source', p_source));
     END IF;
     RETURN v_identity.consent = 'active';
 END

@@ -2,6 +2,7 @@ import BrokerCrypto
 import Foundation
 import HTTPServer
 import JOSE
+import StrictJSON
 import Synchronization
 
 /// The simulator's own control API under `/sim/` (not Apple's): create users and tokens,
@@ -58,7 +59,28 @@ enum AdminEndpoints {
         }
     }
 
+    struct BatchRequest: Codable {
+        var count: Int
+        var users: Int
+        var clientID: String
+        var lifetime: Int?
+
+        enum CodingKeys: String, CodingKey {
+            case count, users
+            case clientID = "client_id"
+            case lifetime
+        }
+    }
+
     static func register(on router: inout Router, simulator: AppleSimulator) {
+        // Benchmark fixtures: `count` tokens over `users` distinct subs, one per line.
+        router.post("/sim/tokens/batch") { request in
+            let batch = try request.decodeJSON(BatchRequest.self)
+            guard (1...1_000_000).contains(batch.count), (1...10_000_000).contains(batch.users) else {
+                throw Problem.badRequest("count must be 1…1,000,000 and users 1…10,000,000")
+            }
+            return .text(try simulator.mintBatch(batch).joined(separator: "\n") + "\n")
+        }
         router.post("/sim/teams") { request in
             let registration = try request.decodeJSON(TeamRegistration.self)
             let publicKey = try AppleSimulator.publicKey(fromPEM: registration.keyPEM)

@@ -3,6 +3,7 @@ import Foundation
 import HTTPClient
 import HTTPServer
 import JOSE
+import StrictJSON
 import Synchronization
 
 /// Apple's answers for `/auth/*`: form-encoded requests, `client_secret_post` only,

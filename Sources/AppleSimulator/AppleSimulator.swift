@@ -3,6 +3,7 @@ import Foundation
 import HTTPClient
 import HTTPServer
 import JOSE
+import StrictJSON
 import Observability
 import Synchronization
 
@@ -166,6 +167,33 @@ public final class AppleSimulator: Sendable {
         let token = try identityToken(
             for: user, clientID: request.clientID, request: request, code: code, accessToken: nil)
         return MintedToken(idToken: token, sub: user.sub, email: request.omitEmail == true ? nil : user.email, code: code)
+    }
+
+    /// Many identity tokens for benchmarks: subs `001234.<32 digits of the index>.0042`
+    /// drawn at random from `users` (relay e-mail, likely real), signed on all cores.
+    func mintBatch(_ batch: AdminEndpoints.BatchRequest) throws -> [String] {
+        let (keyID, key) = state.withLock { $0.signingKeys.last! }
+        let signer = try JWSSigner(key: key, keyID: keyID)
+        let now = Int64(Date().timeIntervalSince1970)
+        let tokens = Mutex<[String?]>(Array(repeating: nil, count: batch.count))
+        let failures = Mutex<Int>(0)
+        DispatchQueue.concurrentPerform(iterations: batch.count) { index in
+            let number = Int.random(in: 0..<batch.users)
+            let sub = "001234." + String(repeating: "0", count: max(0, 32 - String(number).count)) + String(number) + ".0042"
+            let claims: [String: JSONValue] = [
+                "iss": .string(Self.issuer), "aud": .string(batch.clientID), "sub": .string(sub),
+                "iat": .integer(now), "exp": .integer(now + Int64(batch.lifetime ?? 3600)), "auth_time": .integer(now),
+                "email": .string("u\(number)@privaterelay.appleid.com"), "email_verified": true, "is_private_email": true,
+                "real_user_status": 2, "nonce_supported": true,
+            ]
+            if let token = try? signer.sign(claims: claims) {
+                tokens.withLock { $0[index] = token }
+            } else {
+                failures.withLock { $0 += 1 }
+            }
+        }
+        guard failures.withLock({ $0 }) == 0 else { throw Problem.internalError }
+        return tokens.withLock { $0.compactMap { $0 } }
     }
 
     /// An authorization code (single use, five minutes) for a user and client id.

@@ -2,6 +2,7 @@ import BrokerCrypto
 import Foundation
 import HTTPClient
 import JOSE
+import StrictJSON
 import Synchronization
 
 /// A server-to-server notification the simulator signs and posts.

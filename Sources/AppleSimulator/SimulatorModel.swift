@@ -1,6 +1,7 @@
 import BrokerCrypto
 import Foundation
 import JOSE
+import StrictJSON
 
 /// A user of the simulated Apple ID service, as one team sees them.
 public struct SimulatedUser: Sendable, Codable, Equatable {

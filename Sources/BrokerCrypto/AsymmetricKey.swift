@@ -1,5 +1,6 @@
 import COpenSSL
 import Glibc
+import Synchronization
 
 /// An RSA or EC P-256 key held in an OpenSSL `EVP_PKEY`, freed when the last reference goes.
 ///
@@ -20,6 +21,8 @@ public final class AsymmetricKey: @unchecked Sendable {
     }
 
     let pointer: OpaquePointer
+    /// Verification contexts, initialised once and reused (one per concurrent caller).
+    private let verifyContexts = Mutex<[VerifyContext]>([])
     /// RSA (with its modulus size) or EC P-256.
     public let kind: Kind
     /// Whether the private half is present (only then can it `sign`).
@@ -205,21 +208,24 @@ public final class AsymmetricKey: @unchecked Sendable {
 
     /// Verifies a SHA-256 signature: PKCS#1 v1.5 for RSA, DER ECDSA for EC. Never throws:
     /// every failure, malformed input included, is `false`.
+    ///
+    /// The message is hashed with a pre-fetched SHA-256 and checked with `EVP_PKEY_verify`
+    /// on a context initialised once per key and thread of use: this is every login's
+    /// signature check, and building a fresh `EVP_DigestVerify` context each time cost
+    /// twice the RSA operation itself.
     public func verifySHA256(signature: some Collection<UInt8>, message: some Collection<UInt8>) -> Bool {
-        guard let context = EVP_MD_CTX_new() else { return false }
-        defer { EVP_MD_CTX_free(context) }
-        guard EVP_DigestVerifyInit(context, nil, EVP_sha256(), nil, pointer) == 1 else {
+        let digest = SHA256.hash(message)
+        guard let context = verifyContexts.withLock({ $0.popLast() }) ?? VerifyContext(key: self) else {
             ERR_clear_error()
             return false
         }
         let result = withContiguousBytes(signature) { sig in
-            withContiguousBytes(message) { msg in
-                EVP_DigestVerify(
-                    context, sig.baseAddress?.assumingMemoryBound(to: UInt8.self), sig.count,
-                    msg.baseAddress?.assumingMemoryBound(to: UInt8.self), msg.count)
-            }
+            EVP_PKEY_verify(context.pointer, sig.baseAddress?.assumingMemoryBound(to: UInt8.self), sig.count, digest, digest.count)
         }
         if result != 1 { ERR_clear_error() }
+        verifyContexts.withLock { contexts in
+            if contexts.count < 64 { contexts.append(context) }
+        }
         return result == 1
     }
 
@@ -354,4 +360,26 @@ final class ParameterBuilder {
         }
         return parameters
     }
+}
+
+/// Owns one `EVP_PKEY_CTX` set up for SHA-256 signature verification with a key.
+/// Not safe for concurrent use: `AsymmetricKey` hands each to one caller at a time.
+final class VerifyContext: @unchecked Sendable {
+    let pointer: OpaquePointer
+
+    init?(key: AsymmetricKey) {
+        guard let context = EVP_PKEY_CTX_new_from_pkey(nil, key.pointer, nil) else { return nil }
+        var ok = EVP_PKEY_verify_init(context) == 1
+        if ok, case .rsa = key.kind {
+            ok = EVP_PKEY_CTX_set_rsa_padding(context, RSA_PKCS1_PADDING) == 1
+        }
+        ok = ok && EVP_PKEY_CTX_set_signature_md(context, FetchedAlgorithms.sha256) == 1
+        guard ok else {
+            EVP_PKEY_CTX_free(context)
+            return nil
+        }
+        pointer = context
+    }
+
+    deinit { EVP_PKEY_CTX_free(pointer) }
 }

@@ -2,57 +2,120 @@
 ///
 /// Decoding is strict: padding, whitespace, characters outside the URL-safe alphabet and
 /// non-zero trailing bits are all rejected, so each byte string has exactly one encoding.
+/// Both directions work on contiguous bytes with plain loops: they run several times per
+/// login and must not cost more than the signature check.
 public enum Base64URL {
-    private static let alphabet = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_".utf8)
+    private static let alphabet: [UInt8] = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_".utf8)
     private static let values: [UInt8] = {
         var table = [UInt8](repeating: 0xFF, count: 256)
         for (index, character) in alphabet.enumerated() { table[Int(character)] = UInt8(index) }
         return table
     }()
 
-    public static func encode(_ bytes: some Collection<UInt8>) -> String {
-        var output = [UInt8]()
-        output.reserveCapacity((bytes.count * 4 + 2) / 3)
-        var iterator = bytes.makeIterator()
-        while let first = iterator.next() {
-            let second = iterator.next()
-            let third = iterator.next()
-            output.append(alphabet[Int(first >> 2)])
-            output.append(alphabet[Int((first & 0x03) << 4 | (second ?? 0) >> 4)])
-            if let second {
-                output.append(alphabet[Int((second & 0x0F) << 2 | (third ?? 0) >> 6)])
-                if let third { output.append(alphabet[Int(third & 0x3F)]) }
-            }
-        }
-        return String(decoding: output, as: UTF8.self)
+    public static func encode(_ bytes: [UInt8]) -> String {
+        bytes.withUnsafeBufferPointer { encode(buffer: $0) }
+    }
+
+    public static func encode(_ bytes: ArraySlice<UInt8>) -> String {
+        bytes.withUnsafeBufferPointer { encode(buffer: $0) }
     }
 
     public static func encode(_ string: String) -> String { encode(Array(string.utf8)) }
 
-    /// Decodes; nil for anything that is not canonical unpadded base64url.
-    public static func decode(_ text: some StringProtocol) -> [UInt8]? {
-        decode(utf8: Array(text.utf8))
-    }
-
-    public static func decode(utf8 input: some Collection<UInt8>) -> [UInt8]? {
+    private static func encode(buffer input: UnsafeBufferPointer<UInt8>) -> String {
         let count = input.count
-        if count % 4 == 1 { return nil }
-        var output = [UInt8]()
-        output.reserveCapacity(count * 3 / 4)
-        var accumulator: UInt32 = 0
-        var bits = 0
-        for character in input {
-            let value = values[Int(character)]
-            if value == 0xFF { return nil }
-            accumulator = accumulator << 6 | UInt32(value)
-            bits += 6
-            if bits >= 8 {
-                bits -= 8
-                output.append(UInt8(truncatingIfNeeded: accumulator >> UInt32(bits)))
+        let outputCount = (count * 4 + 2) / 3
+        return String(unsafeUninitializedCapacity: outputCount) { output in
+            alphabet.withUnsafeBufferPointer { table in
+                var i = 0
+                var o = 0
+                while i + 3 <= count {
+                    let value = UInt32(input[i]) << 16 | UInt32(input[i + 1]) << 8 | UInt32(input[i + 2])
+                    output[o] = table[Int(value >> 18 & 0x3F)]
+                    output[o + 1] = table[Int(value >> 12 & 0x3F)]
+                    output[o + 2] = table[Int(value >> 6 & 0x3F)]
+                    output[o + 3] = table[Int(value & 0x3F)]
+                    i += 3
+                    o += 4
+                }
+                let rest = count - i
+                if rest > 0 {
+                    let value = UInt32(input[i]) << 16 | (rest == 2 ? UInt32(input[i + 1]) << 8 : 0)
+                    output[o] = table[Int(value >> 18 & 0x3F)]
+                    output[o + 1] = table[Int(value >> 12 & 0x3F)]
+                    o += 2
+                    if rest == 2 {
+                        output[o] = table[Int(value >> 6 & 0x3F)]
+                        o += 1
+                    }
+                }
+                return o
             }
         }
-        // Leftover bits must be zero (RFC 4648 §3.5 canonical encoding).
-        if bits > 0 && accumulator & ((1 << UInt32(bits)) - 1) != 0 { return nil }
-        return output
+    }
+
+    /// Decodes; nil for anything that is not canonical unpadded base64url.
+    public static func decode(_ text: String) -> [UInt8]? {
+        var text = text
+        return text.withUTF8 { decode(buffer: $0) }
+    }
+
+    public static func decode(_ text: Substring) -> [UInt8]? { decode(String(text)) }
+
+    public static func decode(utf8 input: [UInt8]) -> [UInt8]? {
+        input.withUnsafeBufferPointer { decode(buffer: $0) }
+    }
+
+    public static func decode(utf8 input: ArraySlice<UInt8>) -> [UInt8]? {
+        input.withUnsafeBufferPointer { decode(buffer: $0) }
+    }
+
+    public static func decode(buffer input: UnsafeBufferPointer<UInt8>) -> [UInt8]? {
+        let count = input.count
+        if count % 4 == 1 { return nil }
+        let outputCount = count / 4 * 3 + (count % 4 == 0 ? 0 : count % 4 - 1)
+        var valid = true
+        let output = [UInt8](unsafeUninitializedCapacity: outputCount) { output, initialized in
+            values.withUnsafeBufferPointer { table in
+                var i = 0
+                var o = 0
+                while i + 4 <= count {
+                    let a = table[Int(input[i])], b = table[Int(input[i + 1])]
+                    let c = table[Int(input[i + 2])], d = table[Int(input[i + 3])]
+                    if (a | b | c | d) & 0x80 != 0 {
+                        valid = false
+                        break
+                    }
+                    let value = UInt32(a) << 18 | UInt32(b) << 12 | UInt32(c) << 6 | UInt32(d)
+                    output[o] = UInt8(truncatingIfNeeded: value >> 16)
+                    output[o + 1] = UInt8(truncatingIfNeeded: value >> 8)
+                    output[o + 2] = UInt8(truncatingIfNeeded: value)
+                    i += 4
+                    o += 3
+                }
+                let rest = count - i
+                if valid && rest > 0 {
+                    let a = table[Int(input[i])], b = table[Int(input[i + 1])]
+                    let c = rest == 3 ? table[Int(input[i + 2])] : 0
+                    if (a | b | c) & 0x80 != 0 {
+                        valid = false
+                    } else {
+                        let value = UInt32(a) << 18 | UInt32(b) << 12 | UInt32(c) << 6
+                        output[o] = UInt8(truncatingIfNeeded: value >> 16)
+                        o += 1
+                        // Leftover bits must be zero (RFC 4648 §3.5 canonical encoding).
+                        if rest == 2 {
+                            if value & 0xFFFF != 0 { valid = false }
+                        } else {
+                            output[o] = UInt8(truncatingIfNeeded: value >> 8)
+                            o += 1
+                            if value & 0xFF != 0 { valid = false }
+                        }
+                    }
+                }
+                initialized = valid ? o : 0
+            }
+        }
+        return valid ? output : nil
     }
 }

@@ -1,17 +1,30 @@
 import COpenSSL
 
+/// OpenSSL algorithm implementations fetched once. OpenSSL 3 otherwise looks the
+/// implementation up in its provider tables on every call (`EVP_sha256()` is such an
+/// implicit fetch), which costs more than hashing a token.
+enum FetchedAlgorithms {
+    /// A fetched `EVP_MD` is immutable and may be shared by threads (OpenSSL 3 threading docs).
+    nonisolated(unsafe) static let sha256: OpaquePointer = {
+        guard let digest = EVP_MD_fetch(nil, "SHA2-256", nil) else { fatalError("OpenSSL has no SHA-256") }
+        return digest
+    }()
+}
+
 /// SHA-256 through OpenSSL's EVP interface.
 public enum SHA256 {
     public static let byteCount = 32
 
     /// The SHA-256 digest of `bytes`.
     public static func hash(_ bytes: some Collection<UInt8>) -> [UInt8] {
-        var output = [UInt8](repeating: 0, count: byteCount)
         var length: UInt32 = 0
-        let ok = withContiguousBytes(bytes) { input in
-            EVP_Digest(input.baseAddress, input.count, &output, &length, EVP_sha256(), nil)
+        let output = [UInt8](unsafeUninitializedCapacity: byteCount) { buffer, initialized in
+            let ok = withContiguousBytes(bytes) { input in
+                EVP_Digest(input.baseAddress, input.count, buffer.baseAddress, &length, FetchedAlgorithms.sha256, nil)
+            }
+            precondition(ok == 1 && length == 32, "EVP_Digest(SHA-256) failed")
+            initialized = byteCount
         }
-        precondition(ok == 1 && length == 32, "EVP_Digest(SHA-256) failed")
         return output
     }
 

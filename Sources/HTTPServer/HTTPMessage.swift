@@ -1,5 +1,6 @@
 import Foundation
 import Observability
+import StrictJSON
 
 /// An HTTP method, compared case-sensitively as RFC 9110 says.
 public struct HTTPMethod: Hashable, Sendable, CustomStringConvertible, ExpressibleByStringLiteral {
@@ -26,17 +27,32 @@ public struct HTTPHeaders: Sendable, Sequence, ExpressibleByDictionaryLiteral {
 
     public init(dictionaryLiteral elements: (String, String)...) { self.init(elements) }
 
-    /// The first value of `name`, ignoring case.
+    /// The first value of `name`, ignoring ASCII case (field names are ASCII, RFC 9110 §5.1).
     public subscript(_ name: String) -> String? {
-        fields.first { $0.name.caseInsensitiveCompare(name) == .orderedSame }?.value
+        fields.first { Self.sameName($0.name, name) }?.value
     }
 
     public mutating func add(_ name: String, _ value: String) { fields.append((name, value)) }
 
     /// Replaces every value of `name` with `value`.
     public mutating func set(_ name: String, _ value: String) {
-        fields.removeAll { $0.name.caseInsensitiveCompare(name) == .orderedSame }
+        fields.removeAll { Self.sameName($0.name, name) }
         fields.append((name, value))
+    }
+
+    /// ASCII case-insensitive equality, without Foundation's Unicode machinery (hot path).
+    static func sameName(_ lhs: String, _ rhs: String) -> Bool {
+        var lhs = lhs.utf8.makeIterator()
+        var rhs = rhs.utf8.makeIterator()
+        while true {
+            switch (lhs.next(), rhs.next()) {
+            case (nil, nil): return true
+            case (let a?, let b?):
+                if a == b { continue }
+                if a | 0x20 != b | 0x20 || !((a | 0x20) >= 0x61 && (a | 0x20) <= 0x7A) { return false }
+            default: return false
+            }
+        }
     }
 
     public func makeIterator() -> IndexingIterator<[(name: String, value: String)]> { fields.makeIterator() }
@@ -86,24 +102,46 @@ public struct HTTPRequest: Sendable {
     /// The bearer token of `Authorization: Bearer …`, if present.
     public var bearerToken: String? {
         guard let value = headers["Authorization"] else { return nil }
-        let parts = value.split(separator: " ", maxSplits: 1)
-        guard parts.count == 2, parts[0].caseInsensitiveCompare("Bearer") == .orderedSame else { return nil }
-        let token = parts[1].trimmingCharacters(in: .whitespaces)
-        return token.isEmpty ? nil : token
+        let utf8 = Array(value.utf8)
+        guard utf8.count > 7, HTTPHeaders.sameName(String(decoding: utf8[0..<6], as: UTF8.self), "Bearer"),
+            utf8[6] == UInt8(ascii: " ")
+        else { return nil }
+        var token = utf8[7...]
+        while let first = token.first, first == UInt8(ascii: " ") || first == UInt8(ascii: "\t") { token.removeFirst() }
+        while let last = token.last, last == UInt8(ascii: " ") || last == UInt8(ascii: "\t") { token.removeLast() }
+        return token.isEmpty ? nil : String(decoding: token, as: UTF8.self)
     }
+
+    /// The body as a JSON object, read strictly (duplicate member names are refused).
+    /// - Throws: 415 `unsupported_media_type`, 400 `invalid_json` (also for a non-object).
+    public func jsonObject() throws -> JSONObjectReader {
+        try requireJSONContentType()
+        guard !body.isEmpty else {
+            throw Problem(status: 400, code: "invalid_json", title: "Invalid JSON body", detail: "the body is empty")
+        }
+        do {
+            return JSONObjectReader(members: try JSONValue.parseObject(body), path: "")
+        } catch let error as JSONParseError {
+            throw Problem(status: 400, code: "invalid_json", title: "Invalid JSON body", detail: error.reason)
+        }
+    }
+
+    private func requireJSONContentType() throws {
+        guard let value = headers["Content-Type"] else { throw Self.unsupportedMediaType }
+        let mediaType = value.split(separator: ";", maxSplits: 1)[0].lowercased().filter { $0 != " " }
+        guard mediaType == "application/json" || mediaType.hasSuffix("+json") else { throw Self.unsupportedMediaType }
+    }
+
+    private static let unsupportedMediaType = Problem(
+        status: 415, code: "unsupported_media_type", title: "Unsupported media type",
+        detail: "send the body as application/json")
 
     /// Decodes a JSON body into `T`.
     /// - Throws: 415 `unsupported_media_type` unless `Content-Type` is JSON; 400 `invalid_json`
     ///   for a body that is not JSON; 400 `invalid_request` naming the field that is missing or
     ///   of the wrong type.
     public func decodeJSON<T: Decodable>(_ type: T.Type) throws -> T {
-        let contentType = headers["Content-Type"]?.split(separator: ";").first?
-            .trimmingCharacters(in: .whitespaces).lowercased()
-        guard contentType == "application/json" || contentType?.hasSuffix("+json") == true else {
-            throw Problem(
-                status: 415, code: "unsupported_media_type", title: "Unsupported media type",
-                detail: "send the body as application/json")
-        }
+        try requireJSONContentType()
         guard !body.isEmpty else {
             throw Problem(status: 400, code: "invalid_json", title: "Invalid JSON body", detail: "the body is empty")
         }
@@ -145,6 +183,13 @@ public struct HTTPResponse: Sendable {
         }
     }
 
+    /// A JSON body from a `JSONValue` (the fast path: no `JSONEncoder`).
+    public static func json(_ value: JSONValue, status: Int = 200, headers: HTTPHeaders = [:]) -> HTTPResponse {
+        var headers = headers
+        headers.set("Content-Type", "application/json")
+        return HTTPResponse(status: status, headers: headers, body: value.serialized())
+    }
+
     /// A plain-text body.
     public static func text(_ text: String, status: Int = 200, contentType: String = "text/plain; charset=utf-8")
         -> HTTPResponse
@@ -154,4 +199,72 @@ public struct HTTPResponse: Sendable {
 
     /// 204 No Content.
     public static var noContent: HTTPResponse { HTTPResponse(status: 204) }
+}
+
+/// Typed access to a JSON object's members that answers 400 `invalid_request` naming the
+/// field, as `decodeJSON` does, without Codable's cost on hot paths.
+public struct JSONObjectReader: Sendable {
+    public let members: [String: JSONValue]
+    let path: String
+
+    /// `path` names the object in problems (`user` → "field `user.email`").
+    public init(members: [String: JSONValue], path: String) {
+        self.members = members
+        self.path = path
+    }
+
+    private func name(_ key: String) -> String { path.isEmpty ? key : path + "." + key }
+
+    /// A string member; nil when absent or null.
+    public func string(_ key: String) throws -> String? {
+        switch members[key] {
+        case nil, .null?: return nil
+        case .string(let value)?: return value
+        default: throw Problem.badRequest("field `\(name(key))` must be a string")
+        }
+    }
+
+    /// A required string member.
+    public func requiredString(_ key: String) throws -> String {
+        guard let value = try string(key) else { throw Problem.badRequest("field `\(name(key))` is required") }
+        return value
+    }
+
+    public func bool(_ key: String) throws -> Bool? {
+        switch members[key] {
+        case nil, .null?: return nil
+        case .bool(let value)?: return value
+        default: throw Problem.badRequest("field `\(name(key))` must be a boolean")
+        }
+    }
+
+    public func integer(_ key: String) throws -> Int? {
+        switch members[key] {
+        case nil, .null?: return nil
+        case let value?:
+            guard let integer = value.integerValue else { throw Problem.badRequest("field `\(name(key))` must be an integer") }
+            return Int(integer)
+        }
+    }
+
+    /// A nested object member; nil when absent or null.
+    public func object(_ key: String) throws -> JSONObjectReader? {
+        switch members[key] {
+        case nil, .null?: return nil
+        case .object(let value)?: return JSONObjectReader(members: value, path: name(key))
+        default: throw Problem.badRequest("field `\(name(key))` must be an object")
+        }
+    }
+
+    /// A list of strings; nil when absent or null.
+    public func strings(_ key: String) throws -> [String]? {
+        switch members[key] {
+        case nil, .null?: return nil
+        case .array(let values)?:
+            let strings = values.compactMap(\.stringValue)
+            guard strings.count == values.count else { throw Problem.badRequest("field `\(name(key))` must list strings") }
+            return strings
+        default: throw Problem.badRequest("field `\(name(key))` must be a list of strings")
+        }
+    }
 }

@@ -1,3 +1,5 @@
+import StrictJSON
+
 /// Why a JWS, JWK or JWK Set was refused, with a stable code.
 public struct JOSEError: Error, Hashable, Sendable, CustomStringConvertible {
     /// Stable, machine-readable codes.
@@ -34,4 +36,15 @@ public struct JOSEError: Error, Hashable, Sendable, CustomStringConvertible {
     }
 
     public var description: String { "JOSEError.\(code): \(reason)" }
+}
+
+extension JOSEError {
+    /// Parses a strict JSON object, reporting failure as `malformed`.
+    static func parsingObject(_ bytes: [UInt8]) throws -> [String: JSONValue] {
+        do {
+            return try JSONValue.parseObject(bytes)
+        } catch let error as JSONParseError {
+            throw JOSEError(.malformed, error.reason)
+        }
+    }
 }

@@ -1,4 +1,5 @@
 import BrokerCrypto
+import StrictJSON
 
 /// A JSON Web Key (RFC 7517) for RSA or EC P-256, public or private.
 ///
@@ -32,7 +33,7 @@ public struct JWK: Sendable {
 
     /// Parses one JWK from JSON text.
     public init(json: [UInt8]) throws {
-        try self.init(object: JSONValue.parseObject(json))
+        try self.init(object: JOSEError.parsingObject(json))
     }
 
     /// Parses one JWK from a decoded JSON object.
@@ -141,7 +142,7 @@ public struct JWKSet: Sendable {
     /// Parses `{"keys":[…]}`.
     /// - Throws: `malformed` when the text is not such an object or no key is usable.
     public init(json: [UInt8]) throws {
-        let object = try JSONValue.parseObject(json)
+        let object = try JOSEError.parsingObject(json)
         guard let entries = object["keys"]?.arrayValue else { throw JOSEError(.malformed, "JWK Set lacks a keys array") }
         keys = entries.compactMap { entry in entry.objectValue.flatMap { try? JWK(object: $0) } }
     }

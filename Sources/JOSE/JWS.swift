@@ -1,4 +1,5 @@
 import BrokerCrypto
+import StrictJSON
 
 /// The protected header of a JWS, as far as this service reads it.
 public struct JWSHeader: Sendable {
@@ -17,8 +18,9 @@ public struct VerifiedJWS: Sendable {
     public let keyID: String?
 
     /// The payload as a JSON object (JWT claims), with duplicate member names refused.
+    /// - Throws: `JOSEError.malformed`.
     public func claims() throws -> [String: JSONValue] {
-        try JSONValue.parseObject(payload)
+        try JOSEError.parsingObject(payload)
     }
 }
 
@@ -44,19 +46,26 @@ public struct JWSVerifier: Sendable {
 
     /// Verifies with the key whose `kid` the header names; a header without `kid` is refused.
     public func verify(_ token: String, keys: JWKSet) throws -> VerifiedJWS {
-        let parts = try Parts(token, maximumBytes: maximumBytes)
-        try check(parts.header)
-        guard let keyID = parts.header.keyID else { throw JOSEError(.keyNotFound, "the header has no kid") }
-        guard let key = keys.verificationKey(keyID: keyID) else {
-            throw JOSEError(.keyNotFound, "no trusted key has kid \(keyID)")
+        try verify(token) { header in
+            guard let keyID = header.keyID else { throw JOSEError(.keyNotFound, "the header has no kid") }
+            guard let key = keys.verificationKey(keyID: keyID) else {
+                throw JOSEError(.keyNotFound, "no trusted key has kid \(keyID)")
+            }
+            return key
         }
-        return try verify(parts, key: key)
     }
 
     /// Verifies with one trusted key, whatever the header's `kid`.
     public func verify(_ token: String, key: JWK) throws -> VerifiedJWS {
+        try verify(token) { _ in key }
+    }
+
+    /// Parses once, lets `selectKey` choose a trusted key from the (not yet verified)
+    /// header, and verifies with it. `selectKey` may throw its own errors (an unknown kid).
+    public func verify(_ token: String, selectKey: (JWSHeader) throws -> JWK) throws -> VerifiedJWS {
         let parts = try Parts(token, maximumBytes: maximumBytes)
         try check(parts.header)
+        let key = try selectKey(parts.header)
         guard key.canVerify else { throw JOSEError(.keyNotFound, "the key may not verify signatures") }
         return try verify(parts, key: key)
     }
@@ -110,7 +119,7 @@ public struct JWSVerifier: Sendable {
                 let payload = Base64URL.decode(utf8: utf8[(firstDot + 1)..<secondDot]),
                 let signature = Base64URL.decode(utf8: utf8[(secondDot + 1)...])
             else { throw JOSEError(.malformed, "a part is not canonical unpadded base64url") }
-            let members = try JSONValue.parseObject(headerBytes)
+            let members = try JOSEError.parsingObject(headerBytes)
             guard let algorithm = members["alg"]?.stringValue else {
                 throw JOSEError(.malformed, "the header lacks a string alg")
             }

@@ -95,7 +95,7 @@ extension Bool: PostgresEncodable {
     public var postgresBind: PostgresBind { .text(self ? "t" : "f") }
 }
 extension UUID: PostgresEncodable {
-    public var postgresBind: PostgresBind { .text(uuidString.lowercased()) }
+    public var postgresBind: PostgresBind { .text(lowercasedString) }
 }
 extension Date: PostgresEncodable {
     public var postgresBind: PostgresBind { .text(PostgresTimestamp.format(self)) }

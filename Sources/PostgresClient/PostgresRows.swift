@@ -135,7 +135,7 @@ extension Bool: PostgresDecodable {
 }
 extension UUID: PostgresDecodable {
     public init(postgresText: String) throws {
-        guard let value = UUID(uuidString: postgresText) else { throw Self.failure(postgresText) }
+        guard let value = UUID(canonicalText: postgresText) else { throw Self.failure(postgresText) }
         self = value
     }
 }

@@ -4,6 +4,7 @@ import Foundation
 import HTTPClient
 import HTTPServer
 import JOSE
+import StrictJSON
 import Observability
 import Synchronization
 import Testing

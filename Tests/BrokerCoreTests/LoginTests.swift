@@ -4,6 +4,7 @@ import BrokerCrypto
 import Foundation
 import HTTPClient
 import JOSE
+import StrictJSON
 import Observability
 import PostgresClient
 import TestSupport

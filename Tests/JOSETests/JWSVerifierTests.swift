@@ -1,6 +1,7 @@
 import BrokerCrypto
 import Foundation
 import JOSE
+import StrictJSON
 import Testing
 
 /// Attacks and malformed input the verifier must refuse, with tokens built here.

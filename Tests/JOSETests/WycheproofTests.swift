@@ -1,6 +1,7 @@
 import BrokerCrypto
 import Foundation
 import JOSE
+import StrictJSON
 import TestSupport
 import Testing
 

@@ -1,6 +1,7 @@
 import Foundation
 import HTTPClient
 import JOSE
+import StrictJSON
 import Observability
 
 /// Apple's token response (protocol reference §2).

@@ -1,6 +1,7 @@
 import Dispatch
 import Foundation
 import JOSE
+import StrictJSON
 import Observability
 import Synchronization
 

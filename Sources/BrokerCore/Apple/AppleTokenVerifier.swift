@@ -1,6 +1,7 @@
 import BrokerCrypto
 import Foundation
 import JOSE
+import StrictJSON
 
 /// Why an Apple-signed JWT (identity token or notification) was refused. `code` is the
 /// problem code the API answers with.
@@ -32,24 +33,15 @@ public struct AppleTokenVerifier: Sendable {
     /// - Throws: `TokenRejection` (`token_malformed`, `token_signature_invalid`,
     ///   `unknown_key`) or `AppleKeyError.unavailable` when Apple's keys cannot be had.
     public func verify(_ token: String) throws -> [String: JSONValue] {
-        let header: JWSHeader
         do {
-            header = try verifier.unverifiedHeader(token)
-        } catch let error as JOSEError {
-            throw TokenRejection.malformed(error.reason)
-        }
-        guard header.algorithm == "RS256" else {
-            throw TokenRejection.malformed("alg \(header.algorithm) is not RS256")
-        }
-        guard let keyID = header.keyID else { throw TokenRejection.malformed("the header has no kid") }
-        let key: JWK
-        do {
-            key = try keys.key(id: keyID)
-        } catch AppleKeyError.unknownKey {
-            throw TokenRejection("unknown_key", "Apple publishes no key with this kid")
-        }
-        do {
-            return try verifier.verify(token, key: key).claims()
+            return try verifier.verify(token) { header in
+                guard let keyID = header.keyID else { throw TokenRejection.malformed("the header has no kid") }
+                do {
+                    return try keys.key(id: keyID)
+                } catch AppleKeyError.unknownKey {
+                    throw TokenRejection("unknown_key", "Apple publishes no key with this kid")
+                }
+            }.claims()
         } catch let error as JOSEError {
             switch error.code {
             case .signatureInvalid, .algorithmMismatch, .keyNotFound:

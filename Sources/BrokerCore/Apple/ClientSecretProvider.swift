@@ -2,6 +2,7 @@ import BrokerCrypto
 import Foundation
 import Glibc
 import JOSE
+import StrictJSON
 import Observability
 import Synchronization
 

@@ -1,6 +1,7 @@
 import BrokerCrypto
 import Foundation
 import JOSE
+import StrictJSON
 
 /// What a verified Apple identity token says about the user.
 public struct AppleIdentity: Sendable, Equatable {

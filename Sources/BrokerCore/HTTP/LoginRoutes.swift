@@ -1,4 +1,5 @@
 import Foundation
+import PostgresClient
 import HTTPServer
 
 /// `POST /v1/apple/login` (scope `login`), `GET /v1/users/{id}` and
@@ -6,7 +7,7 @@ import HTTPServer
 enum LoginRoutes {
     static func register(on router: inout Router, login: LoginService, users: UserDirectory, keys: APIKeyAuthenticator) {
         router.post("/v1/apple/login", keys.protect(.login) { request, _ in
-            .json(try login.login(try request.decodeJSON(LoginRequest.self)))
+            .json(try login.login(try LoginRequest(request.jsonObject())).json)
         })
         router.get("/v1/users/{id}", keys.protect(.read) { request, _ in
             let id = try UserDirectory.userID(request)
@@ -14,13 +15,13 @@ enum LoginRoutes {
             if let deletion = try users.deletion(ofPurgedUser: id) {
                 throw Problem(
                     status: 410, code: "user_deleted", title: "User deleted", detail: "this user was deleted",
-                    extensions: ["deletion_id": deletion.uuidString.lowercased()])
+                    extensions: ["deletion_id": deletion.lowercasedString])
             }
             throw Problem(status: 404, code: "user_not_found", title: "User not found", detail: "no user with this id")
         })
         router.get("/v1/users/{id}/credential-state", keys.protect(.read) { request, _ in
             let id = try UserDirectory.userID(request)
-            return .json(["user_id": id.uuidString.lowercased(), "state": try users.credentialState(id)])
+            return .json(["user_id": id.lowercasedString, "state": try users.credentialState(id)])
         })
     }
 }

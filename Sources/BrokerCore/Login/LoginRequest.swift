@@ -1,8 +1,10 @@
 import Foundation
+import PostgresClient
 import HTTPServer
+import StrictJSON
 
 /// The body of `POST /v1/apple/login`.
-public struct LoginRequest: Decodable, Sendable {
+public struct LoginRequest: Sendable {
     /// The identity token from `ASAuthorizationAppleIDCredential.identityToken`.
     public var identityToken: String
     /// The authorization code, to exchange for a refresh token.
@@ -14,12 +16,21 @@ public struct LoginRequest: Decodable, Sendable {
     /// Which of the configured client ids the token is for (optional).
     public var clientID: String?
 
-    enum CodingKeys: String, CodingKey {
-        case identityToken = "identity_token"
-        case authorizationCode = "authorization_code"
-        case rawNonce = "raw_nonce"
-        case user
-        case clientID = "client_id"
+    public init(identityToken: String, authorizationCode: String? = nil, rawNonce: String? = nil, user: AppleUserField? = nil, clientID: String? = nil) {
+        self.identityToken = identityToken
+        self.authorizationCode = authorizationCode
+        self.rawNonce = rawNonce
+        self.user = user
+        self.clientID = clientID
+    }
+
+    /// Reads the JSON body (`user` may be an object or Apple's JSON string).
+    public init(_ body: JSONObjectReader) throws {
+        identityToken = try body.requiredString("identity_token")
+        authorizationCode = try body.string("authorization_code")
+        rawNonce = try body.string("raw_nonce")
+        clientID = try body.string("client_id")
+        user = try AppleUserField(body, key: "user")
     }
 
     /// Bounds that keep absurd input out of the database and logs.
@@ -42,10 +53,15 @@ public struct LoginRequest: Decodable, Sendable {
 /// Apple's `user` JSON from the first authorization: `{"name":{"firstName","lastName"},"email"}`.
 /// Accepted as an object or as the JSON string the web flow delivers; unknown members
 /// (`middleName`) are ignored.
-public struct AppleUserField: Decodable, Sendable, Equatable {
-    public struct Name: Decodable, Sendable, Equatable {
+public struct AppleUserField: Sendable, Equatable {
+    public struct Name: Sendable, Equatable {
         public var firstName: String?
         public var lastName: String?
+
+        public init(firstName: String?, lastName: String?) {
+            self.firstName = firstName
+            self.lastName = lastName
+        }
     }
 
     public var name: Name?
@@ -56,27 +72,37 @@ public struct AppleUserField: Decodable, Sendable, Equatable {
         self.email = email
     }
 
-    enum CodingKeys: String, CodingKey { case name, email }
-
-    public init(from decoder: any Decoder) throws {
-        if let text = try? decoder.singleValueContainer().decode(String.self) {
-            guard let parsed = try? JSONDecoder().decode(AppleUserField.self, from: Data(text.utf8)) else {
-                throw DecodingError.dataCorrupted(.init(codingPath: decoder.codingPath, debugDescription: "user is not JSON"))
+    /// The `key` member of `body`, object or JSON string; nil when absent.
+    init?(_ body: JSONObjectReader, key: String) throws {
+        let object: JSONObjectReader
+        switch body.members[key] {
+        case nil, .null?:
+            return nil
+        case .string(let text)?:
+            guard let members = try? JSONValue.parseObject(Array(text.utf8)) else {
+                throw Problem.badRequest("field `\(key)` is not a JSON object")
             }
-            self = parsed
-            return
+            object = JSONObjectReader(members: members, path: key)
+        default:
+            guard let nested = try body.object(key) else { return nil }
+            object = nested
         }
-        let container = try decoder.container(keyedBy: CodingKeys.self)
-        name = try container.decodeIfPresent(Name.self, forKey: .name)
-        email = try container.decodeIfPresent(String.self, forKey: .email)
+        let name = try object.object("name")
+        self.name = try name.map { Name(firstName: try $0.string("firstName"), lastName: try $0.string("lastName")) }
+        email = try object.string("email")
+    }
+
+    /// Builds one from decoded JSON text (the web flow's form field).
+    public init?(jsonText: String) throws {
+        guard let members = try? JSONValue.parseObject(Array(jsonText.utf8)) else { return nil }
+        try self.init(JSONObjectReader(members: ["user": .object(members)], path: ""), key: "user")
     }
 }
 
 /// The answer to a successful login (DESIGN.md §4).
-public struct LoginResponse: Encodable, Sendable, Equatable {
-    public struct Risk: Encodable, Sendable, Equatable {
+public struct LoginResponse: Sendable, Equatable {
+    public struct Risk: Sendable, Equatable {
         public var suggestChallenge: Bool
-        enum CodingKeys: String, CodingKey { case suggestChallenge = "suggest_challenge" }
     }
 
     public var userID: UUID
@@ -90,29 +116,14 @@ public struct LoginResponse: Encodable, Sendable, Equatable {
     public var status: String
     public var risk: Risk
 
-    enum CodingKeys: String, CodingKey {
-        case userID = "user_id"
-        case appleSub = "apple_sub"
-        case isNewUser = "is_new_user"
-        case email
-        case emailVerified = "email_verified"
-        case isPrivateEmail = "is_private_email"
-        case realUserStatus = "real_user_status"
-        case refreshTokenStored = "refresh_token_stored"
-        case status, risk
-    }
-
-    public func encode(to encoder: any Encoder) throws {
-        var container = encoder.container(keyedBy: CodingKeys.self)
-        try container.encode(userID.uuidString.lowercased(), forKey: .userID)
-        try container.encode(appleSub, forKey: .appleSub)
-        try container.encode(isNewUser, forKey: .isNewUser)
-        try container.encode(email, forKey: .email)  // null when Apple never shared one
-        try container.encode(emailVerified, forKey: .emailVerified)
-        try container.encode(isPrivateEmail, forKey: .isPrivateEmail)
-        try container.encode(realUserStatus, forKey: .realUserStatus)
-        try container.encode(refreshTokenStored, forKey: .refreshTokenStored)
-        try container.encode(status, forKey: .status)
-        try container.encode(risk, forKey: .risk)
+    /// The JSON body (built directly: this is on every login's path).
+    public var json: JSONValue {
+        .object([
+            "user_id": .string(userID.lowercasedString), "apple_sub": .string(appleSub),
+            "is_new_user": .bool(isNewUser), "email": email.map(JSONValue.string) ?? .null,
+            "email_verified": .bool(emailVerified), "is_private_email": .bool(isPrivateEmail),
+            "real_user_status": .string(realUserStatus), "refresh_token_stored": .bool(refreshTokenStored),
+            "status": .string(status), "risk": .object(["suggest_challenge": .bool(risk.suggestChallenge)]),
+        ])
     }
 }

@@ -26,12 +26,13 @@ struct LoginStore: Sendable {
         _ identity: AppleIdentity, user: AppleUserField?, sealedRefreshToken: (keyID: String, sealed: [UInt8])?,
         validationJitterSeconds: Int
     ) throws -> Record {
+        if sealedRefreshToken == nil, let record = try unchangedRepeatLogin(identity, user: user) { return record }
         let row = try pool.query(
             """
             SELECT * FROM broker_login(\(teamID), \(identity.sub), \(identity.clientID), \(identity.email),
                 \(identity.emailVerified), \(identity.isPrivateEmail), \(identity.realUserStatus),
                 \(user?.name?.firstName), \(user?.name?.lastName), \(user?.email), \(identity.transferSub),
-                \(sealedRefreshToken?.sealed), \(sealedRefreshToken?.keyID), \(UUID()), \(UUID()),
+                \(sealedRefreshToken?.sealed), \(sealedRefreshToken?.keyID),
                 \(String(lastLoginResolution) + " seconds")::interval, \(String(validationJitterSeconds) + " seconds")::interval)
             """
         ).single()
@@ -40,6 +41,31 @@ struct LoginStore: Sendable {
             isNewUser: try row.decode(Bool.self, 2), email: try row.decode(String?.self, 3),
             emailVerified: try row.decode(Bool?.self, 4) ?? false, isPrivateEmail: try row.decode(Bool?.self, 5) ?? false,
             realUserStatus: try row.decode(String?.self, 6), refreshTokenStored: try row.decode(Bool.self, 7))
+    }
+
+    /// The fast path: a repeat login that changes nothing needs no write, so it is answered
+    /// by one read-only query; nil when broker_login must run (new identity, a change, a
+    /// stale last_login_at). A user whose deletion is pending is reported as such.
+    private func unchangedRepeatLogin(_ identity: AppleIdentity, user: AppleUserField?) throws -> Record? {
+        guard let row = try pool.query(
+            """
+            SELECT i.user_id, i.email, i.email_verified, i.is_private_email, i.real_user_status, u.status,
+                   EXISTS (SELECT 1 FROM apple_tokens t WHERE t.identity_id = i.id AND t.revoked_at IS NULL),
+                   broker_identity_unchanged(i, \(identity.clientID), \(identity.email), \(identity.emailVerified),
+                       \(identity.isPrivateEmail), \(identity.realUserStatus), \(user?.name?.firstName),
+                       \(user?.name?.lastName), \(user?.email), \(String(lastLoginResolution) + " seconds")::interval)
+            FROM apple_identities i JOIN users u ON u.id = i.user_id
+            WHERE i.team_id = \(teamID) AND i.sub = \(identity.sub)
+            """
+        ).first else { return nil }
+        let status = try row.decode(String.self, 5)
+        let record = Record(
+            outcome: status == "deleting" ? "deletion_pending" : "ok", userID: try row.decode(UUID.self, 0),
+            isNewUser: false, email: try row.decode(String?.self, 1), emailVerified: try row.decode(Bool.self, 2),
+            isPrivateEmail: try row.decode(Bool.self, 3), realUserStatus: try row.decode(String?.self, 4),
+            refreshTokenStored: try row.decode(Bool.self, 6))
+        let unchanged = try row.decode(Bool?.self, 7) ?? false
+        return status == "deleting" || unchanged ? record : nil
     }
 
     /// The associated data that binds a sealed refresh token to its identity and client id.

@@ -86,7 +86,7 @@ final class RefreshTokenSweep: Sendable {
                 as: UTF8.self)
         } catch {
             outcomes.increment("undecryptable")
-            logger.error("a stored refresh token cannot be decrypted", [("token_id", token.id.uuidString)])
+            logger.error("a stored refresh token cannot be decrypted", [("token_id", token.id.lowercasedString)])
             return
         }
         do {
@@ -103,7 +103,7 @@ final class RefreshTokenSweep: Sendable {
             do {
                 try pool.query("SELECT broker_revoke_consent(\(token.identityID), now(), 'refresh_sweep')")
                 outcomes.increment("revoked")
-                logger.info("refresh token no longer valid: consent revoked", [("identity_id", token.identityID.uuidString)])
+                logger.info("refresh token no longer valid: consent revoked", [("identity_id", token.identityID.lowercasedString)])
             } catch {
                 outcomes.increment("error")
             }

@@ -64,11 +64,21 @@ public final class Database: Sendable {
             connection: connection, pool: pool, embedded: embedded, startedEmbedded: started, logger: logger)
     }
 
-    /// Closes the pool and stops the embedded cluster if this process started it.
+    /// Closes the pool and stops the embedded cluster if this process started it and no
+    /// other process (a CLI command, a second broker) is still connected to it.
     public func close() {
         pool.close()
-        if startedEmbedded, let embedded {
-            do { try embedded.stop() } catch { logger.error("stopping embedded PostgreSQL failed", [("error", "\(error)")]) }
+        guard startedEmbedded, let embedded else { return }
+        let others = (try? PostgresConnection(configuration: connection).query(
+            """
+            SELECT count(*) FROM pg_stat_activity
+            WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()
+            """
+        ).single().decode(Int.self, 0)) ?? 0
+        if others > 0 {
+            logger.notice("leaving the embedded PostgreSQL running: other clients are connected", [("clients", String(others))])
+            return
         }
+        do { try embedded.stop() } catch { logger.error("stopping embedded PostgreSQL failed", [("error", "\(error)")]) }
     }
 }

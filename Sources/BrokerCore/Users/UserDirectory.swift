@@ -74,7 +74,7 @@ struct UserDirectory: Sendable {
                 createdAt: try row.decode(Date.self, 12), lastLoginAt: try row.decode(Date?.self, 13))
         }
         return User(
-            userID: id.uuidString.lowercased(), status: try row.decode(String.self, 0), createdAt: try row.decode(Date.self, 1),
+            userID: id.lowercasedString, status: try row.decode(String.self, 0), createdAt: try row.decode(Date.self, 1),
             identities: identities)
     }
 
@@ -102,7 +102,7 @@ struct UserDirectory: Sendable {
 
     /// Parses a user id path parameter.
     static func userID(_ request: HTTPRequest) throws -> UUID {
-        guard let id = UUID(uuidString: try request.parameter("id")) else {
+        guard let id = UUID(canonicalText: try request.parameter("id")) else {
             throw Problem.badRequest(code: "invalid_user_id", "the user id must be a UUID")
         }
         return id

@@ -1,29 +1,21 @@
-/// Structural validation of JSON text that Foundation's decoders do not do: it rejects
-/// duplicate member names in any object (RFC 7515 §4 and RFC 7519 §4 require JOSE
-/// headers and JWT claims to be rejected, or unambiguous, when names repeat; parsers
-/// that keep the last one are how "duplicate aud" confusion happens), and bounds nesting.
-///
-/// It reads the text as RFC 8259 JSON; the actual values are then decoded by Foundation.
-enum StrictJSON {
+/// A strict RFC 8259 JSON reader for JOSE headers, JWT claims and JWKs. It refuses what
+/// Foundation's decoders let through: duplicate member names in any object (RFC 7515 §4
+/// and RFC 7519 §4 ask for rejection; parsers that keep the last one are how "duplicate
+/// aud" confusion happens), lone surrogates, and nesting deeper than 32. It reads the bytes
+/// once and builds `JSONValue`s directly, which also keeps token verification cheap.
+enum JSONParser {
     static let maximumDepth = 32
 
-    /// Throws `malformed` for invalid JSON, a duplicate member name, or nesting deeper than 32.
-    static func validate(_ bytes: [UInt8]) throws {
+    /// The value the text holds; throws `malformed` for anything that is not strict JSON.
+    static func parse(_ bytes: [UInt8]) throws -> JSONValue {
         var scanner = Scanner(bytes: bytes)
-        try scanner.value(depth: 0)
+        let value = try scanner.value(depth: 0)
         scanner.skipWhitespace()
         guard scanner.index == bytes.count else { throw malformed("trailing characters after the JSON value") }
+        return value
     }
 
-    /// Validates and requires the top-level value to be an object.
-    static func validateObject(_ bytes: [UInt8]) throws {
-        var index = 0
-        while index < bytes.count, [0x20, 0x09, 0x0A, 0x0D].contains(bytes[index]) { index += 1 }
-        guard index < bytes.count, bytes[index] == UInt8(ascii: "{") else { throw malformed("not a JSON object") }
-        try validate(bytes)
-    }
-
-    static func malformed(_ reason: String) -> JOSEError { JOSEError(.malformed, reason) }
+    static func malformed(_ reason: String) -> JSONParseError { JSONParseError(reason: reason) }
 
     private struct Scanner {
         let bytes: [UInt8]
@@ -33,40 +25,46 @@ enum StrictJSON {
             while index < bytes.count, [0x20, 0x09, 0x0A, 0x0D].contains(bytes[index]) { index += 1 }
         }
 
-        mutating func value(depth: Int) throws {
-            guard depth <= StrictJSON.maximumDepth else { throw malformed("JSON nested too deeply") }
+        mutating func value(depth: Int) throws -> JSONValue {
+            guard depth <= JSONParser.maximumDepth else { throw malformed("JSON nested too deeply") }
             skipWhitespace()
             guard index < bytes.count else { throw malformed("unexpected end of JSON") }
             switch bytes[index] {
-            case UInt8(ascii: "{"): try object(depth: depth)
-            case UInt8(ascii: "["): try array(depth: depth)
-            case UInt8(ascii: "\""): _ = try string()
-            case UInt8(ascii: "t"): try literal("true")
-            case UInt8(ascii: "f"): try literal("false")
-            case UInt8(ascii: "n"): try literal("null")
-            default: try number()
+            case UInt8(ascii: "{"): return try object(depth: depth)
+            case UInt8(ascii: "["): return try array(depth: depth)
+            case UInt8(ascii: "\""): return .string(try string())
+            case UInt8(ascii: "t"):
+                try literal("true")
+                return .bool(true)
+            case UInt8(ascii: "f"):
+                try literal("false")
+                return .bool(false)
+            case UInt8(ascii: "n"):
+                try literal("null")
+                return .null
+            default: return try number()
             }
         }
 
-        mutating func object(depth: Int) throws {
+        mutating func object(depth: Int) throws -> JSONValue {
             index += 1
-            var names = Set<[UInt8]>()
+            var members: [String: JSONValue] = [:]
             skipWhitespace()
             if index < bytes.count, bytes[index] == UInt8(ascii: "}") {
                 index += 1
-                return
+                return .object(members)
             }
             while true {
                 skipWhitespace()
                 guard index < bytes.count, bytes[index] == UInt8(ascii: "\"") else { throw malformed("expected a member name") }
                 let name = try string()
-                guard names.insert(name).inserted else {
-                    throw malformed("duplicate member name \"\(String(decoding: name, as: UTF8.self))\"")
-                }
                 skipWhitespace()
                 guard index < bytes.count, bytes[index] == UInt8(ascii: ":") else { throw malformed("expected ':'") }
                 index += 1
-                try value(depth: depth + 1)
+                let member = try value(depth: depth + 1)
+                guard members.updateValue(member, forKey: name) == nil else {
+                    throw malformed("duplicate member name \"\(name)\"")
+                }
                 skipWhitespace()
                 guard index < bytes.count else { throw malformed("unterminated object") }
                 if bytes[index] == UInt8(ascii: ",") {
@@ -75,19 +73,20 @@ enum StrictJSON {
                 }
                 guard bytes[index] == UInt8(ascii: "}") else { throw malformed("expected ',' or '}'") }
                 index += 1
-                return
+                return .object(members)
             }
         }
 
-        mutating func array(depth: Int) throws {
+        mutating func array(depth: Int) throws -> JSONValue {
             index += 1
+            var elements: [JSONValue] = []
             skipWhitespace()
             if index < bytes.count, bytes[index] == UInt8(ascii: "]") {
                 index += 1
-                return
+                return .array(elements)
             }
             while true {
-                try value(depth: depth + 1)
+                elements.append(try value(depth: depth + 1))
                 skipWhitespace()
                 guard index < bytes.count else { throw malformed("unterminated array") }
                 if bytes[index] == UInt8(ascii: ",") {
@@ -96,14 +95,34 @@ enum StrictJSON {
                 }
                 guard bytes[index] == UInt8(ascii: "]") else { throw malformed("expected ',' or ']'") }
                 index += 1
-                return
+                return .array(elements)
             }
         }
 
-        /// Reads a string and returns its decoded UTF-8 bytes, so that `"a"` and `"\u0061"`
-        /// count as the same member name.
-        mutating func string() throws -> [UInt8] {
+        /// Reads a string; escapes are decoded, so `"a"` and `"\u0061"` are the same member
+        /// name. Most strings have no escape: those are sliced out without copying byte by byte.
+        mutating func string() throws -> String {
             index += 1
+            let start = index
+            let plainEnd: Int? = bytes.withUnsafeBufferPointer { buffer in
+                var cursor = start
+                while cursor < buffer.count {
+                    let byte = buffer[cursor]
+                    if byte == UInt8(ascii: "\"") { return cursor }
+                    if byte == UInt8(ascii: "\\") || byte < 0x20 { return nil }
+                    cursor += 1
+                }
+                return nil
+            }
+            if let end = plainEnd {
+                index = end + 1
+                return try text(bytes[start..<end])
+            }
+            return try text(escapedString(from: start)[...])
+        }
+
+        private mutating func escapedString(from start: Int) throws -> [UInt8] {
+            index = start
             var decoded: [UInt8] = []
             while index < bytes.count {
                 let byte = bytes[index]
@@ -148,6 +167,12 @@ enum StrictJSON {
             throw malformed("unterminated string")
         }
 
+        /// The bytes as a String, refusing invalid UTF-8 (RFC 8259 §8.1).
+        func text(_ bytes: ArraySlice<UInt8>) throws -> String {
+            guard let text = String(validating: bytes, as: UTF8.self) else { throw malformed("string is not UTF-8") }
+            return text
+        }
+
         mutating func hex4() throws -> UInt32 {
             guard index + 4 <= bytes.count else { throw malformed("short \\u escape") }
             var value: UInt32 = 0
@@ -174,7 +199,7 @@ enum StrictJSON {
             index += expected.count
         }
 
-        mutating func number() throws {
+        mutating func number() throws -> JSONValue {
             let start = index
             if index < bytes.count, bytes[index] == UInt8(ascii: "-") { index += 1 }
             func digits() -> Int {
@@ -191,11 +216,23 @@ enum StrictJSON {
                 index += 1
                 guard digits() > 0 else { throw malformed("invalid number") }
             }
+            var isInteger = true
             if index < bytes.count, bytes[index] == UInt8(ascii: "e") || bytes[index] == UInt8(ascii: "E") {
+                isInteger = false
                 index += 1
                 if index < bytes.count, bytes[index] == UInt8(ascii: "+") || bytes[index] == UInt8(ascii: "-") { index += 1 }
                 guard digits() > 0 else { throw malformed("invalid number") }
             }
+            let text = String(decoding: bytes[start..<index], as: UTF8.self)
+            if isInteger && !text.contains("."), let integer = Int64(text) { return .integer(integer) }
+            guard let double = Double(text), double.isFinite else { throw malformed("number out of range") }
+            return .double(double)
         }
     }
+}
+
+/// Why text was refused as JSON.
+public struct JSONParseError: Error, Hashable, Sendable, CustomStringConvertible {
+    public let reason: String
+    public var description: String { "invalid JSON: \(reason)" }
 }

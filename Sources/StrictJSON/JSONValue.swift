@@ -83,28 +83,78 @@ public enum JSONValue: Sendable, Hashable, Codable {
         return nil
     }
 
-    /// Parses JSON text, rejecting duplicate member names anywhere.
+    /// Parses JSON text strictly: duplicate member names anywhere are refused.
+    /// - Throws: `JSONParseError`.
     public static func parse(_ bytes: [UInt8]) throws -> JSONValue {
-        try StrictJSON.validate(bytes)
-        do {
-            return try JSONDecoder().decode(JSONValue.self, from: Data(bytes))
-        } catch {
-            throw JOSEError(.malformed, "invalid JSON")
-        }
+        try JSONParser.parse(bytes)
     }
 
-    /// Parses a JSON object, rejecting duplicate member names anywhere.
+    /// Parses a JSON object strictly: duplicate member names anywhere are refused.
+    /// - Throws: `JSONParseError`, also when the text is JSON but not an object.
     public static func parseObject(_ bytes: [UInt8]) throws -> [String: JSONValue] {
-        try StrictJSON.validateObject(bytes)
-        guard let object = try parse(bytes).objectValue else { throw JOSEError(.malformed, "not a JSON object") }
+        guard let object = try JSONParser.parse(bytes).objectValue else { throw JSONParseError(reason: "not a JSON object") }
         return object
     }
 
-    /// Compact JSON text with sorted member names.
+    /// Compact JSON text with sorted member names (stable bytes to sign or compare).
     public func serialized() -> [UInt8] {
-        let encoder = JSONEncoder()
-        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
-        return Array((try? encoder.encode(self)) ?? Data("null".utf8))
+        var output: [UInt8] = []
+        output.reserveCapacity(256)
+        write(into: &output)
+        return output
+    }
+
+    private func write(into output: inout [UInt8]) {
+        switch self {
+        case .null: output.append(contentsOf: "null".utf8)
+        case .bool(let value): output.append(contentsOf: (value ? "true" : "false").utf8)
+        case .integer(let value): output.append(contentsOf: String(value).utf8)
+        case .double(let value): output.append(contentsOf: (value.isFinite ? String(value) : "null").utf8)
+        case .string(let value): Self.writeString(value, into: &output)
+        case .array(let values):
+            output.append(UInt8(ascii: "["))
+            for (index, value) in values.enumerated() {
+                if index > 0 { output.append(UInt8(ascii: ",")) }
+                value.write(into: &output)
+            }
+            output.append(UInt8(ascii: "]"))
+        case .object(let members):
+            output.append(UInt8(ascii: "{"))
+            for (index, key) in members.keys.sorted().enumerated() {
+                if index > 0 { output.append(UInt8(ascii: ",")) }
+                Self.writeString(key, into: &output)
+                output.append(UInt8(ascii: ":"))
+                members[key]!.write(into: &output)
+            }
+            output.append(UInt8(ascii: "}"))
+        }
+    }
+
+    private static let hexDigits = Array("0123456789abcdef".utf8)
+
+    private static func writeString(_ value: String, into output: inout [UInt8]) {
+        output.append(UInt8(ascii: "\""))
+        // Most strings (ids, tokens, e-mail addresses) need no escape: copy them whole.
+        if !value.utf8.contains(where: { $0 < 0x20 || $0 == UInt8(ascii: "\"") || $0 == UInt8(ascii: "\\") }) {
+            output.append(contentsOf: value.utf8)
+            output.append(UInt8(ascii: "\""))
+            return
+        }
+        for byte in value.utf8 {
+            switch byte {
+            case UInt8(ascii: "\""): output.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "\"")])
+            case UInt8(ascii: "\\"): output.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "\\")])
+            case 0x0A: output.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "n")])
+            case 0x0D: output.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "r")])
+            case 0x09: output.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "t")])
+            case 0..<0x20:
+                output.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "u"), UInt8(ascii: "0"), UInt8(ascii: "0")])
+                output.append(hexDigits[Int(byte >> 4)])
+                output.append(hexDigits[Int(byte & 0xF)])
+            default: output.append(byte)
+            }
+        }
+        output.append(UInt8(ascii: "\""))
     }
 }
 

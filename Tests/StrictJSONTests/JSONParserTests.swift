@@ -1,0 +1,60 @@
+import StrictJSON
+import Testing
+
+@Suite("StrictJSON")
+struct JSONParserTests {
+    private func parse(_ text: String) throws -> JSONValue { try JSONValue.parse(Array(text.utf8)) }
+
+    @Test("reads every JSON type and keeps true apart from 1 and \"true\"")
+    func types() throws {
+        let value = try parse(#"{"s":"x","i":-12,"d":1.5,"e":2e3,"t":true,"f":false,"n":null,"a":[1,"2",[]],"o":{}}"#)
+        let object = try #require(value.objectValue)
+        #expect(object["s"] == "x")
+        #expect(object["i"] == .integer(-12))
+        #expect(object["d"] == .double(1.5))
+        #expect(object["e"] == .double(2000))
+        #expect(object["t"] == .bool(true))
+        #expect(object["t"] != .integer(1))
+        #expect(object["f"]?.lenientBoolValue == false)
+        #expect(object["n"] == .null)
+        #expect(object["a"] == .array([1, "2", .array([])]))
+        #expect(object["o"] == .object([:]))
+        #expect(JSONValue.string("true").lenientBoolValue == true)
+    }
+
+    @Test("duplicate member names are refused, also when one is escaped")
+    func duplicates() {
+        #expect(throws: JSONParseError.self) { try parse(#"{"aud":"a","aud":"b"}"#) }
+        #expect(throws: JSONParseError.self) { try parse(#"{"aud":"a","\u0061ud":"b"}"#) }
+        #expect(throws: JSONParseError.self) { try parse(#"{"x":{"k":1,"k":2}}"#) }
+        #expect((try? parse(#"{"a":{"k":1},"b":{"k":2}}"#)) != nil, "the same name in different objects is fine")
+    }
+
+    @Test("escapes and surrogate pairs decode; lone surrogates, control characters and invalid UTF-8 are refused")
+    func strings() throws {
+        #expect(try parse(#""a\"b\\c\/d\n\u00e9\ud83c\udf4f""#) == .string("a\"b\\c/d\né🍏"))
+        #expect(throws: JSONParseError.self) { try parse(#""\ud83c""#) }
+        #expect(throws: JSONParseError.self) { try parse(#""\udf4f""#) }
+        #expect(throws: JSONParseError.self) { try parse("\"a\u{1}b\"") }
+        #expect(throws: JSONParseError.self) { try JSONValue.parse([0x22, 0xC3, 0x28, 0x22]) }
+        #expect(throws: JSONParseError.self) { try parse(#""\x""#) }
+    }
+
+    @Test("malformed numbers, trailing text, deep nesting and non-objects are refused where asked")
+    func malformed() {
+        for text in ["01", "1.", ".5", "-", "1e", "+1", "{", "[1,]", #"{"a":1,}"#, "nul", "1 2", "{} x", ""] {
+            #expect(throws: JSONParseError.self, "\(text)") { try parse(text) }
+        }
+        let deep = String(repeating: "[", count: 40) + String(repeating: "]", count: 40)
+        #expect(throws: JSONParseError.self) { try parse(deep) }
+        #expect(throws: JSONParseError.self) { try JSONValue.parseObject(Array("[1]".utf8)) }
+    }
+
+    @Test("serialization is compact, sorted and round-trips through the parser")
+    func serialization() throws {
+        let value: JSONValue = .object(["b": "x\"y\n\u{1}", "a": .array([.integer(1), .double(0.5), .bool(false), .null])])
+        let text = String(decoding: value.serialized(), as: UTF8.self)
+        #expect(text == #"{"a":[1,0.5,false,null],"b":"x\"y\n\u0001"}"#)
+        #expect(try JSONValue.parse(value.serialized()) == value)
+    }
+}
