@@ -1,5 +1,5 @@
 # appleid-broker — the two commands a newcomer needs are `make run` and `make test`.
-.PHONY: run test build release clean bench-login
+.PHONY: run test build release clean bench-login bench-notifications
 
 ## Run the service (installs Debian packages if missing, builds, starts an embedded
 ## PostgreSQL and, unless Apple settings are given, the Apple simulator).
@@ -22,3 +22,7 @@ clean:
 ## Login benchmark: req/s, p50/p99, CPU/req, RSS; pgbench reference; A/B against the Go peer.
 bench-login:
 	scripts/bench-login.sh
+
+## Notification ingestion benchmark: notifications/s, p99, ratio to pgbench of the same work.
+bench-notifications:
+	scripts/bench-notifications.sh

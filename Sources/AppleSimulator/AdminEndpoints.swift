@@ -72,7 +72,28 @@ enum AdminEndpoints {
         }
     }
 
+    struct NotificationBatch: Codable {
+        var count: Int
+        var users: Int
+        var clientID: String
+        var types: [String]?
+
+        enum CodingKeys: String, CodingKey {
+            case count, users, types
+            case clientID = "client_id"
+        }
+    }
+
     static func register(on router: inout Router, simulator: AppleSimulator) {
+        // Benchmark fixtures: `count` signed notification bodies (`{"payload":…}`, one per
+        // line) for subs drawn from the same `users` range as /sim/tokens/batch.
+        router.post("/sim/notifications/batch") { request in
+            let batch = try request.decodeJSON(NotificationBatch.self)
+            guard (1...1_000_000).contains(batch.count), (1...10_000_000).contains(batch.users) else {
+                throw Problem.badRequest("count must be 1…1,000,000 and users 1…10,000,000")
+            }
+            return .text(try simulator.signNotificationBatch(batch).joined(separator: "\n") + "\n")
+        }
         // Benchmark fixtures: `count` tokens over `users` distinct subs, one per line.
         router.post("/sim/tokens/batch") { request in
             let batch = try request.decodeJSON(BatchRequest.self)

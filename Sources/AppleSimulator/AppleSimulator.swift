@@ -196,6 +196,32 @@ public final class AppleSimulator: Sendable {
         return tokens.withLock { $0.compactMap { $0 } }
     }
 
+    /// Signed notification bodies for benchmarks, event times increasing with the index.
+    func signNotificationBatch(_ batch: AdminEndpoints.NotificationBatch) throws -> [String] {
+        let types = batch.types ?? ["email-disabled", "email-enabled"]
+        let (keyID, key) = state.withLock { $0.signingKeys.last! }
+        let signer = try JWSSigner(key: key, keyID: keyID)
+        let now = Int64(Date().timeIntervalSince1970)
+        let bodies = Mutex<[String?]>(Array(repeating: nil, count: batch.count))
+        DispatchQueue.concurrentPerform(iterations: batch.count) { index in
+            let number = Int.random(in: 0..<batch.users)
+            let sub = "001234." + String(repeating: "0", count: max(0, 32 - String(number).count)) + String(number) + ".0042"
+            let event = JSONValue.object([
+                "type": .string(types[index % types.count]), "sub": .string(sub),
+                "event_time": .integer(now * 1000 + Int64(index)),
+            ])
+            let claims: [String: JSONValue] = [
+                "iss": .string(Self.issuer), "aud": .string(batch.clientID), "iat": .integer(now), "exp": .integer(now + 86_400),
+                "jti": .string(Hex.encode(SecureRandom.bytes(12))),
+                "events": .string(String(decoding: event.serialized(), as: UTF8.self)),
+            ]
+            guard let token = try? signer.sign(claims: claims) else { return }
+            let body = String(decoding: JSONValue.object(["payload": .string(token)]).serialized(), as: UTF8.self)
+            bodies.withLock { $0[index] = body }
+        }
+        return bodies.withLock { $0.compactMap { $0 } }
+    }
+
     /// An authorization code (single use, five minutes) for a user and client id.
     public func issueCode(teamID: String? = nil, sub: String, clientID: String, redirectURI: String? = nil, nonce: String? = nil) -> String {
         let code = "c" + Hex.encode(SecureRandom.bytes(16)) + ".0.sim." + Base64URL.encode(SecureRandom.bytes(6))

@@ -26,6 +26,8 @@ public struct NotificationRequest: Sendable, Codable {
     public var jti: String?
     /// Leave out `exp` (Apple's documentation sample has none).
     public var omitExpiry: Bool?
+    /// A wrong `iss`, for negative tests.
+    public var issuer: String?
 
     public init(url: String, type: String, sub: String, clientID: String) {
         self.url = url
@@ -44,6 +46,7 @@ public struct NotificationRequest: Sendable, Codable {
         case eventsAsObject = "events_as_object"
         case jti
         case omitExpiry = "omit_exp"
+        case issuer = "iss"
     }
 }
 
@@ -71,12 +74,19 @@ extension AppleSimulator {
         if let isPrivateEmail = request.isPrivateEmail { event["is_private_email"] = .string(isPrivateEmail ? "true" : "false") }
         let eventsJSON = JSONValue.object(event)
         var claims: [String: JSONValue] = [
-            "iss": .string(Self.issuer), "aud": .string(request.clientID), "iat": .integer(now), "jti": .string(jti),
+            "iss": .string(request.issuer ?? Self.issuer), "aud": .string(request.clientID), "iat": .integer(now),
+            "jti": .string(jti),
             "events": request.eventsAsObject == true
                 ? eventsJSON : .string(String(decoding: eventsJSON.serialized(), as: UTF8.self)),
         ]
         if request.omitExpiry != true { claims["exp"] = .integer(now + 86_400) }
         return (jti, try signWithCurrentKey(claims))
+    }
+
+    /// Signs arbitrary claims with Apple's current key (negative tests: a well-signed JWS
+    /// whose content is wrong).
+    public func signClaims(_ claims: [String: JSONValue]) throws -> String {
+        try signWithCurrentKey(claims)
     }
 
     /// Signs a notification and POSTs `{"payload": "<JWS>"}` to `request.url`.

@@ -57,6 +57,15 @@ public enum JSONValue: Sendable, Hashable, Codable {
         }
     }
 
+    /// Any JSON number as a Double.
+    public var doubleValue: Double? {
+        switch self {
+        case .integer(let value): Double(value)
+        case .double(let value): value
+        default: nil
+        }
+    }
+
     public var boolValue: Bool? {
         if case .bool(let value) = self { return value }
         return nil

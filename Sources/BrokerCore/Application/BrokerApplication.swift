@@ -66,6 +66,13 @@ public final class BrokerApplication: Sendable {
         if configuration.roles.contains(.api) {
             LoginRoutes.register(on: &router, login: login, users: UserDirectory(pool: pool), keys: apiKeys)
         }
+        if configuration.roles.contains(.notifications) {
+            let receiver = NotificationReceiver(
+                verifier: verifier, clientIDs: Set(appleSettings.clientIDs), teamID: appleSettings.teamID,
+                leeway: TimeInterval(configuration.login.tokenLeewaySeconds), pool: pool, metrics: metrics,
+                logger: logger.labelled("notifications"))
+            router.post(configuration.notificationsPath) { request in try receiver.receive(request) }
+        }
 
         var workers: [BackgroundWorker] = []
         if configuration.roles.contains(.sweep) {

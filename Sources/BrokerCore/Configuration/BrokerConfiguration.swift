@@ -27,6 +27,8 @@ public struct BrokerConfiguration: Sendable {
     public var logLevel: Logger.Level = .info
     /// `BROKER_ACCESS_LOG`: one log line per request.
     public var accessLog: Bool = true
+    /// `BROKER_NOTIFICATIONS_PATH`: where Apple posts server-to-server notifications.
+    public var notificationsPath: String = "/v1/apple/notifications"
     /// `BROKER_ROLES` (or `serve --roles`): which parts this process runs.
     public var roles: Set<Role> = Set(Role.allCases)
     /// Apple settings; nil for commands that do not talk to Apple.
@@ -120,6 +122,13 @@ public struct BrokerConfiguration: Sendable {
             }
         }
         configuration.accessLog = reader.boolean("BROKER_ACCESS_LOG") ?? configuration.accessLog
+        if let path = reader.string("BROKER_NOTIFICATIONS_PATH") {
+            if path.hasPrefix("/") && !path.contains("{") && !path.contains("?") {
+                configuration.notificationsPath = path
+            } else {
+                reader.problem("BROKER_NOTIFICATIONS_PATH: expected an absolute path such as /v1/apple/notifications, got '\(path)'")
+            }
+        }
         if let roles = reader.string("BROKER_ROLES") {
             configuration.roles = reader.roles(roles, variable: "BROKER_ROLES") ?? configuration.roles
         }

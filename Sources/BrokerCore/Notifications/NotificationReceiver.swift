@@ -1,0 +1,164 @@
+import BrokerCrypto
+import Foundation
+import HTTPServer
+import JOSE
+import Observability
+import PostgresClient
+import StrictJSON
+
+/// One server-to-server notification, as Apple's verified JWS says it.
+public struct AppleNotification: Sendable, Equatable {
+    public var jti: String
+    /// `email-disabled`, `email-enabled`, `consent-revoked`, `account-delete` (or `account-deleted`), or a type we do not know.
+    public var type: String
+    public var sub: String
+    public var eventTime: Date
+}
+
+/// `POST /v1/apple/notifications`: Apple's server-to-server notifications, verified before
+/// anything is acted on, deduplicated by `jti`, applied exactly once in one transaction
+/// with their outbox events, and answered 200 only once durable (duplicates, unknown
+/// subjects and unknown types included, so Apple stops retrying). A JWS that fails
+/// verification is 401 and stores nothing; a database outage is 503 so Apple retries.
+public final class NotificationReceiver: Sendable {
+    let verifier: AppleTokenVerifier
+    let clientIDs: Set<String>
+    let teamID: String
+    let leeway: TimeInterval
+    let pool: PostgresPool
+    let logger: Logger
+    let now: @Sendable () -> Date
+    /// Called after an account-delete was applied (wakes the deletion job in this process).
+    let onDeletionRequested: @Sendable () -> Void
+    private let outcomes: CounterFamily
+
+    init(
+        verifier: AppleTokenVerifier, clientIDs: Set<String>, teamID: String, leeway: TimeInterval, pool: PostgresPool,
+        metrics: MetricsRegistry, logger: Logger, now: @escaping @Sendable () -> Date = Date.init,
+        onDeletionRequested: @escaping @Sendable () -> Void = {}
+    ) {
+        self.verifier = verifier
+        self.clientIDs = clientIDs
+        self.teamID = teamID
+        self.leeway = leeway
+        self.pool = pool
+        self.logger = logger
+        self.now = now
+        self.onDeletionRequested = onDeletionRequested
+        outcomes = metrics.counter(
+            "apple_notifications_total",
+            help: "Server-to-server notifications by event type and outcome (applied, duplicate, stale, unknown_subject, unknown_type, rejected, unavailable).",
+            labels: ["type", "outcome"])
+    }
+
+    public func receive(_ request: HTTPRequest) throws -> HTTPResponse {
+        let notification: AppleNotification
+        do {
+            notification = try decode(request)
+        } catch let problem as Problem {
+            outcomes.increment("unverified", "rejected")
+            request.logger.warning("notification rejected", [("code", problem.code)])
+            throw problem
+        }
+        let outcome: String
+        do {
+            outcome = try pool.query(
+                """
+                SELECT broker_apply_notification(\(notification.jti), \(notification.type), \(teamID),
+                    \(notification.sub), \(notification.eventTime))
+                """
+            ).single().decode(String.self, 0)
+        } catch let error as PostgresError where error.isUniqueViolation {
+            // A concurrent delivery of the same jti committed first; this one rolled back.
+            outcome = "duplicate"
+        } catch let error as PostgresError where error.isUnavailable {
+            outcomes.increment(notification.type, "unavailable")
+            throw error
+        }
+        outcomes.increment(notification.type, outcome)
+        request.logger.info(
+            "notification", [("type", notification.type), ("outcome", outcome), ("jti", notification.jti),
+                             ("subject", String(SHA256.hexHash(notification.sub).prefix(16)))])
+        if outcome == "applied" && Self.deletionTypes.contains(notification.type) { onDeletionRequested() }
+        return .json(.object(["status": .string(outcome)]))
+    }
+
+    static let deletionTypes: Set<String> = ["account-delete", "account-deleted"]
+
+    /// Checks the body's shape and the JWS, and decodes the event.
+    func decode(_ request: HTTPRequest) throws -> AppleNotification {
+        let body = try request.jsonObject()
+        guard let payload = try? body.string("payload"), !payload.isEmpty else {
+            throw Self.malformed("the body must be {\"payload\": \"<JWS>\"}")
+        }
+        let claims: [String: JSONValue]
+        do {
+            claims = try verifier.verify(payload)
+        } catch let rejection as TokenRejection {
+            throw Self.unverified(rejection)
+        } catch AppleKeyError.unavailable {
+            throw LoginService.appleUnavailable("Apple's signing keys cannot be fetched")
+        }
+        guard claims["iss"]?.stringValue == IdentityTokenValidator.issuer else {
+            throw Self.unverified(TokenRejection("token_issuer_invalid", "iss must be \(IdentityTokenValidator.issuer)"))
+        }
+        let audiences = claims["aud"]?.stringValue.map { [$0] } ?? claims["aud"]?.arrayValue?.compactMap(\.stringValue) ?? []
+        guard audiences.contains(where: clientIDs.contains) else {
+            throw Self.unverified(TokenRejection("token_audience_invalid", "aud is not one of this service's client ids"))
+        }
+        let current = now().timeIntervalSince1970
+        guard let issuedAt = claims["iat"]?.integerValue else {
+            throw Self.unverified(TokenRejection.malformed("iat is missing"))
+        }
+        guard TimeInterval(issuedAt) - leeway <= current else {
+            throw Self.unverified(TokenRejection("token_not_yet_valid", "iat is in the future"))
+        }
+        if let expiry = claims["exp"] {
+            guard let value = expiry.integerValue else { throw Self.unverified(TokenRejection.malformed("exp is not a number")) }
+            guard TimeInterval(value) + leeway >= current else {
+                throw Self.unverified(TokenRejection("token_expired", "the notification has expired"))
+            }
+        }
+        guard let jti = claims["jti"]?.stringValue, !jti.isEmpty, jti.utf8.count <= 256 else {
+            throw Self.unverified(TokenRejection.malformed("jti is missing"))
+        }
+        // Apple sends `events` as a JSON string; its documentation shows an object. Both are read.
+        let event: [String: JSONValue]
+        switch claims["events"] {
+        case .string(let text)?:
+            guard let parsed = try? JSONValue.parseObject(Array(text.utf8)) else {
+                throw Self.malformed("events is not a JSON object")
+            }
+            event = parsed
+        case .object(let object)?:
+            event = object
+        default:
+            throw Self.malformed("events is missing")
+        }
+        guard let type = event["type"]?.stringValue, !type.isEmpty, type.utf8.count <= 64 else {
+            throw Self.malformed("events.type is missing")
+        }
+        guard let sub = event["sub"]?.stringValue, !sub.isEmpty, sub.utf8.count <= 256 else {
+            throw Self.malformed("events.sub is missing")
+        }
+        // event_time is in milliseconds in real payloads and in seconds in Apple's sample.
+        var eventTime = Double(issuedAt)
+        if let value = event["event_time"] {
+            guard let number = value.integerValue.map(Double.init) ?? (value.doubleValue) else {
+                throw Self.malformed("events.event_time is not a number")
+            }
+            eventTime = number > 100_000_000_000 ? number / 1000 : number
+        }
+        return AppleNotification(jti: jti, type: type, sub: sub, eventTime: Date(timeIntervalSince1970: eventTime))
+    }
+
+    static func malformed(_ detail: String) -> Problem {
+        Problem(status: 400, code: "notification_malformed", title: "Malformed notification", detail: detail)
+    }
+
+    static func unverified(_ rejection: TokenRejection) -> Problem {
+        var problem = LoginService.problem(for: rejection)
+        problem.status = 401  // every failure to verify Apple's JWS is an authentication failure here
+        return problem
+    }
+}
