@@ -1,5 +1,5 @@
 # appleid-broker — the two commands a newcomer needs are `make run` and `make test`.
-.PHONY: run test build release clean bench-login bench-notifications
+.PHONY: run test build release clean bench-login bench-notifications bench-deletion
 
 ## Run the service (installs Debian packages if missing, builds, starts an embedded
 ## PostgreSQL and, unless Apple settings are given, the Apple simulator).
@@ -26,3 +26,7 @@ bench-login:
 ## Notification ingestion benchmark: notifications/s, p99, ratio to pgbench of the same work.
 bench-notifications:
 	scripts/bench-notifications.sh
+
+## Deletion benchmark: deletions/s with 100 ms added to every revoke, against concurrency / latency.
+bench-deletion:
+	scripts/bench-deletion.sh

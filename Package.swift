@@ -71,7 +71,7 @@ let package = Package(
 
         // MARK: Micro-benchmarks (figures for `make bench`, never timed tests)
         .executableTarget(
-            name: "broker-bench", dependencies: ["BrokerCore", "BrokerCrypto", "JOSE", "StrictJSON"],
+            name: "broker-bench", dependencies: ["BrokerCore", "BrokerCrypto", "JOSE", "StrictJSON", "PostgresClient"],
             swiftSettings: swiftSettings),
 
         // MARK: Build tooling: sql/*.sql compiled into the binary, so it needs no files at run time

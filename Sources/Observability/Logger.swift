@@ -116,7 +116,7 @@ public final class LogSink: Sendable {
 
     func write(level: Logger.Level, label: String, message: String, fields: [(String, String)]) {
         var line = "{\"ts\":\""
-        line += LogTimestamp.now()
+        line += RFC3339.now()
         line += "\",\"level\":\"\(level)\",\"logger\":"
         JSONText.appendString(label, to: &line)
         line += ",\"msg\":"
@@ -150,18 +150,27 @@ public final class LogSink: Sendable {
     }
 }
 
-/// RFC 3339 timestamps in UTC with milliseconds, cheap enough for every log line.
-enum LogTimestamp {
+/// RFC 3339 timestamps in UTC with milliseconds (`2026-11-29T14:42:37.123Z`), cheap enough
+/// for every log line and used wherever the service writes a time as text.
+public enum RFC3339 {
+    public static func string(from date: Date) -> String {
+        let milliseconds = (date.timeIntervalSince1970 * 1000).rounded(.down)
+        return format(seconds: Int(milliseconds / 1000), milliseconds: Int(milliseconds.truncatingRemainder(dividingBy: 1000)))
+    }
+
     static func now() -> String {
         var spec = timespec()
         clock_gettime(CLOCK_REALTIME, &spec)
-        var seconds = spec.tv_sec
+        return format(seconds: spec.tv_sec, milliseconds: spec.tv_nsec / 1_000_000)
+    }
+
+    private static func format(seconds: Int, milliseconds: Int) -> String {
+        var time = time_t(seconds)
         var parts = tm()
-        gmtime_r(&seconds, &parts)
-        let millis = spec.tv_nsec / 1_000_000
+        gmtime_r(&time, &parts)
         return String(
             format: "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ",
             Int(parts.tm_year) + 1900, Int(parts.tm_mon) + 1, Int(parts.tm_mday),
-            Int(parts.tm_hour), Int(parts.tm_min), Int(parts.tm_sec), Int(millis))
+            Int(parts.tm_hour), Int(parts.tm_min), Int(parts.tm_sec), max(0, milliseconds))
     }
 }

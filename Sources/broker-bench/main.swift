@@ -1,10 +1,19 @@
-// broker-bench: micro-benchmarks of the broker's hot paths, printed as figures (not tests).
-//   broker-bench verify [--seconds 3]    full identity-token validation per second, one thread
+// broker-bench: micro-benchmarks of the broker's hot paths, printed as figures (not tests),
+// and fixtures for the benchmark scripts.
+//   broker-bench [verify] [--seconds 3] [--json]   RSA verify, claims parsing and full identity-token
+//                                                  validation per second, on one thread
+//   broker-bench seed-tokens --users N             N users, each with an identity and a sealed refresh
+//                                                  token (DATABASE_URL, TOKEN_ENCRYPTION_KEY, APPLE_TEAM_ID)
 import BrokerCore
 import BrokerCrypto
 import Foundation
 import JOSE
+import PostgresClient
 import StrictJSON
+
+if CommandLine.arguments.dropFirst().first == "seed-tokens" {
+    exit(seedTokens())
+}
 
 /// A key provider with one fixed key (no network, no cache).
 struct StaticKeys: AppleKeyProvider {
@@ -64,4 +73,49 @@ let fullRate = try measure("identity token validate (full)", seconds: seconds) {
 }
 if json {
     print("{\"rsa2048_verify_per_s\":\(Int(rsaRate)),\"jwt_verify_per_s\":\(Int(fullRate))}")
+}
+
+/// Inserts users with identities and sealed refresh tokens, as logins with a code would
+/// leave them, for the deletion benchmark.
+func seedTokens() -> Int32 {
+    let arguments = Array(CommandLine.arguments.dropFirst(2))
+    let users = arguments.firstIndex(of: "--users").flatMap { Int(arguments[$0 + 1]) } ?? 1000
+    let environment = ProcessInfo.processInfo.environment
+    guard let url = environment["DATABASE_URL"], let keyText = environment["TOKEN_ENCRYPTION_KEY"],
+        let teamID = environment["APPLE_TEAM_ID"]
+    else {
+        FileHandle.standardError.write(Data("seed-tokens needs DATABASE_URL, TOKEN_ENCRYPTION_KEY and APPLE_TEAM_ID\n".utf8))
+        return 2
+    }
+    let clientID = environment["APPLE_CLIENT_IDS"]?.split(separator: ",").first.map(String.init) ?? "com.example.app"
+    do {
+        let keys = try TokenKeyRing(parsing: keyText)
+        let connection = try PostgresConnection(configuration: try PostgresConfiguration(connectionString: url))
+        try connection.execute("BEGIN")
+        for index in 0..<users {
+            let userID = UUID()
+            let identityID = UUID()
+            let sub = "001234.seed\(index).\(Hex.encode(SecureRandom.bytes(8)))"
+            let sealed = try keys.seal(
+                Array("r\(Hex.encode(SecureRandom.bytes(16))).0.seed".utf8),
+                associatedData: RefreshTokenSealing.associatedData(teamID: teamID, sub: sub, clientID: clientID))
+            try connection.query("INSERT INTO users (id) VALUES (\(userID))")
+            try connection.query(
+                """
+                INSERT INTO apple_identities (id, user_id, team_id, sub, client_id, last_login_at)
+                VALUES (\(identityID), \(userID), \(teamID), \(sub), \(clientID), now())
+                """)
+            try connection.query(
+                """
+                INSERT INTO apple_tokens (id, identity_id, user_id, client_id, refresh_token, key_id)
+                VALUES (\(UUID()), \(identityID), \(userID), \(clientID), \(sealed.sealed), \(sealed.keyID))
+                """)
+        }
+        try connection.execute("COMMIT")
+        print("seeded \(users) users with refresh tokens")
+        return 0
+    } catch {
+        FileHandle.standardError.write(Data("seed-tokens failed: \(error)\n".utf8))
+        return 1
+    }
 }

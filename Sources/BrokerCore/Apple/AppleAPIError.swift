@@ -8,8 +8,9 @@ public enum AppleAPIError: Error, Sendable, CustomStringConvertible {
     case invalidClient
     /// Another 4xx answer from Apple, with its `error` value.
     case rejected(status: Int, error: String?)
-    /// Apple could not be reached or kept failing (5xx, 429, timeouts) after the retries.
-    case unavailable(String)
+    /// Apple could not be reached or kept failing (5xx, 429, timeouts) after the retries;
+    /// `retryAfter` is the last `Retry-After` Apple sent, in seconds.
+    case unavailable(String, retryAfter: Int? = nil)
     /// Apple answered something this client cannot read.
     case malformedResponse(String)
 
@@ -18,7 +19,7 @@ public enum AppleAPIError: Error, Sendable, CustomStringConvertible {
         case .invalidGrant(let detail): "invalid_grant\(detail.map { ": \($0)" } ?? "")"
         case .invalidClient: "invalid_client"
         case .rejected(let status, let error): "rejected with \(status) \(error ?? "")"
-        case .unavailable(let reason): "unavailable: \(reason)"
+        case .unavailable(let reason, _): "unavailable: \(reason)"
         case .malformedResponse(let reason): "malformed response: \(reason)"
         }
     }

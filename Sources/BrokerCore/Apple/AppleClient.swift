@@ -164,10 +164,11 @@ public final class AppleClient: Sendable {
                 calls.increment(endpoint, String(response.status))
                 let retryable = response.status >= 500 || response.status == 429
                 if !retryable { return response }
-                if attempt >= retry.maximumAttempts {
-                    throw AppleAPIError.unavailable("Apple answered \(response.status) to \(endpoint) \(attempt) times")
-                }
                 let retryAfter = response.header("retry-after").flatMap { Int($0) }
+                if attempt >= retry.maximumAttempts {
+                    throw AppleAPIError.unavailable(
+                        "Apple answered \(response.status) to \(endpoint) \(attempt) times", retryAfter: retryAfter)
+                }
                 Thread.sleep(forTimeInterval: retry.delay(attempt: attempt, retryAfter: retryAfter).seconds)
             } catch let error as HTTPClientError {
                 latency.observe((ContinuousClock.now - started).seconds, endpoint)

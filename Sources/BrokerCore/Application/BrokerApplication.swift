@@ -22,7 +22,7 @@ public final class BrokerApplication: Sendable {
     /// Apple's signing keys, shared by login and notifications.
     public let appleKeys: AppleKeyCache
     public let apple: AppleClient
-    let workers: [BackgroundWorker]
+    let workers: [WorkerGroup]
 
     /// Opens the database (migrating it) and builds every component; starts nothing.
     /// - Parameter transport: how to reach Apple (the seam tests may replace).
@@ -61,28 +61,54 @@ public final class BrokerApplication: Sendable {
             settings: configuration.login, validationIntervalSeconds: configuration.sweep.validationIntervalSeconds,
             retry: retry, metrics: metrics)
 
+        // The deletion job exists before the routes so they can wake it.
+        let deletionStore = DeletionStore(pool: pool, teamID: appleSettings.teamID)
+        let deletionWorker: WorkerGroup? =
+            configuration.roles.contains(.deletion)
+            ? WorkerGroup(
+                name: "deletion-job", lanes: configuration.deletion.concurrency,
+                interval: .seconds(configuration.deletion.intervalSeconds), logger: logger,
+                step: DeletionJob(
+                    store: deletionStore, apple: apple, tokenKeys: tokenKeys, settings: configuration.deletion,
+                    metrics: metrics, logger: logger.labelled("deletion-job")
+                ).step)
+            : nil
+        let wakeDeletions: @Sendable () -> Void = { deletionWorker?.wake() }
+
         var router = Router()
         OperationsRoutes.register(on: &router, database: database, metrics: metrics, health: health)
         if configuration.roles.contains(.api) {
             LoginRoutes.register(on: &router, login: login, users: UserDirectory(pool: pool), keys: apiKeys)
+            DeletionRoutes.register(
+                on: &router, service: DeletionService(store: deletionStore, wake: wakeDeletions), keys: apiKeys)
         }
         if configuration.roles.contains(.notifications) {
             let receiver = NotificationReceiver(
                 verifier: verifier, clientIDs: Set(appleSettings.clientIDs), teamID: appleSettings.teamID,
                 leeway: TimeInterval(configuration.login.tokenLeewaySeconds), pool: pool, metrics: metrics,
-                logger: logger.labelled("notifications"))
+                logger: logger.labelled("notifications"), onDeletionRequested: wakeDeletions)
             router.post(configuration.notificationsPath) { request in try receiver.receive(request) }
         }
 
-        var workers: [BackgroundWorker] = []
+        var workers: [WorkerGroup] = []
+        if let deletionWorker {
+            workers.append(deletionWorker)
+            listener.subscribe("deletion_requested") { _ in deletionWorker.wake() }
+        }
         if configuration.roles.contains(.sweep) {
             let sweep = RefreshTokenSweep(
                 pool: pool, apple: apple, tokenKeys: tokenKeys, settings: configuration.sweep, metrics: metrics,
                 logger: logger.labelled("refresh-sweep"))
             workers.append(
-                BackgroundWorker(
-                    name: "refresh-sweep", interval: .seconds(configuration.sweep.intervalSeconds), logger: logger,
-                    step: sweep.step))
+                WorkerGroup(
+                    name: "refresh-sweep", lanes: configuration.sweep.concurrency,
+                    interval: .seconds(configuration.sweep.intervalSeconds), logger: logger, step: sweep.step))
+            workers.append(
+                WorkerGroup(name: "housekeeping", lanes: 1, interval: .seconds(300), logger: logger) {
+                    // Authorization codes live five minutes; their exchange ledger one hour.
+                    try pool.query("DELETE FROM authorization_codes WHERE created_at < now() - interval '1 hour'")
+                    return false
+                })
         }
         self.workers = workers
 

@@ -1,4 +1,5 @@
 import Foundation
+import Observability
 
 /// `appleid-broker api-keys create|list|revoke`.
 enum APIKeysCommand {
@@ -25,10 +26,10 @@ enum APIKeysCommand {
                 print(String(decoding: try encoder.encode(keys), as: UTF8.self))
             } else {
                 print("ID\tNAME\tSCOPES\tCREATED\tREVOKED")
-                let format = ISO8601DateFormatter()
                 for key in keys {
                     let scopes = key.scopes.sorted().map(\.rawValue).joined(separator: ",")
-                    print("\(key.id)\t\(key.name)\t\(scopes)\t\(format.string(from: key.createdAt))\t\(key.revokedAt.map(format.string(from:)) ?? "-")")
+                    let revoked = key.revokedAt.map(RFC3339.string(from:)) ?? "-"
+                    print("\(key.id)\t\(key.name)\t\(scopes)\t\(RFC3339.string(from: key.createdAt))\t\(revoked)")
                 }
             }
             return 0

@@ -16,6 +16,11 @@ public enum BrokerCommand {
                                 create an API key; prints the key as the only line on stdout
           api-keys list [--json]
           api-keys revoke ID
+          delete-user (--user-id ID | --apple-sub SUB) --reason TEXT [--requested-by NAME]
+                                request a cascaded deletion (revokes at Apple, then purges);
+                                prints the deletion id
+          deletions list [--state requested|revoking|purging|done|failed] [--json]
+          deletions retry ID    queue a failed deletion again
           version
 
         Configuration comes from environment variables; see README.md. With DATABASE_URL
@@ -61,6 +66,10 @@ public enum BrokerCommand {
                 }
             case ("api-keys", let sub?):
                 return try APIKeysCommand.run(sub, parsed, environment: environment)
+            case ("delete-user", _):
+                return try DeletionCommands.deleteUser(parsed, environment: environment)
+            case ("deletions", let sub?):
+                return try DeletionCommands.run(sub, parsed, environment: environment)
             default:
                 printError("unknown command '\(words.joined(separator: " "))'\n\n\(usage)")
                 return 2

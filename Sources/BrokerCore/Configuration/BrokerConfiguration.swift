@@ -39,6 +39,8 @@ public struct BrokerConfiguration: Sendable {
     public var login = LoginSettings()
     /// The refresh-token sweep.
     public var sweep = SweepSettings()
+    /// The deletion job.
+    public var deletion = DeletionSettings()
 
     public init() {}
 
@@ -55,6 +57,23 @@ public struct BrokerConfiguration: Sendable {
         /// `BROKER_LAST_LOGIN_RESOLUTION_SECONDS`: a repeat login changing nothing rewrites
         /// `last_login_at` only when it is older than this, so busy users cost no write.
         public var lastLoginResolutionSeconds = 60
+    }
+
+    /// The account-deletion job (`BROKER_DELETION_*`).
+    public struct DeletionSettings: Sendable {
+        /// `BROKER_DELETION_CONCURRENCY`: deletion requests worked on in parallel per process.
+        public var concurrency = 8
+        /// `BROKER_DELETION_MAX_ATTEMPTS`: attempts before a request is dead-lettered (`failed`).
+        public var maximumAttempts = 8
+        /// `BROKER_DELETION_RETRY_BASE_MS`: first retry delay; it doubles per attempt (with jitter).
+        public var retryBaseMilliseconds = 5000
+        /// `BROKER_DELETION_RETRY_MAX_SECONDS`: longest retry delay.
+        public var retryMaximumSeconds = 600
+        /// `BROKER_DELETION_LEASE_SECONDS`: a claimed request returns to the queue after this
+        /// if its worker died.
+        public var leaseSeconds = 300
+        /// `BROKER_DELETION_INTERVAL_SECONDS`: how often the job polls besides being woken.
+        public var intervalSeconds = 5
     }
 
     /// The daily re-validation of stored refresh tokens (`BROKER_SWEEP_*`, `BROKER_REFRESH_VALIDATION_SECONDS`).
@@ -148,6 +167,16 @@ public struct BrokerConfiguration: Sendable {
             reader.integer("BROKER_REFRESH_VALIDATION_SECONDS", in: 1...(30 * 86_400)) ?? sweep.validationIntervalSeconds
         sweep.concurrency = reader.integer("BROKER_SWEEP_CONCURRENCY", in: 1...64) ?? sweep.concurrency
         configuration.sweep = sweep
+        var deletion = DeletionSettings()
+        deletion.concurrency = reader.integer("BROKER_DELETION_CONCURRENCY", in: 1...256) ?? deletion.concurrency
+        deletion.maximumAttempts = reader.integer("BROKER_DELETION_MAX_ATTEMPTS", in: 1...100) ?? deletion.maximumAttempts
+        deletion.retryBaseMilliseconds =
+            reader.integer("BROKER_DELETION_RETRY_BASE_MS", in: 1...3_600_000) ?? deletion.retryBaseMilliseconds
+        deletion.retryMaximumSeconds =
+            reader.integer("BROKER_DELETION_RETRY_MAX_SECONDS", in: 1...86_400) ?? deletion.retryMaximumSeconds
+        deletion.leaseSeconds = reader.integer("BROKER_DELETION_LEASE_SECONDS", in: 1...86_400) ?? deletion.leaseSeconds
+        deletion.intervalSeconds = reader.integer("BROKER_DELETION_INTERVAL_SECONDS", in: 1...3600) ?? deletion.intervalSeconds
+        configuration.deletion = deletion
         if let keys = reader.string("TOKEN_ENCRYPTION_KEY") {
             do {
                 configuration.tokenKeys = try TokenKeyRing(parsing: keys)

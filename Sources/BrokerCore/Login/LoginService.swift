@@ -78,7 +78,7 @@ public final class LoginService: Sendable {
                     let refreshToken = try exchange(code, for: identity)
                     sealed = try tokenKeys.seal(
                         Array(refreshToken.utf8),
-                        associatedData: LoginStore.associatedData(teamID: teamID, sub: identity.sub, clientID: identity.clientID))
+                        associatedData: RefreshTokenSealing.associatedData(teamID: teamID, sub: identity.sub, clientID: identity.clientID))
                 } catch let problem as Problem {
                     ledger.finish(code, succeeded: false, errorCode: problem.status < 500 ? problem.code : nil)
                     throw problem

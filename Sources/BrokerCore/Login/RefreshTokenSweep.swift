@@ -1,5 +1,4 @@
 import BrokerCrypto
-import Dispatch
 import Foundation
 import Observability
 import PostgresClient
@@ -11,7 +10,8 @@ import Synchronization
 /// the identity's consent revoked and writes the same `consent.revoked` event.
 ///
 /// Due tokens are claimed with `FOR UPDATE SKIP LOCKED` and leased for ten minutes, so
-/// replicas share the work and a crashed worker's tokens come back on their own.
+/// replicas and lanes share the work and a crashed worker's tokens come back on their own.
+/// It runs as a `WorkerGroup` of `BROKER_SWEEP_CONCURRENCY` lanes.
 final class RefreshTokenSweep: Sendable {
     private let pool: PostgresPool
     private let apple: AppleClient
@@ -19,7 +19,7 @@ final class RefreshTokenSweep: Sendable {
     private let settings: BrokerConfiguration.SweepSettings
     private let logger: Logger
     private let outcomes: CounterFamily
-    private let batchSize = 50
+    private let batchSize = 10
 
     init(
         pool: PostgresPool, apple: AppleClient, tokenKeys: TokenKeyRing, settings: BrokerConfiguration.SweepSettings,
@@ -46,7 +46,6 @@ final class RefreshTokenSweep: Sendable {
 
     /// One batch: claims due tokens and validates them; true when the batch was full.
     func step() throws -> Bool {
-        _ = try? pool.query("DELETE FROM authorization_codes WHERE created_at < now() - interval '1 hour'")
         let due = try pool.query(
             """
             WITH due AS (
@@ -66,13 +65,7 @@ final class RefreshTokenSweep: Sendable {
                 teamID: try row.decode(String.self, 5), sub: try row.decode(String.self, 6))
         }
         guard !due.isEmpty else { return false }
-        let width = min(settings.concurrency, due.count)
-        // Blocking calls to Apple on Dispatch's worker threads, never Swift concurrency's pool.
-        DispatchQueue.concurrentPerform(iterations: width) { lane in
-            for token in stride(from: lane, to: due.count, by: width).map({ due[$0] }) {
-                validate(token)
-            }
-        }
+        due.forEach(validate)
         return due.count == batchSize
     }
 
@@ -82,7 +75,7 @@ final class RefreshTokenSweep: Sendable {
             refreshToken = String(
                 decoding: try tokenKeys.open(
                     token.sealed, keyID: token.keyID,
-                    associatedData: LoginStore.associatedData(teamID: token.teamID, sub: token.sub, clientID: token.clientID)),
+                    associatedData: RefreshTokenSealing.associatedData(teamID: token.teamID, sub: token.sub, clientID: token.clientID)),
                 as: UTF8.self)
         } catch {
             outcomes.increment("undecryptable")

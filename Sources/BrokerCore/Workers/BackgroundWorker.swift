@@ -52,6 +52,12 @@ public final class BackgroundWorker: Sendable {
 
     public var isStopped: Bool { stopped.load(ordering: .acquiring) }
 
+    /// Asks the loop to stop without waiting (a group stops all lanes, then waits).
+    func stopSignal() {
+        stopped.store(true, ordering: .releasing)
+        signal.signal()
+    }
+
     private func run() {
         var failures = 0
         while !isStopped {
@@ -79,5 +85,25 @@ extension Duration {
     /// The duration in seconds as a Double.
     var seconds: Double {
         Double(components.seconds) + Double(components.attoseconds) / 1e18
+    }
+}
+
+/// Several `BackgroundWorker`s running the same step: each lane is a thread of its own, so
+/// `lanes` blocking calls (to Apple, say) can be in flight at once. Lanes claim their own
+/// work (`FOR UPDATE SKIP LOCKED`), so they never share an item.
+public final class WorkerGroup: Sendable {
+    let lanes: [BackgroundWorker]
+
+    public init(name: String, lanes: Int, interval: Duration, logger: Logger, step: @escaping @Sendable () throws -> Bool) {
+        self.lanes = (0..<max(1, lanes)).map { index in
+            BackgroundWorker(name: "\(name)-\(index)", interval: interval, logger: logger, step: step)
+        }
+    }
+
+    public func start() { lanes.forEach { $0.start() } }
+    public func wake() { lanes.forEach { $0.wake() } }
+    public func stop() {
+        lanes.forEach { $0.stopSignal() }
+        lanes.forEach { $0.stop() }
     }
 }

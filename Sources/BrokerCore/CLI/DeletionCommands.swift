@@ -1,0 +1,83 @@
+import Foundation
+import HTTPServer
+import Observability
+import PostgresClient
+import StrictJSON
+
+/// `appleid-broker delete-user …` and `appleid-broker deletions list|retry`.
+enum DeletionCommands {
+    static func deleteUser(_ arguments: Arguments, environment: [String: String]) throws -> Int32 {
+        let reason = try arguments.required("reason")
+        let requestedBy = arguments.options["requested-by"] ?? environment["USER"] ?? "cli"
+        let target: DeletionStore.Target
+        switch (arguments.options["user-id"], arguments.options["apple-sub"]) {
+        case (let id?, nil):
+            guard let uuid = UUID(canonicalText: id) else { throw Arguments.UsageError(description: "--user-id must be a UUID") }
+            target = .user(uuid)
+        case (nil, let sub?):
+            target = .appleSub(sub)
+        default:
+            throw Arguments.UsageError(description: "give exactly one of --user-id and --apple-sub")
+        }
+        guard let teamID = environment["APPLE_TEAM_ID"] ?? (target.isUser ? "" : nil) else {
+            throw Arguments.UsageError(description: "--apple-sub needs APPLE_TEAM_ID (subs are team-scoped)")
+        }
+        return try BrokerCommand.withDatabase(environment) { database in
+            let service = DeletionService(store: DeletionStore(pool: database.pool, teamID: teamID), wake: {})
+            do {
+                let result = try service.request(
+                    .init(target: target, reason: reason, requestedBy: requestedBy), source: "cli", actor: "cli:\(requestedBy)")
+                print(result.id.lowercasedString)
+                BrokerCommand.printError(result.created ? "deletion requested" : "a deletion is already open for this user")
+                return 0
+            } catch let problem as Problem {
+                var text = "\(problem.code): \(problem.detail ?? problem.title)"
+                if let deletion = problem.extensions["deletion_id"] { text += " (deletion \(deletion))" }
+                BrokerCommand.printError(text)
+                return 1
+            }
+        }
+    }
+
+    static func run(_ subcommand: String, _ arguments: Arguments, environment: [String: String]) throws -> Int32 {
+        try BrokerCommand.withDatabase(environment) { database in
+            let store = DeletionStore(pool: database.pool, teamID: environment["APPLE_TEAM_ID"] ?? "")
+            switch subcommand {
+            case "list":
+                let state = arguments.options["state"]
+                if let state, !DeletionRoutes.states.contains(state) {
+                    throw Arguments.UsageError(description: "--state must be one of \(DeletionRoutes.states.sorted().joined(separator: ", "))")
+                }
+                let records = try store.list(state: state, limit: Int(arguments.options["limit"] ?? "100") ?? 100)
+                if arguments.flags.contains("json") {
+                    print(String(decoding: JSONValue.array(records.map(\.json)).serialized(), as: UTF8.self))
+                } else {
+                    print("DELETION_ID\tUSER_ID\tSOURCE\tSTATE\tATTEMPTS\tCREATED\tLAST_ERROR")
+                    for record in records {
+                        print("\(record.id.lowercasedString)\t\(record.userID.lowercasedString)\t\(record.source)\t\(record.state)\t\(record.attempts)\t\(RFC3339.string(from: record.createdAt))\t\(record.lastError ?? "-")")
+                    }
+                }
+                return 0
+            case "retry":
+                guard arguments.positional.count == 3, let id = UUID(canonicalText: arguments.positional[2]) else {
+                    throw Arguments.UsageError(description: "deletions retry needs a deletion id")
+                }
+                guard try store.retry(id, by: "cli") else {
+                    BrokerCommand.printError("no failed deletion with id \(arguments.positional[2])")
+                    return 1
+                }
+                BrokerCommand.printError("deletion \(id.lowercasedString) queued again")
+                return 0
+            default:
+                throw Arguments.UsageError(description: "unknown deletions command '\(subcommand)'")
+            }
+        }
+    }
+}
+
+extension DeletionStore.Target {
+    var isUser: Bool {
+        if case .user = self { return true }
+        return false
+    }
+}

@@ -1,0 +1,274 @@
+import BrokerCrypto
+import Foundation
+import Observability
+import PostgresClient
+import StrictJSON
+
+/// A deletion request as the compliance API shows it.
+public struct DeletionRecord: Sendable {
+    public struct Step: Sendable {
+        public var step: String
+        public var clientID: String?
+        public var outcome: String
+        public var detail: String?
+        public var at: Date
+    }
+
+    public var id: UUID
+    public var userID: UUID
+    public var source: String
+    public var reason: String
+    public var requestedBy: String
+    public var state: String
+    public var attempts: Int
+    public var lastError: String?
+    public var createdAt: Date
+    public var updatedAt: Date
+    public var completedAt: Date?
+    public var nextAttemptAt: Date
+    public var steps: [Step]
+
+    public var json: JSONValue {
+        func time(_ date: Date?) -> JSONValue { date.map { .string(RFC3339.string(from: $0)) } ?? .null }
+        return .object([
+            "deletion_id": .string(id.lowercasedString), "user_id": .string(userID.lowercasedString),
+            "source": .string(source), "reason": .string(reason), "requested_by": .string(requestedBy),
+            "state": .string(state), "attempts": .integer(Int64(attempts)), "last_error": lastError.map(JSONValue.string) ?? .null,
+            "created_at": time(createdAt), "updated_at": time(updatedAt), "completed_at": time(completedAt),
+            "next_attempt_at": state == "done" || state == "failed" ? .null : time(nextAttemptAt),
+            "steps": .array(steps.map { step in
+                .object([
+                    "step": .string(step.step), "client_id": step.clientID.map(JSONValue.string) ?? .null,
+                    "outcome": .string(step.outcome), "detail": step.detail.map(JSONValue.string) ?? .null,
+                    "at": time(step.at),
+                ])
+            }),
+        ])
+    }
+}
+
+/// The deletion requests table: what the compliance API and the deletion job read and write.
+struct DeletionStore: Sendable {
+    let pool: PostgresPool
+    let teamID: String
+
+    /// Where a deletion request points.
+    enum Target {
+        case user(UUID)
+        case appleSub(String)
+    }
+
+    enum Resolution {
+        case user(UUID)
+        case deleted(deletionID: UUID)
+        case notFound
+    }
+
+    /// The live user a target names, or the deletion that already purged it.
+    func resolve(_ target: Target) throws -> Resolution {
+        switch target {
+        case .user(let id):
+            if try !pool.query("SELECT 1 FROM users WHERE id = \(id)").isEmpty { return .user(id) }
+            if let deletion = try pool.query("SELECT deletion_id FROM tombstones WHERE user_id = \(id) LIMIT 1").first {
+                return .deleted(deletionID: try deletion.decode(UUID.self, 0))
+            }
+        case .appleSub(let sub):
+            if let row = try pool.query("SELECT user_id FROM apple_identities WHERE team_id = \(teamID) AND sub = \(sub)").first {
+                return .user(try row.decode(UUID.self, 0))
+            }
+            if let deletion = try pool.query(
+                "SELECT deletion_id FROM tombstones WHERE team_id = \(teamID) AND sub_hash = \(SHA256.hexHash(sub)) ORDER BY deleted_at DESC LIMIT 1"
+            ).first {
+                return .deleted(deletionID: try deletion.decode(UUID.self, 0))
+            }
+        }
+        return .notFound
+    }
+
+    /// Opens (or returns the open) deletion request; nil when the user vanished meanwhile.
+    func request(userID: UUID, source: String, reason: String, requestedBy: String) throws -> (id: UUID, created: Bool)? {
+        guard let row = try pool.query(
+            "SELECT * FROM broker_request_deletion(\(userID), \(source), \(reason), \(requestedBy))"
+        ).first else { return nil }
+        return (try row.decode(UUID.self, 0), try row.decode(Bool.self, 1))
+    }
+
+    func record(_ id: UUID) throws -> DeletionRecord? {
+        guard let row = try pool.query(
+            """
+            SELECT id, user_id, source, reason, requested_by, state, attempts, last_error, created_at, updated_at,
+                   completed_at, next_attempt_at
+            FROM deletion_requests WHERE id = \(id)
+            """
+        ).first else { return nil }
+        var record = try Self.record(row)
+        record.steps = try pool.query(
+            "SELECT step, client_id, outcome, detail, at FROM deletion_steps WHERE deletion_id = \(id) ORDER BY id"
+        ).map { step in
+            DeletionRecord.Step(
+                step: try step.decode(String.self, 0), clientID: try step.decode(String?.self, 1),
+                outcome: try step.decode(String.self, 2), detail: try step.decode(String?.self, 3), at: try step.decode(Date.self, 4))
+        }
+        return record
+    }
+
+    /// Requests, newest first, optionally in one state.
+    func list(state: String?, limit: Int) throws -> [DeletionRecord] {
+        try pool.query(
+            """
+            SELECT id, user_id, source, reason, requested_by, state, attempts, last_error, created_at, updated_at,
+                   completed_at, next_attempt_at
+            FROM deletion_requests WHERE \(state)::text IS NULL OR state = \(state)::text
+            ORDER BY created_at DESC LIMIT \(limit)
+            """
+        ).map(Self.record)
+    }
+
+    /// Puts a dead-lettered request back in the queue; false when it is not `failed`.
+    func retry(_ id: UUID, by actor: String) throws -> Bool {
+        try pool.withTransaction { connection in
+            let rows = try connection.query(
+                """
+                UPDATE deletion_requests SET state = 'requested', attempts = 0, next_attempt_at = now(), updated_at = now()
+                WHERE id = \(id) AND state = 'failed'
+                """)
+            guard rows.affectedRows == 1 else { return false }
+            try connection.query(
+                "INSERT INTO audit_log (actor, action, deletion_id) VALUES (\(actor), 'deletion.retried', \(id))")
+            try connection.notify(channel: "deletion_requested")
+            return true
+        }
+    }
+
+    private static func record(_ row: PostgresRow) throws -> DeletionRecord {
+        DeletionRecord(
+            id: try row.decode(UUID.self, 0), userID: try row.decode(UUID.self, 1), source: try row.decode(String.self, 2),
+            reason: try row.decode(String.self, 3), requestedBy: try row.decode(String.self, 4),
+            state: try row.decode(String.self, 5), attempts: try row.decode(Int.self, 6),
+            lastError: try row.decode(String?.self, 7), createdAt: try row.decode(Date.self, 8),
+            updatedAt: try row.decode(Date.self, 9), completedAt: try row.decode(Date?.self, 10),
+            nextAttemptAt: try row.decode(Date.self, 11), steps: [])
+    }
+
+    // MARK: The job's side
+
+    struct Claimed: Sendable {
+        var id: UUID
+        var userID: UUID
+        var source: String
+        var state: String
+        var attempts: Int
+    }
+
+    /// Claims due requests (`FOR UPDATE SKIP LOCKED`, so workers never share one), leases
+    /// them for `leaseSeconds` and counts the attempt. A request whose worker died comes
+    /// back when its lease ends.
+    func claim(limit: Int, leaseSeconds: Int) throws -> [Claimed] {
+        try pool.query(
+            """
+            UPDATE deletion_requests d SET
+                attempts = d.attempts + 1,
+                state = CASE WHEN d.state = 'requested' THEN 'revoking' ELSE d.state END,
+                next_attempt_at = now() + \(String(leaseSeconds) + " seconds")::interval,
+                updated_at = now()
+            WHERE d.id IN (
+                SELECT id FROM deletion_requests
+                WHERE state IN ('requested', 'revoking', 'purging') AND next_attempt_at <= now()
+                ORDER BY next_attempt_at LIMIT \(limit) FOR UPDATE SKIP LOCKED)
+            RETURNING d.id, d.user_id, d.source, d.state, d.attempts
+            """
+        ).map { row in
+            Claimed(
+                id: try row.decode(UUID.self, 0), userID: try row.decode(UUID.self, 1), source: try row.decode(String.self, 2),
+                state: try row.decode(String.self, 3), attempts: try row.decode(Int.self, 4))
+        }
+    }
+
+    struct StoredToken: Sendable {
+        var id: UUID
+        var clientID: String
+        var sealed: [UInt8]
+        var keyID: String
+        var teamID: String
+        var sub: String
+    }
+
+    /// The user's tokens not yet revoked.
+    func liveTokens(of userID: UUID) throws -> [StoredToken] {
+        try pool.query(
+            """
+            SELECT t.id, t.client_id, t.refresh_token, t.key_id, i.team_id, i.sub
+            FROM apple_tokens t JOIN apple_identities i ON i.id = t.identity_id
+            WHERE t.user_id = \(userID) AND t.revoked_at IS NULL ORDER BY t.obtained_at
+            """
+        ).map { row in
+            StoredToken(
+                id: try row.decode(UUID.self, 0), clientID: try row.decode(String.self, 1), sealed: try row.decode([UInt8].self, 2),
+                keyID: try row.decode(String.self, 3), teamID: try row.decode(String.self, 4), sub: try row.decode(String.self, 5))
+        }
+    }
+
+    func hasSteps(_ id: UUID, named step: String) throws -> Bool {
+        try !pool.query("SELECT 1 FROM deletion_steps WHERE deletion_id = \(id) AND step = \(step) LIMIT 1").isEmpty
+    }
+
+    /// Appends a step to the request's record and to the audit log (no personal data).
+    func addStep(_ id: UUID, step: String, clientID: String? = nil, outcome: String, detail: String? = nil, tokenID: UUID? = nil)
+        throws
+    {
+        try pool.withTransaction { connection in
+            if let tokenID, outcome == "revoked" || outcome == "already_invalid" {
+                try connection.query("UPDATE apple_tokens SET revoked_at = now() WHERE id = \(tokenID)")
+            }
+            try connection.query(
+                """
+                INSERT INTO deletion_steps (deletion_id, step, client_id, outcome, detail)
+                VALUES (\(id), \(step), \(clientID), \(outcome), \(detail))
+                """)
+            try connection.query(
+                """
+                INSERT INTO audit_log (actor, action, deletion_id, detail)
+                VALUES ('deletion-job', \("deletion." + step), \(id),
+                        jsonb_build_object('outcome', \(outcome)::text, 'client_id', \(clientID)::text))
+                """)
+        }
+    }
+
+    func startPurging(_ id: UUID) throws {
+        try pool.query("UPDATE deletion_requests SET state = 'purging', updated_at = now() WHERE id = \(id) AND state = 'revoking'")
+    }
+
+    /// Runs the purge transaction; false when another worker already finished it.
+    func purge(_ id: UUID) throws -> Bool {
+        try pool.query("SELECT broker_purge_user(\(id))").single().decode(Bool.self, 0)
+    }
+
+    /// Schedules the next attempt, or dead-letters the request after its last attempt.
+    /// - Returns: the resulting state.
+    func reschedule(_ request: Claimed, after delay: Duration, error: String, maximumAttempts: Int, fail: Bool = false) throws
+        -> String
+    {
+        let failed = fail || request.attempts >= maximumAttempts
+        let milliseconds = Int(delay.components.seconds) * 1000 + Int(delay.components.attoseconds / 1_000_000_000_000_000)
+        return try pool.withTransaction { connection in
+            let state = try connection.query(
+                """
+                UPDATE deletion_requests SET
+                    state = CASE WHEN \(failed) THEN 'failed' ELSE state END,
+                    next_attempt_at = now() + \(String(milliseconds) + " milliseconds")::interval,
+                    last_error = \(error), updated_at = now()
+                WHERE id = \(request.id) AND state IN ('revoking', 'purging')
+                RETURNING state
+                """
+            ).first?.decode(String.self, 0) ?? "done"
+            if state == "failed" {
+                try connection.query(
+                    """
+                    INSERT INTO audit_log (actor, action, deletion_id, detail)
+                    VALUES ('deletion-job', 'deletion.failed', \(request.id), jsonb_build_object('error', \(error)::text))
+                    """)
+            }
+            return state
+        }
+    }
+}

@@ -1,0 +1,123 @@
+import Foundation
+import HTTPServer
+import PostgresClient
+import StrictJSON
+
+/// The compliance API (scope `compliance`): `POST /v1/deletions`, `GET /v1/deletions/{id}`,
+/// `GET /v1/deletions?state=…`, `POST /v1/deletions/{id}/retry`.
+enum DeletionRoutes {
+    static let states: Set<String> = ["requested", "revoking", "purging", "done", "failed"]
+
+    static func register(on router: inout Router, service: DeletionService, keys: APIKeyAuthenticator) {
+        router.post("/v1/deletions", keys.protect(.compliance) { request, key in
+            let body = try request.jsonObject()
+            let result = try service.request(try DeletionService.Request(body), source: "api", actor: "api:\(key.id)")
+            return .json(
+                .object([
+                    "deletion_id": .string(result.id.lowercasedString), "state": .string(result.state),
+                    "created": .bool(result.created),
+                ]), status: 202)
+        })
+        router.get("/v1/deletions", keys.protect(.compliance) { request, _ in
+            let state = request.query["state"]
+            if let state, !states.contains(state) {
+                throw Problem.badRequest("state must be one of \(states.sorted().joined(separator: ", "))")
+            }
+            let limit = try request.query["limit"].map { text -> Int in
+                guard let limit = Int(text), (1...1000).contains(limit) else { throw Problem.badRequest("limit must be 1…1000") }
+                return limit
+            } ?? 100
+            return .json(.object(["deletions": .array(try service.store.list(state: state, limit: limit).map(\.json))]))
+        })
+        router.get("/v1/deletions/{id}", keys.protect(.compliance) { request, _ in
+            let id = try deletionID(request)
+            guard let record = try service.store.record(id) else { throw notFound }
+            return .json(record.json)
+        })
+        router.post("/v1/deletions/{id}/retry", keys.protect(.compliance) { request, key in
+            let id = try deletionID(request)
+            guard try service.store.record(id) != nil else { throw notFound }
+            guard try service.store.retry(id, by: "api:\(key.id)") else {
+                throw Problem(
+                    status: 409, code: "deletion_not_failed", title: "Not a failed deletion",
+                    detail: "only failed deletions can be retried")
+            }
+            service.wake()
+            return .json(.object(["deletion_id": .string(id.lowercasedString), "state": "requested"]), status: 202)
+        })
+    }
+
+    static let notFound = Problem(status: 404, code: "deletion_not_found", title: "Deletion not found", detail: "no deletion with this id")
+
+    static func deletionID(_ request: HTTPRequest) throws -> UUID {
+        guard let id = UUID(canonicalText: try request.parameter("id")) else {
+            throw Problem.badRequest(code: "invalid_deletion_id", "the deletion id must be a UUID")
+        }
+        return id
+    }
+}
+
+/// Opens deletion requests for the compliance API and the CLI.
+struct DeletionService: Sendable {
+    let store: DeletionStore
+    /// Wakes the deletion job in this process (others are woken by NOTIFY).
+    let wake: @Sendable () -> Void
+
+    struct Request {
+        var target: DeletionStore.Target
+        var reason: String
+        var requestedBy: String
+
+        init(target: DeletionStore.Target, reason: String, requestedBy: String) {
+            self.target = target
+            self.reason = reason
+            self.requestedBy = requestedBy
+        }
+
+        init(_ body: JSONObjectReader) throws {
+            let userID = try body.string("user_id")
+            let appleSub = try body.string("apple_sub")
+            switch (userID, appleSub) {
+            case (let userID?, nil):
+                guard let id = UUID(canonicalText: userID) else {
+                    throw Problem.badRequest(code: "invalid_user_id", "the user id must be a UUID")
+                }
+                target = .user(id)
+            case (nil, let sub?):
+                guard !sub.isEmpty, sub.utf8.count <= 256 else { throw Problem.badRequest("field `apple_sub` is invalid") }
+                target = .appleSub(sub)
+            default:
+                throw Problem.badRequest("give exactly one of `user_id` and `apple_sub`")
+            }
+            reason = try body.requiredString("reason")
+            requestedBy = try body.requiredString("requested_by")
+            guard !reason.isEmpty, reason.utf8.count <= 500 else { throw Problem.badRequest("field `reason` must be 1…500 bytes") }
+            guard !requestedBy.isEmpty, requestedBy.utf8.count <= 200 else {
+                throw Problem.badRequest("field `requested_by` must be 1…200 bytes")
+            }
+        }
+    }
+
+    /// Opens the request (or returns the open one). 404 for an unknown user, 410 with the
+    /// original deletion id for a user already deleted.
+    func request(_ request: Request, source: String, actor: String) throws -> (id: UUID, state: String, created: Bool) {
+        for _ in 0..<2 {
+            switch try store.resolve(request.target) {
+            case .notFound:
+                throw Problem(status: 404, code: "user_not_found", title: "User not found", detail: "no user matches")
+            case .deleted(let deletionID):
+                throw Problem(
+                    status: 410, code: "user_deleted", title: "User deleted", detail: "this user was already deleted",
+                    extensions: ["deletion_id": deletionID.lowercasedString])
+            case .user(let userID):
+                guard let opened = try store.request(
+                    userID: userID, source: source, reason: request.reason, requestedBy: request.requestedBy)
+                else { continue }  // Purged between the two queries: resolve again.
+                if opened.created { wake() }
+                let state = try store.record(opened.id)?.state ?? "requested"
+                return (opened.id, state, opened.created)
+            }
+        }
+        throw Problem(status: 404, code: "user_not_found", title: "User not found", detail: "no user matches")
+    }
+}
