@@ -56,10 +56,6 @@ public final class BrokerApplication: Sendable {
             leeway: TimeInterval(configuration.login.tokenLeewaySeconds),
             maximumAge: TimeInterval(configuration.login.tokenMaximumAgeSeconds))
         let retry = RetryPolicy(maximumAttempts: appleSettings.maximumAttempts)
-        let login = LoginService(
-            validator: validator, apple: apple, pool: pool, tokenKeys: tokenKeys, teamID: appleSettings.teamID,
-            settings: configuration.login, validationIntervalSeconds: configuration.sweep.validationIntervalSeconds,
-            retry: retry, metrics: metrics)
 
         // The deletion job exists before the routes so they can wake it.
         let deletionStore = DeletionStore(pool: pool, teamID: appleSettings.teamID)
@@ -74,11 +70,36 @@ public final class BrokerApplication: Sendable {
                 ).step)
             : nil
         let wakeDeletions: @Sendable () -> Void = { deletionWorker?.wake() }
+        let subscriptions = WebhookSubscriptionStore(pool: pool, tokenKeys: tokenKeys)
+        let dispatcher: WorkerGroup? =
+            configuration.roles.contains(.dispatch)
+            ? WorkerGroup(
+                name: "dispatcher", lanes: configuration.dispatch.concurrency,
+                interval: .milliseconds(configuration.dispatch.intervalMilliseconds), logger: logger,
+                step: WebhookDispatcher(
+                    pool: pool, subscriptions: subscriptions, transport: transport,
+                    settings: .init(
+                        timeout: .milliseconds(configuration.dispatch.timeoutMilliseconds),
+                        retryBase: .milliseconds(configuration.dispatch.retryBaseMilliseconds),
+                        retryMaximum: .seconds(configuration.dispatch.retryMaximumSeconds),
+                        maximumAge: .seconds(configuration.dispatch.maximumAgeSeconds)),
+                    metrics: metrics, logger: logger.labelled("dispatcher")
+                ).step)
+            : nil
+        /// Events written by this process wake its dispatchers at once; others poll.
+        let eventsWritten: @Sendable () -> Void = { dispatcher?.wake() }
 
         var router = Router()
         OperationsRoutes.register(on: &router, database: database, metrics: metrics, health: health)
         if configuration.roles.contains(.api) {
+            let login = LoginService(
+                validator: validator, apple: apple, pool: pool, tokenKeys: tokenKeys, teamID: appleSettings.teamID,
+                settings: configuration.login, validationIntervalSeconds: configuration.sweep.validationIntervalSeconds,
+                retry: retry, metrics: metrics, eventsWritten: eventsWritten)
             LoginRoutes.register(on: &router, login: login, users: UserDirectory(pool: pool), keys: apiKeys)
+            EventRoutes.register(
+                on: &router, subscriptions: subscriptions, feed: EventFeed(pool: pool), keys: apiKeys,
+                wakeDispatcher: eventsWritten)
             DeletionRoutes.register(
                 on: &router, service: DeletionService(store: deletionStore, wake: wakeDeletions), keys: apiKeys)
         }
@@ -86,7 +107,7 @@ public final class BrokerApplication: Sendable {
             let receiver = NotificationReceiver(
                 verifier: verifier, clientIDs: Set(appleSettings.clientIDs), teamID: appleSettings.teamID,
                 leeway: TimeInterval(configuration.login.tokenLeewaySeconds), pool: pool, metrics: metrics,
-                logger: logger.labelled("notifications"), onDeletionRequested: wakeDeletions)
+                logger: logger.labelled("notifications"), onDeletionRequested: wakeDeletions, eventsWritten: eventsWritten)
             router.post(configuration.notificationsPath) { request in try receiver.receive(request) }
         }
 
@@ -95,6 +116,7 @@ public final class BrokerApplication: Sendable {
             workers.append(deletionWorker)
             listener.subscribe("deletion_requested") { _ in deletionWorker.wake() }
         }
+        if let dispatcher { workers.append(dispatcher) }
         if configuration.roles.contains(.sweep) {
             let sweep = RefreshTokenSweep(
                 pool: pool, apple: apple, tokenKeys: tokenKeys, settings: configuration.sweep, metrics: metrics,
@@ -103,10 +125,12 @@ public final class BrokerApplication: Sendable {
                 WorkerGroup(
                     name: "refresh-sweep", lanes: configuration.sweep.concurrency,
                     interval: .seconds(configuration.sweep.intervalSeconds), logger: logger, step: sweep.step))
+            let retentionSeconds = configuration.dispatch.retentionSeconds
             workers.append(
                 WorkerGroup(name: "housekeeping", lanes: 1, interval: .seconds(300), logger: logger) {
                     // Authorization codes live five minutes; their exchange ledger one hour.
                     try pool.query("DELETE FROM authorization_codes WHERE created_at < now() - interval '1 hour'")
+                    try EventRetention.prune(pool, retentionSeconds: retentionSeconds)
                     return false
                 })
         }

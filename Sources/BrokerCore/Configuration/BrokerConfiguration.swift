@@ -41,6 +41,27 @@ public struct BrokerConfiguration: Sendable {
     public var sweep = SweepSettings()
     /// The deletion job.
     public var deletion = DeletionSettings()
+    /// Webhook delivery and event retention.
+    public var dispatch = DispatchSettings()
+
+    /// Webhook delivery (`BROKER_DISPATCH_*`, `BROKER_WEBHOOK_*`) and outbox retention.
+    public struct DispatchSettings: Sendable {
+        /// `BROKER_DISPATCH_CONCURRENCY`: deliveries in flight at once per process.
+        public var concurrency = 8
+        /// `BROKER_DISPATCH_INTERVAL_MS`: how often idle dispatchers look for work (events
+        /// written by this process wake them at once).
+        public var intervalMilliseconds = 1000
+        /// `BROKER_WEBHOOK_TIMEOUT_MS`: limit for one delivery.
+        public var timeoutMilliseconds = 5000
+        /// `BROKER_WEBHOOK_RETRY_BASE_MS`: first retry delay; doubles per attempt, with jitter.
+        public var retryBaseMilliseconds = 1000
+        /// `BROKER_WEBHOOK_RETRY_MAX_SECONDS`: longest retry delay.
+        public var retryMaximumSeconds = 3600
+        /// `BROKER_WEBHOOK_MAX_AGE_SECONDS`: a delivery not made by then is `failed`.
+        public var maximumAgeSeconds = 86_400
+        /// `BROKER_EVENT_RETENTION_SECONDS`: delivered deliveries and events are pruned after this.
+        public var retentionSeconds = 7 * 86_400
+    }
 
     public init() {}
 
@@ -177,6 +198,16 @@ public struct BrokerConfiguration: Sendable {
         deletion.leaseSeconds = reader.integer("BROKER_DELETION_LEASE_SECONDS", in: 1...86_400) ?? deletion.leaseSeconds
         deletion.intervalSeconds = reader.integer("BROKER_DELETION_INTERVAL_SECONDS", in: 1...3600) ?? deletion.intervalSeconds
         configuration.deletion = deletion
+        var dispatch = DispatchSettings()
+        dispatch.concurrency = reader.integer("BROKER_DISPATCH_CONCURRENCY", in: 1...256) ?? dispatch.concurrency
+        dispatch.intervalMilliseconds = reader.integer("BROKER_DISPATCH_INTERVAL_MS", in: 10...60_000) ?? dispatch.intervalMilliseconds
+        dispatch.timeoutMilliseconds = reader.integer("BROKER_WEBHOOK_TIMEOUT_MS", in: 100...120_000) ?? dispatch.timeoutMilliseconds
+        dispatch.retryBaseMilliseconds =
+            reader.integer("BROKER_WEBHOOK_RETRY_BASE_MS", in: 1...3_600_000) ?? dispatch.retryBaseMilliseconds
+        dispatch.retryMaximumSeconds = reader.integer("BROKER_WEBHOOK_RETRY_MAX_SECONDS", in: 1...86_400) ?? dispatch.retryMaximumSeconds
+        dispatch.maximumAgeSeconds = reader.integer("BROKER_WEBHOOK_MAX_AGE_SECONDS", in: 1...(30 * 86_400)) ?? dispatch.maximumAgeSeconds
+        dispatch.retentionSeconds = reader.integer("BROKER_EVENT_RETENTION_SECONDS", in: 60...(365 * 86_400)) ?? dispatch.retentionSeconds
+        configuration.dispatch = dispatch
         if let keys = reader.string("TOKEN_ENCRYPTION_KEY") {
             do {
                 configuration.tokenKeys = try TokenKeyRing(parsing: keys)

@@ -17,13 +17,17 @@ public final class LoginService: Sendable {
     let settings: BrokerConfiguration.LoginSettings
     let validationIntervalSeconds: Int
     let retry: RetryPolicy
+    /// Called after a login that may have written outbox events (wakes local dispatchers).
+    let eventsWritten: @Sendable () -> Void
     private let outcomes: CounterFamily
     private let successes: CounterFamily
 
     init(
         validator: IdentityTokenValidator, apple: AppleClient, pool: PostgresPool, tokenKeys: TokenKeyRing, teamID: String,
-        settings: BrokerConfiguration.LoginSettings, validationIntervalSeconds: Int, retry: RetryPolicy, metrics: MetricsRegistry
+        settings: BrokerConfiguration.LoginSettings, validationIntervalSeconds: Int, retry: RetryPolicy, metrics: MetricsRegistry,
+        eventsWritten: @escaping @Sendable () -> Void = {}
     ) {
+        self.eventsWritten = eventsWritten
         self.validator = validator
         self.apple = apple
         self.store = LoginStore(pool: pool, teamID: teamID, lastLoginResolution: settings.lastLoginResolutionSeconds)
@@ -98,6 +102,7 @@ public final class LoginService: Sendable {
             throw error
         }
         if let claimedCode { ledger.finish(claimedCode, succeeded: record.outcome == "ok") }
+        if record.wroteThrough { eventsWritten() }
         guard record.outcome == "ok" else {
             throw Problem(
                 status: 409, code: "user_deletion_pending", title: "Deletion pending",

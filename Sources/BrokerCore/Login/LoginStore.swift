@@ -20,6 +20,8 @@ struct LoginStore: Sendable {
         var isPrivateEmail: Bool
         var realUserStatus: String?
         var refreshTokenStored: Bool
+        /// Whether broker_login ran (and so may have written outbox events).
+        var wroteThrough = true
     }
 
     func login(
@@ -63,7 +65,7 @@ struct LoginStore: Sendable {
             outcome: status == "deleting" ? "deletion_pending" : "ok", userID: try row.decode(UUID.self, 0),
             isNewUser: false, email: try row.decode(String?.self, 1), emailVerified: try row.decode(Bool.self, 2),
             isPrivateEmail: try row.decode(Bool.self, 3), realUserStatus: try row.decode(String?.self, 4),
-            refreshTokenStored: try row.decode(Bool.self, 6))
+            refreshTokenStored: try row.decode(Bool.self, 6), wroteThrough: false)
         let unchanged = try row.decode(Bool?.self, 7) ?? false
         return status == "deleting" || unchanged ? record : nil
     }

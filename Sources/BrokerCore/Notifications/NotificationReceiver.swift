@@ -30,13 +30,16 @@ public final class NotificationReceiver: Sendable {
     let now: @Sendable () -> Date
     /// Called after an account-delete was applied (wakes the deletion job in this process).
     let onDeletionRequested: @Sendable () -> Void
+    /// Called after an applied notification (its outbox event wakes local dispatchers).
+    let eventsWritten: @Sendable () -> Void
     private let outcomes: CounterFamily
 
     init(
         verifier: AppleTokenVerifier, clientIDs: Set<String>, teamID: String, leeway: TimeInterval, pool: PostgresPool,
         metrics: MetricsRegistry, logger: Logger, now: @escaping @Sendable () -> Date = Date.init,
-        onDeletionRequested: @escaping @Sendable () -> Void = {}
+        onDeletionRequested: @escaping @Sendable () -> Void = {}, eventsWritten: @escaping @Sendable () -> Void = {}
     ) {
+        self.eventsWritten = eventsWritten
         self.verifier = verifier
         self.clientIDs = clientIDs
         self.teamID = teamID
@@ -79,7 +82,10 @@ public final class NotificationReceiver: Sendable {
         request.logger.info(
             "notification", [("type", notification.type), ("outcome", outcome), ("jti", notification.jti),
                              ("subject", String(SHA256.hexHash(notification.sub).prefix(16)))])
-        if outcome == "applied" && Self.deletionTypes.contains(notification.type) { onDeletionRequested() }
+        if outcome == "applied" {
+            eventsWritten()
+            if Self.deletionTypes.contains(notification.type) { onDeletionRequested() }
+        }
         return .json(.object(["status": .string(outcome)]))
     }
 

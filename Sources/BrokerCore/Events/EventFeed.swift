@@ -1,0 +1,62 @@
+import BrokerCrypto
+import Foundation
+import HTTPServer
+import Observability
+import PostgresClient
+import StrictJSON
+
+/// The pull feed `GET /v1/events?after=CURSOR&limit=N`: outbox events in a stable order
+/// with an opaque cursor.
+///
+/// Order is (writing transaction id, event id), and only events of transactions older than
+/// every transaction still in flight are returned. A transaction that started early but
+/// commits late therefore appears before the cursor passes it, never behind it: a consumer
+/// paging with the cursor misses nothing (DESIGN.md §3's outbox pitfall).
+struct EventFeed: Sendable {
+    let pool: PostgresPool
+
+    struct Cursor: Equatable, Sendable {
+        var transaction: UInt64
+        var event: Int64
+
+        static let start = Cursor(transaction: 0, event: 0)
+
+        var text: String { Base64URL.encode("\(transaction):\(event)") }
+
+        init(transaction: UInt64, event: Int64) {
+            self.transaction = transaction
+            self.event = event
+        }
+
+        init?(text: String) {
+            guard let bytes = Base64URL.decode(text), let plain = String(validating: bytes, as: UTF8.self) else { return nil }
+            let parts = plain.split(separator: ":")
+            guard parts.count == 2, let transaction = UInt64(parts[0]), let event = Int64(parts[1]) else { return nil }
+            self.init(transaction: transaction, event: event)
+        }
+    }
+
+    func page(after cursor: Cursor, limit: Int) throws -> (events: [JSONValue], next: Cursor) {
+        let rows = try pool.query(
+            """
+            SELECT id, type, user_id, payload::text, created_at, txid::text FROM outbox_events
+            WHERE (txid, id) > (\(String(cursor.transaction))::xid8, \(cursor.event))
+              AND txid < pg_snapshot_xmin(pg_current_snapshot())
+            ORDER BY txid, id LIMIT \(limit)
+            """)
+        var next = cursor
+        var events: [JSONValue] = []
+        for row in rows {
+            let id = try row.decode(Int64.self, 0)
+            next = Cursor(transaction: UInt64(try row.decode(String.self, 5)) ?? 0, event: id)
+            events.append(
+                .object([
+                    "id": .string("evt_\(id)"), "type": .string(try row.decode(String.self, 1)),
+                    "user_id": try row.decode(UUID?.self, 2).map { .string($0.lowercasedString) } ?? .null,
+                    "data": try JSONValue.parse(Array(try row.decode(String.self, 3).utf8)),
+                    "created_at": .string(RFC3339.string(from: try row.decode(Date.self, 4))), "cursor": .string(next.text),
+                ]))
+        }
+        return (events, next)
+    }
+}

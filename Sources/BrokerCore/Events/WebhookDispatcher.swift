@@ -1,0 +1,187 @@
+import BrokerCrypto
+import Foundation
+import HTTPClient
+import Observability
+import PostgresClient
+import StrictJSON
+
+/// Delivers outbox events to webhook subscribers, Standard Webhooks style: a JSON body
+/// `{type, timestamp, data}` and headers `webhook-id` (stable per event and subscription, so
+/// receivers can deduplicate), `webhook-timestamp` and
+/// `webhook-signature: v1,<base64 HMAC-SHA256 of "id.timestamp.body">`.
+///
+/// At least once: a delivery row per (event, subscription) is written in the transaction
+/// that wrote the event; lanes of threads claim due rows with `FOR UPDATE SKIP LOCKED` and a
+/// lease, so a killed dispatcher loses nothing. A row is claimable only at the head of its
+/// (subscription, user) queue, so one user's events reach each subscriber in order while
+/// different users go in parallel. 2xx is delivered; anything else (redirects are not
+/// followed), a timeout or a broken connection is retried with exponential backoff and
+/// jitter until the delivery is older than the maximum age, then it is `failed`.
+final class WebhookDispatcher: Sendable {
+    struct Settings: Sendable {
+        var timeout: Duration = .seconds(5)
+        var retryBase: Duration = .seconds(1)
+        var retryMaximum: Duration = .seconds(3600)
+        var maximumAge: Duration = .seconds(86_400)
+        var lease: Duration = .seconds(60)
+    }
+
+    let pool: PostgresPool
+    let subscriptions: WebhookSubscriptionStore
+    let transport: any HTTPTransport
+    let settings: Settings
+    let logger: Logger
+    private let outcomes: CounterFamily
+    private let latency: HistogramFamily
+
+    init(
+        pool: PostgresPool, subscriptions: WebhookSubscriptionStore, transport: any HTTPTransport, settings: Settings,
+        metrics: MetricsRegistry, logger: Logger
+    ) {
+        self.pool = pool
+        self.subscriptions = subscriptions
+        self.transport = transport
+        self.settings = settings
+        self.logger = logger
+        outcomes = metrics.counter(
+            "webhook_deliveries_total", help: "Webhook delivery attempts by outcome: delivered, retry, failed.",
+            labels: ["outcome"])
+        latency = metrics.histogram("webhook_delivery_duration_seconds", help: "Latency of webhook delivery attempts.")
+        metrics.collect {
+            guard let row = try? pool.query(
+                """
+                SELECT count(*) FILTER (WHERE state = 'pending'), count(*) FILTER (WHERE state = 'failed'),
+                       COALESCE(EXTRACT(EPOCH FROM now() - min(created_at) FILTER (WHERE state = 'pending')), 0)
+                FROM webhook_deliveries
+                """
+            ).first else { return [] }
+            return [
+                CollectedSample(
+                    name: "webhook_backlog", help: "Webhook deliveries waiting (first try or retry).",
+                    value: (try? row.decode(Double.self, 0)) ?? 0),
+                CollectedSample(
+                    name: "webhook_dead_letters", help: "Webhook deliveries that failed for good.",
+                    value: (try? row.decode(Double.self, 1)) ?? 0),
+                CollectedSample(
+                    name: "webhook_oldest_pending_age_seconds", help: "Age of the oldest waiting webhook delivery.",
+                    value: (try? row.decode(Double.self, 2)) ?? 0),
+            ]
+        }
+    }
+
+    struct Claimed: Sendable {
+        var id: Int64
+        var attempts: Int
+        var createdAt: Date
+        var eventID: Int64
+        var type: String
+        var payload: String
+        var eventCreatedAt: Date
+        var subscriptionID: UUID
+        var url: String
+        var secret: [UInt8]
+        var keyID: String
+    }
+
+    /// One delivery per call (the dispatcher runs as several lanes).
+    func step() throws -> Bool {
+        guard let delivery = try claim() else { return false }
+        deliver(delivery)
+        return true
+    }
+
+    func claim() throws -> Claimed? {
+        let lease = Int(settings.lease.components.seconds)
+        guard let row = try pool.query(
+            """
+            WITH next AS (
+                SELECT d.id FROM webhook_deliveries d JOIN webhook_subscriptions s ON s.id = d.subscription_id
+                WHERE d.state = 'pending' AND d.next_attempt_at <= now() AND s.status = 'active'
+                  AND NOT EXISTS (
+                      SELECT 1 FROM webhook_deliveries e
+                      WHERE e.subscription_id = d.subscription_id AND e.ordering_key = d.ordering_key
+                        AND e.state = 'pending' AND e.id < d.id)
+                ORDER BY d.next_attempt_at, d.id LIMIT 1
+                FOR UPDATE OF d SKIP LOCKED)
+            UPDATE webhook_deliveries d SET attempts = d.attempts + 1,
+                next_attempt_at = now() + \(String(lease) + " seconds")::interval
+            FROM next, outbox_events e, webhook_subscriptions s
+            WHERE d.id = next.id AND e.id = d.event_id AND s.id = d.subscription_id
+            RETURNING d.id, d.attempts, d.created_at, e.id, e.type, e.payload::text, e.created_at, s.id, s.url, s.secret, s.key_id
+            """
+        ).first else { return nil }
+        return Claimed(
+            id: try row.decode(Int64.self, 0), attempts: try row.decode(Int.self, 1), createdAt: try row.decode(Date.self, 2),
+            eventID: try row.decode(Int64.self, 3), type: try row.decode(String.self, 4), payload: try row.decode(String.self, 5),
+            eventCreatedAt: try row.decode(Date.self, 6), subscriptionID: try row.decode(UUID.self, 7),
+            url: try row.decode(String.self, 8), secret: try row.decode([UInt8].self, 9), keyID: try row.decode(String.self, 10))
+    }
+
+    /// The Standard Webhooks message id: stable for this event and subscription.
+    static func messageID(eventID: Int64, subscriptionID: UUID) -> String {
+        "msg_\(eventID)_" + subscriptionID.lowercasedString.replacingOccurrences(of: "-", with: "")
+    }
+
+    /// The signed request for one delivery.
+    static func request(
+        _ delivery: Claimed, secret: [UInt8], timestamp: Int, timeout: Duration
+    ) -> HTTPClientRequest {
+        let data = (try? JSONValue.parse(Array(delivery.payload.utf8))) ?? .null
+        let body = JSONValue.object([
+            "type": .string(delivery.type), "timestamp": .string(RFC3339.string(from: delivery.eventCreatedAt)), "data": data,
+        ]).serialized()
+        let id = messageID(eventID: delivery.eventID, subscriptionID: delivery.subscriptionID)
+        let signed = Array("\(id).\(timestamp).".utf8) + body
+        let signature = "v1," + Data(HMACSHA256.authenticate(signed, key: secret)).base64EncodedString()
+        return HTTPClientRequest(
+            method: "POST", url: delivery.url,
+            headers: [
+                ("Content-Type", "application/json"), ("webhook-id", id), ("webhook-timestamp", String(timestamp)),
+                ("webhook-signature", signature), ("User-Agent", "appleid-broker-webhooks"),
+            ],
+            body: body, timeout: timeout)
+    }
+
+    private func deliver(_ delivery: Claimed) {
+        let started = ContinuousClock.now
+        var status = 0
+        var failure: String?
+        do {
+            let secret = try subscriptions.secret(sealed: delivery.secret, keyID: delivery.keyID, subscriptionID: delivery.subscriptionID)
+            let request = Self.request(delivery, secret: secret, timestamp: Int(Date().timeIntervalSince1970), timeout: settings.timeout)
+            status = try transport.send(request).status
+            if !(200..<300).contains(status) { failure = "the receiver answered \(status)" }
+        } catch let transportError as HTTPClientError {
+            failure = "\(transportError.code)"
+        } catch {
+            failure = "\(error)"
+        }
+        latency.observe((ContinuousClock.now - started).seconds)
+        do {
+            if let failure {
+                let expired = Date().timeIntervalSince(delivery.createdAt) > settings.maximumAge.seconds
+                let cap = min(settings.retryBase.seconds * pow(2, Double(min(delivery.attempts - 1, 30))), settings.retryMaximum.seconds)
+                let delay = Int(Double.random(in: cap / 2...max(cap / 2, cap)) * 1000)
+                try pool.query(
+                    """
+                    UPDATE webhook_deliveries SET
+                        state = CASE WHEN \(expired) THEN 'failed' ELSE 'pending' END,
+                        next_attempt_at = now() + \(String(delay) + " milliseconds")::interval,
+                        last_status = \(status == 0 ? nil : status), last_error = \(failure)
+                    WHERE id = \(delivery.id)
+                    """)
+                outcomes.increment(expired ? "failed" : "retry")
+            } else {
+                try pool.query(
+                    """
+                    UPDATE webhook_deliveries SET state = 'delivered', delivered_at = now(), last_status = \(status), last_error = NULL
+                    WHERE id = \(delivery.id)
+                    """)
+                outcomes.increment("delivered")
+            }
+        } catch {
+            // The lease brings the delivery back; the receiver may see it twice (at least once).
+            logger.warning("could not record a delivery outcome", [("error", "\(error)")])
+        }
+    }
+}

@@ -1,0 +1,264 @@
+import AppleSimulator
+import BrokerCore
+import Foundation
+import HTTPClient
+import PostgresClient
+import ProcessRunner
+import StrictJSON
+import Synchronization
+import TestSupport
+import Testing
+
+/// Webhook delivery and the pull feed, with real receivers on loopback.
+@Suite("Event delivery")
+struct EventDeliveryTests {
+    static let fast = [
+        "BROKER_DISPATCH_INTERVAL_MS": "50", "BROKER_WEBHOOK_RETRY_BASE_MS": "50", "BROKER_WEBHOOK_RETRY_MAX_SECONDS": "1",
+        "BROKER_WEBHOOK_TIMEOUT_MS": "500",
+    ]
+
+    private func subscribe(_ broker: TestBroker, _ receiver: WebhookReceiver, topics: [String] = ["*"]) throws -> String {
+        let body = try JSONSerialization.data(withJSONObject: ["url": receiver.url, "topics": topics])
+        let response = try broker.post("/v1/webhook-subscriptions", json: String(decoding: body, as: UTF8.self), key: broker.key([.admin]))
+        #expect(response.status == 201, "\(response.bodyText)")
+        let secret = try #require(response.json["secret"] as? String)
+        #expect(secret.hasPrefix("whsec_"))
+        receiver.setSecret(secret)
+        return response.json["id"] as! String
+    }
+
+    private func waitUntil(seconds: Double = 20, _ condition: () throws -> Bool) throws {
+        let deadline = Date().addingTimeInterval(seconds)
+        while Date() < deadline {
+            if try condition() { return }
+            Thread.sleep(forTimeInterval: 0.05)
+        }
+    }
+
+    /// Sends `count` alternating relay-mail notifications for a user, in event_time order.
+    private func notifications(_ broker: TestBroker, sub: String, count: Int, base: Int64) throws {
+        for index in 0..<count {
+            var request = NotificationRequest(
+                url: broker.baseURL + "/v1/apple/notifications", type: index % 2 == 0 ? "email-disabled" : "email-enabled",
+                sub: sub, clientID: TestBroker.clientID)
+            request.eventTimeMilliseconds = base + Int64(index)
+            #expect(try broker.simulator.sendNotification(request).status == 200)
+        }
+    }
+
+    @Test("every delivery is signed per Standard Webhooks; payloads carry the user id and no personal data")
+    func signedDeliveries() throws {
+        let broker = try TestBroker(extra: Self.fast)
+        let receiver = try WebhookReceiver()
+        _ = try subscribe(broker, receiver)
+        let minted = try broker.mint()
+        let userID = try broker.login(["identity_token": minted.idToken]).json["user_id"] as! String
+        try notifications(broker, sub: minted.sub, count: 2, base: Int64(Date().timeIntervalSince1970 * 1000))
+        try waitUntil { receiver.deliveries.count >= 3 }
+        let deliveries = receiver.deliveries
+        #expect(deliveries.map(\.type) == ["user.created", "email.forwarding_disabled", "email.forwarding_enabled"])
+        #expect(deliveries.allSatisfy { $0.signatureValid })
+        #expect(deliveries.allSatisfy { $0.data["user_id"] == .string(userID) })
+        #expect(!deliveries.contains { $0.data.values.contains { $0.stringValue?.contains("@") == true } })
+        #expect(Set(deliveries.map(\.id)).count == 3)
+    }
+
+    @Test("a receiver down for a while, then failing with 500, a redirect and a stall, gets every event, in per-user order")
+    func receiverOutage() throws {
+        let broker = try TestBroker(extra: Self.fast)
+        let receiver = try WebhookReceiver()
+        _ = try subscribe(broker, receiver, topics: ["email.forwarding_disabled", "email.forwarding_enabled"])
+        let subs = try (0..<4).map { _ -> String in
+            let minted = try broker.mint()
+            #expect(try broker.login(["identity_token": minted.idToken]).status == 200)
+            return minted.sub
+        }
+        receiver.stop()
+        let base = Int64(Date().timeIntervalSince1970 * 1000)
+        for sub in subs { try notifications(broker, sub: sub, count: 6, base: base) }
+        Thread.sleep(forTimeInterval: 0.5)
+        try receiver.start()
+        receiver.set(.status(500))
+        Thread.sleep(forTimeInterval: 0.3)
+        receiver.set(.redirect)
+        Thread.sleep(forTimeInterval: 0.3)
+        receiver.set(.stall(seconds: 1))
+        Thread.sleep(forTimeInterval: 0.6)
+        receiver.set(.accept)
+        try waitUntil(seconds: 30) { Set(receiver.deliveries.map(\.id)).count >= 24 }
+        let deliveries = receiver.deliveries
+        #expect(Set(deliveries.map(\.id)).count == 24, "none lost")
+        #expect(deliveries.allSatisfy { $0.signatureValid })
+        // Per user, the event times arrive in increasing order (first arrival of each id).
+        var seen = Set<String>()
+        var lastTime: [String: String] = [:]
+        for delivery in deliveries where seen.insert(delivery.id).inserted {
+            let user = delivery.data["user_id"]?.stringValue ?? ""
+            let time = delivery.data["event_time"]?.stringValue ?? ""
+            if let previous = lastTime[user] { #expect(previous < time, "in order for \(user)") }
+            lastTime[user] = time
+        }
+        #expect(try broker.count("SELECT count(*) FROM webhook_deliveries WHERE state = 'delivered'") == 24)
+        #expect(try broker.count("SELECT count(*) FROM webhook_deliveries WHERE attempts > 1") > 0, "retries happened")
+    }
+
+    @Test("deliveries older than the maximum age fail, are listed, and can be re-driven; pause holds deliveries back")
+    func deadLettersAndPause() throws {
+        let broker = try TestBroker(extra: Self.fast.merging(["BROKER_WEBHOOK_MAX_AGE_SECONDS": "1"]) { $1 })
+        let receiver = try WebhookReceiver()
+        let subscriptionID = try subscribe(broker, receiver)
+        receiver.set(.status(500))
+        _ = try broker.login(["identity_token": try broker.mint().idToken])
+        try waitUntil { try broker.count("SELECT count(*) FROM webhook_deliveries WHERE state = 'failed'") == 1 }
+        let admin = try broker.key([.admin])
+        let failed = try broker.get("/v1/webhook-deliveries?state=failed", key: admin)
+        let list = try #require(failed.json["deliveries"] as? [[String: Any]])
+        #expect(list.count == 1)
+        #expect(list.first?["last_status"] as? Int == 500)
+        receiver.set(.accept)
+        let id = list.first!["id"] as! Int
+        #expect(try broker.post("/v1/webhook-deliveries/\(id)/retry", json: "{}", key: admin).status == 202)
+        try waitUntil { !receiver.deliveries.isEmpty }
+        #expect(receiver.deliveries.count == 1)
+
+        #expect(try broker.post("/v1/webhook-subscriptions/\(subscriptionID)/pause", json: "{}", key: admin).json["status"] as? String == "paused")
+        _ = try broker.login(["identity_token": try broker.mint().idToken])
+        Thread.sleep(forTimeInterval: 0.5)
+        #expect(receiver.deliveries.count == 1, "nothing while paused")
+        #expect(try broker.post("/v1/webhook-subscriptions/\(subscriptionID)/resume", json: "{}", key: admin).status == 200)
+        try waitUntil { receiver.deliveries.count == 2 }
+        #expect(receiver.deliveries.count == 2)
+        #expect(try broker.client.send(.init(method: "DELETE", url: broker.baseURL + "/v1/webhook-subscriptions/\(subscriptionID)", headers: [("Authorization", "Bearer \(admin)")])).status == 204)
+        #expect(try broker.get("/v1/webhook-subscriptions/\(subscriptionID)", key: admin).status == 404)
+    }
+
+    @Test("subscriptions refuse non-https URLs (plain http only on loopback) and unknown topics")
+    func validation() throws {
+        let broker = try TestBroker()
+        let admin = try broker.key([.admin])
+        func create(_ url: String, _ topics: [String] = ["*"]) throws -> String {
+            let body = try JSONSerialization.data(withJSONObject: ["url": url, "topics": topics])
+            let response = try broker.post("/v1/webhook-subscriptions", json: String(decoding: body, as: UTF8.self), key: admin)
+            return "\(response.status) \(response.json["code"] as? String ?? "-")"
+        }
+        #expect(try create("http://example.com/hook") == "400 invalid_webhook_url")
+        #expect(try create("ftp://example.com/hook") == "400 invalid_webhook_url")
+        #expect(try create("not a url") == "400 invalid_webhook_url")
+        #expect(try create("https://example.com/hook", ["user.exploded"]) == "400 invalid_topic")
+        #expect(try create("https://example.com/hook") == "201 -")
+        #expect(try create("http://127.0.0.1:9/hook", ["consent.revoked", "user.deleted"]) == "201 -")
+        #expect(try broker.post("/v1/webhook-subscriptions", json: #"{"url":"https://x.example","topics":["*"]}"#, key: broker.key([.login])).status == 403)
+        let list = try broker.get("/v1/webhook-subscriptions", key: admin)
+        #expect((list.json["subscriptions"] as? [[String: Any]])?.count == 2)
+        #expect(!list.bodyText.contains("whsec_"), "secrets are shown once, at creation")
+    }
+
+    @Test("a dispatcher killed with SIGKILL mid-run loses nothing")
+    func dispatcherCrash() throws {
+        let broker = try TestBroker(extra: ["BROKER_ROLES": "api,notifications"])
+        let receiver = try WebhookReceiver()
+        receiver.set(.stall(seconds: 0.02))
+        _ = try subscribe(broker, receiver)
+        for _ in 0..<120 { _ = try broker.login(["identity_token": try broker.mint().idToken]) }
+        var environment = broker.environment
+        environment.merge(Self.fast) { $1 }
+        environment["BROKER_ROLES"] = "dispatch"
+        environment["BROKER_DISPATCH_CONCURRENCY"] = "2"
+        environment["BROKER_LISTEN"] = "127.0.0.1:0"
+        let log = NSTemporaryDirectory() + "abk-dispatch-\(UUID().uuidString).log"
+        for _ in 0..<2 {
+            let dispatcher = try ChildProcess.start(BrokerExecutable.path, ["serve"], environment: environment, output: .file(log))
+            let target = receiver.deliveries.count + 25
+            try waitUntil(seconds: 20) { receiver.deliveries.count >= target }
+            dispatcher.send(SIGKILL)
+            dispatcher.wait()
+        }
+        #expect(Set(receiver.deliveries.map(\.id)).count < 120, "killed mid-run")
+        receiver.set(.accept)
+        // The killed dispatchers' leases (60 s) would hold their last deliveries back; expire them.
+        try broker.pool.query("UPDATE webhook_deliveries SET next_attempt_at = now() WHERE state = 'pending'")
+        let finisher = try ChildProcess.start(BrokerExecutable.path, ["serve"], environment: environment, output: .file(log))
+        defer {
+            finisher.send(SIGTERM)
+            finisher.wait()
+        }
+        try waitUntil(seconds: 30) { Set(receiver.deliveries.map(\.id)).count >= 120 }
+        #expect(Set(receiver.deliveries.map(\.id)).count == 120)
+        #expect(try broker.count("SELECT count(*) FROM webhook_deliveries WHERE state <> 'delivered'") == 0)
+    }
+
+    @Test("the pull feed, read while 8 writers commit out of order, returns every event exactly once")
+    func feedWithLateCommits() throws {
+        let broker = try TestBroker(extra: ["BROKER_ROLES": "api"])
+        let events = try broker.key([.events])
+        let configuration = broker.application.database.connection
+        let writers = 8
+        let perWriter = 25
+        let done = Mutex<Int>(0)
+        for writer in 0..<writers {
+            Thread {
+                let connection = try! PostgresConnection(configuration: configuration)
+                for index in 0..<perWriter {
+                    try! connection.execute("BEGIN")
+                    // The transaction id is taken at the first write; committing after a pause
+                    // puts later ids' commits before this one's.
+                    try! connection.query(
+                        "SELECT broker_emit_event('consent.revoked', NULL, jsonb_build_object('writer', \(writer)::int, 'index', \(index)::int))")
+                    Thread.sleep(forTimeInterval: Double.random(in: 0...0.03))
+                    try! connection.execute("COMMIT")
+                }
+                done.withLock { $0 += 1 }
+            }.start()
+        }
+        var cursor = ""
+        var seen: [String] = []
+        let deadline = Date().addingTimeInterval(60)
+        while Date() < deadline {
+            let page = try broker.get("/v1/events?limit=7&after=\(cursor)", key: events)
+            #expect(page.status == 200)
+            let items = page.json["events"] as? [[String: Any]] ?? []
+            seen.append(contentsOf: items.compactMap { $0["id"] as? String })
+            cursor = page.json["next_cursor"] as? String ?? cursor
+            if items.isEmpty {
+                if done.withLock({ $0 }) == writers && seen.count >= writers * perWriter { break }
+                Thread.sleep(forTimeInterval: 0.01)
+            }
+        }
+        #expect(seen.count == writers * perWriter)
+        #expect(Set(seen).count == seen.count, "no event twice")
+        #expect(try broker.get("/v1/events?after=garbage", key: events).status == 400)
+        #expect(try broker.get("/v1/events", key: broker.key([.read])).status == 403)
+    }
+}
+
+@Suite("Event retention")
+struct EventRetentionTests {
+    @Test("delivered events age out; pending and failed ones are never pruned")
+    func prune() throws {
+        let broker = try TestBroker(extra: ["BROKER_ROLES": "api"])
+        let pool = broker.pool
+        try pool.query(
+            """
+            INSERT INTO webhook_subscriptions (id, url, topics, secret, key_id)
+            VALUES (\(UUID()), 'https://example.com/hook', '["consent.revoked"]', '\\x00', 'k')
+            """)
+        // Three subscribed events (one delivery each) and one only the pull feed sees.
+        for _ in 0..<3 { try pool.query("SELECT broker_emit_event('consent.revoked', NULL, '{}'::jsonb)") }
+        try pool.query("SELECT broker_emit_event('user.created', NULL, '{}'::jsonb)")
+        try pool.query("UPDATE outbox_events SET created_at = now() - interval '30 days'")
+        let deliveries = try pool.query("SELECT id FROM webhook_deliveries ORDER BY id").map { try $0.decode(Int64.self, 0) }
+        #expect(deliveries.count == 3)
+        try pool.query(
+            "UPDATE webhook_deliveries SET state = 'delivered', delivered_at = now() - interval '30 days' WHERE id = \(deliveries[0])")
+        try pool.query("UPDATE webhook_deliveries SET state = 'failed' WHERE id = \(deliveries[1])")
+        // deliveries[2] stays pending.
+
+        let pruned = try EventRetention.prune(pool, retentionSeconds: 7 * 86_400)
+        #expect(pruned.deliveries == 1, "the delivered one")
+        #expect(pruned.events == 2, "its event and the feed-only one")
+        #expect(try broker.count("SELECT count(*) FROM webhook_deliveries WHERE state IN ('pending', 'failed')") == 2)
+        #expect(try broker.count("SELECT count(*) FROM outbox_events") == 2)
+        let again = try EventRetention.prune(pool, retentionSeconds: 7 * 86_400)
+        #expect(again.deliveries == 0 && again.events == 0)
+    }
+}
