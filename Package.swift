@@ -57,7 +57,7 @@ let package = Package(
                 "HTTPClient",
             ],
             swiftSettings: swiftSettings,
-            plugins: ["EmbedMigrations"]
+            plugins: ["EmbedResources"]
         ),
         .executableTarget(name: "appleid-broker", dependencies: ["BrokerCore"], swiftSettings: swiftSettings),
 
@@ -74,9 +74,9 @@ let package = Package(
             name: "broker-bench", dependencies: ["BrokerCore", "BrokerCrypto", "JOSE", "StrictJSON", "PostgresClient"],
             swiftSettings: swiftSettings),
 
-        // MARK: Build tooling: sql/*.sql compiled into the binary, so it needs no files at run time
-        .executableTarget(name: "embed-sql", path: "Plugins/EmbedSQLTool"),
-        .plugin(name: "EmbedMigrations", capability: .buildTool(), dependencies: ["embed-sql"]),
+        // MARK: Build tooling: sql/*.sql and docs/openapi.json compiled into the binary
+        .executableTarget(name: "embed-resources", path: "Plugins/EmbedResourcesTool"),
+        .plugin(name: "EmbedResources", capability: .buildTool(), dependencies: ["embed-resources"]),
 
         // MARK: Tests
         .target(

@@ -6,7 +6,7 @@ set -euo pipefail
 
 packages=(pkg-config libmicrohttpd-dev libpq-dev libssl-dev libcurl4-openssl-dev postgresql openssl)
 if [ "${1:-}" = "test" ]; then
-  packages+=(wrk procps python3 python3-venv)
+  packages+=(wrk procps python3 python3-venv prometheus)
 fi
 
 missing=()

@@ -11,3 +11,11 @@ echo "== build (warnings are errors)" >&2
 swift build --build-tests "${flags[@]}"
 echo "== test" >&2
 swift test --skip-build --parallel "$@"
+
+# The whole suite (no filter given) also checks the live API against its description and the
+# deployment files against the code.
+if [ $# -eq 0 ]; then
+  echo "== API conformance (schemathesis)" >&2
+  scripts/api-conformance.sh
+  scripts/check-deploy.sh
+fi

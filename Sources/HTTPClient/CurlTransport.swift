@@ -8,13 +8,16 @@ import Synchronization
 public final class CurlTransport: HTTPTransport {
     /// Largest response body accepted.
     public let maximumResponseBytes: Int
+    /// A PEM file of CA certificates to trust instead of the system's (private CAs, tests).
+    public let caCertificatesPath: String?
     private let idleHandles = Mutex<[EasyHandle]>([])
     private let maximumIdleHandles: Int
 
-    public init(maximumResponseBytes: Int = 1 << 20, maximumIdleHandles: Int = 32) {
+    public init(maximumResponseBytes: Int = 1 << 20, maximumIdleHandles: Int = 32, caCertificatesPath: String? = nil) {
         _ = CurlGlobal.initialized
         self.maximumResponseBytes = maximumResponseBytes
         self.maximumIdleHandles = maximumIdleHandles
+        self.caCertificatesPath = caCertificatesPath
     }
 
     public func send(_ request: HTTPClientRequest) throws -> HTTPClientResponse {
@@ -24,7 +27,7 @@ public final class CurlTransport: HTTPTransport {
                 if handles.count < maximumIdleHandles { handles.append(handle) }
             }
         }
-        return try handle.perform(request, maximumResponseBytes: maximumResponseBytes)
+        return try handle.perform(request, maximumResponseBytes: maximumResponseBytes, caCertificatesPath: caCertificatesPath)
     }
 }
 
@@ -46,7 +49,7 @@ final class EasyHandle: @unchecked Sendable {
 
     deinit { curl_easy_cleanup(handle) }
 
-    func perform(_ request: HTTPClientRequest, maximumResponseBytes: Int) throws -> HTTPClientResponse {
+    func perform(_ request: HTTPClientRequest, maximumResponseBytes: Int, caCertificatesPath: String?) throws -> HTTPClientResponse {
         curl_easy_reset(handle)
         let sink = ResponseSink(limit: maximumResponseBytes)
         let sinkPointer = Unmanaged.passUnretained(sink).toOpaque()
@@ -72,6 +75,7 @@ final class EasyHandle: @unchecked Sendable {
         _ = cbroker_curl_setopt_ptr(handle, CURLOPT_WRITEDATA, sinkPointer)
         _ = cbroker_curl_setopt_write_function(handle, CURLOPT_HEADERFUNCTION, curlWriteHeader)
         _ = cbroker_curl_setopt_ptr(handle, CURLOPT_HEADERDATA, sinkPointer)
+        if let caCertificatesPath { _ = cbroker_curl_setopt_string(handle, CURLOPT_CAINFO, caCertificatesPath) }
         guard status == CURLE_OK else { throw HTTPClientError(.invalidURL, "unusable URL") }
 
         let code: CURLcode = request.body.withUnsafeBytes { body in

@@ -47,4 +47,27 @@ struct ConfigurationTests {
         let configuration = try BrokerConfiguration.load(environment: [:], requireApple: false)
         #expect(configuration.apple == nil)
     }
+
+    @Test("NAME_FILE supplies NAME from a mounted secret; an unreadable file is a problem")
+    func fromFiles() throws {
+        let secret = NSTemporaryDirectory() + "abk-secret-\(UUID().uuidString)"
+        try ("k7:" + String(repeating: "C", count: 43) + "=\n").write(toFile: secret, atomically: true, encoding: .utf8)
+        defer { try? FileManager.default.removeItem(atPath: secret) }
+        let configuration = try BrokerConfiguration.load(
+            environment: ["TOKEN_ENCRYPTION_KEY_FILE": secret], requireApple: false)
+        #expect(configuration.tokenKeys?.currentKeyID == "k7")
+        // An explicit value wins over the file.
+        let explicit = try BrokerConfiguration.load(
+            environment: ["TOKEN_ENCRYPTION_KEY_FILE": secret, "TOKEN_ENCRYPTION_KEY": "k1:" + String(repeating: "B", count: 43) + "="],
+            requireApple: false)
+        #expect(explicit.tokenKeys?.currentKeyID == "k1")
+        let error = #expect(throws: BrokerConfiguration.Invalid.self) {
+            try BrokerConfiguration.load(environment: ["TOKEN_ENCRYPTION_KEY_FILE": "/nonexistent/key"], requireApple: false)
+        }
+        #expect(error?.problems == ["TOKEN_ENCRYPTION_KEY_FILE: cannot read /nonexistent/key"])
+        // Only the broker's secrets: another program's *_FILE variable is none of its business.
+        #expect(throws: Never.self) {
+            try BrokerConfiguration.load(environment: ["TF_CLI_CONFIG_FILE": "/nonexistent/.terraformrc"], requireApple: false)
+        }
+    }
 }

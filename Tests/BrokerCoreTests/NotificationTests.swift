@@ -70,7 +70,9 @@ struct NotificationTests {
 
     @Test("account-delete and account-deleted open a deletion request from Apple")
     func accountDelete() throws {
-        let broker = try TestBroker()
+        // Without the deletion role, so the request stays open for us to look at (the deletion
+        // job would otherwise purge the user at once; DeletionTests cover that part).
+        let broker = try TestBroker(extra: ["BROKER_ROLES": "api,notifications"])
         let (userID, sub) = try brokerWithUser(broker)
         #expect(try notify(broker, "account-delete", sub: sub).status == 200)
         let request = try broker.pool.query("SELECT source, state FROM deletion_requests WHERE user_id = \(userID)").single()

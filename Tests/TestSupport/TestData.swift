@@ -12,10 +12,7 @@ public enum TestData {
         {
             return configured
         }
-        // #filePath is …/<checkout>/Tests/TestSupport/TestData.swift
-        let checkout = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
-            .deletingLastPathComponent()
-        let sibling = checkout.deletingLastPathComponent().appendingPathComponent("shared/testdata").path
+        let sibling = Repository.root.deletingLastPathComponent().appendingPathComponent("shared/testdata").path
         return FileManager.default.fileExists(atPath: sibling) ? sibling : nil
     }()
 

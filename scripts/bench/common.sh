@@ -2,65 +2,26 @@
 # Everything runs on loopback with the release build, an embedded PostgreSQL in $WORK and
 # the Apple simulator; figures go to stdout and bench-results/*.json.
 set -euo pipefail
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 : "${WORK:=${TMPDIR:-/tmp}/appleid-broker-bench}"
-: "${SIM_PORT:=18400}"
-: "${BROKER_PORT:=18401}"
 : "${CONNS:=32}"
 : "${DUR:=15s}"
+# shellcheck source=../lib/stack.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../lib/stack.sh"
 RESULTS=$ROOT/bench-results
-BIN=
 PG_BIN=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)
 HZ=$(getconf CLK_TCK)
-mkdir -p "$WORK" "$RESULTS"
-chmod a+x "$WORK"
+mkdir -p "$RESULTS"
+# Benchmarks measure throughput, so the per-key and per-address rate limits are off, and
+# logs are quiet so that writing them does not cost CPU the figures would count.
+export BROKER_RATE_LIMIT_PER_KEY=0 BROKER_RATE_LIMIT_NOTIFICATIONS_PER_IP=0
+export BROKER_LOG_LEVEL=warning BROKER_ACCESS_LOG=false
+export APPLE_TEAM_ID=BENCHTEAM1 APPLE_KEY_ID=BENCHKEY01
 
 build_release() {
   echo "== building release binaries" >&2
   (cd "$ROOT" && swift build -c release --product appleid-broker >&2 && swift build -c release --product apple-sim >&2 \
     && swift build -c release --product broker-bench >&2)
   BIN=$(cd "$ROOT" && swift build -c release --show-bin-path)
-}
-
-SIM_PID=
-BROKER_PID=
-stop_all() {
-  [ -n "$BROKER_PID" ] && kill -TERM "$BROKER_PID" 2>/dev/null && wait "$BROKER_PID" 2>/dev/null || true
-  [ -n "$SIM_PID" ] && kill -TERM "$SIM_PID" 2>/dev/null && wait "$SIM_PID" 2>/dev/null || true
-  BROKER_PID=; SIM_PID=
-}
-
-wait_http() {  # wait_http URL
-  for _ in $(seq 1 200); do curl -sf -o /dev/null "$1" && return 0; sleep 0.1; done
-  echo "timed out waiting for $1" >&2; return 1
-}
-
-# Starts the simulator and a broker with an embedded PostgreSQL in $WORK/data (fresh).
-start_stack() {
-  rm -rf "$WORK/data"
-  [ -f "$WORK/AuthKey.p8" ] || openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "$WORK/AuthKey.p8" 2>/dev/null
-  export APPLE_TEAM_ID=BENCHTEAM1 APPLE_KEY_ID=BENCHKEY01 APPLE_PRIVATE_KEY_PATH=$WORK/AuthKey.p8
-  export APPLE_CLIENT_IDS=com.example.app APPLE_BASE_URL=http://127.0.0.1:$SIM_PORT
-  export TOKEN_ENCRYPTION_KEY=${TOKEN_ENCRYPTION_KEY:-$(openssl rand -base64 32)}
-  export BROKER_DATA_DIR=$WORK/data BROKER_LISTEN=127.0.0.1:$BROKER_PORT BROKER_LOG_LEVEL=warning BROKER_ACCESS_LOG=false
-  unset DATABASE_URL
-  "$BIN/apple-sim" serve --listen "127.0.0.1:$SIM_PORT" --team "$APPLE_TEAM_ID" --key-id "$APPLE_KEY_ID" \
-    --key "$APPLE_PRIVATE_KEY_PATH" --client-ids "$APPLE_CLIENT_IDS" > "$WORK/sim.log" 2>&1 &
-  SIM_PID=$!
-  wait_http "http://127.0.0.1:$SIM_PORT/sim/stats"
-  "$BIN/appleid-broker" serve > "$WORK/broker.log" 2>&1 &
-  BROKER_PID=$!
-  wait_http "http://127.0.0.1:$BROKER_PORT/readyz"
-  API_KEY=$("$BIN/appleid-broker" api-keys create --name bench --scopes login,read,compliance,events,admin 2>/dev/null)
-  export API_KEY
-}
-
-# The postmaster of the embedded cluster and its backends.
-postgres_pids() {
-  local master
-  master=$(head -1 "$WORK/data/postgres/postmaster.pid" 2>/dev/null || true)
-  [ -n "$master" ] || return 0
-  echo "$master"; ps -o pid= --ppid "$master" 2>/dev/null || true
 }
 
 cpu_ticks() {  # cpu_ticks PID... : utime+stime summed

@@ -23,6 +23,8 @@ public final class BrokerApplication: Sendable {
     public let appleKeys: AppleKeyCache
     public let apple: AppleClient
     let workers: [WorkerGroup]
+    /// Every route this process serves, as `METHOD /pattern` (for the API description's test).
+    public let routes: [String]
 
     /// Opens the database (migrating it) and builds every component; starts nothing.
     /// - Parameter transport: how to reach Apple (the seam tests may replace).
@@ -37,7 +39,9 @@ public final class BrokerApplication: Sendable {
         database = try Database.open(configuration, logger: logger)
         metrics = MetricsRegistry()
         let pool = database.pool
-        apiKeys = APIKeyAuthenticator(store: APIKeyStore(pool: pool))
+        apiKeys = APIKeyAuthenticator(
+            store: APIKeyStore(pool: pool),
+            limiter: RateLimiter(rate: configuration.rateLimitPerKey, burst: configuration.rateLimitPerKey * 2))
         listener = PostgresListener(configuration: database.connection, logger: logger.labelled("listener"))
 
         let secrets = ClientSecretProvider(
@@ -108,7 +112,12 @@ public final class BrokerApplication: Sendable {
                 verifier: verifier, clientIDs: Set(appleSettings.clientIDs), teamID: appleSettings.teamID,
                 leeway: TimeInterval(configuration.login.tokenLeewaySeconds), pool: pool, metrics: metrics,
                 logger: logger.labelled("notifications"), onDeletionRequested: wakeDeletions, eventsWritten: eventsWritten)
-            router.post(configuration.notificationsPath) { request in try receiver.receive(request) }
+            let perAddress = RateLimiter(
+                rate: configuration.rateLimitNotificationsPerAddress, burst: configuration.rateLimitNotificationsPerAddress * 5)
+            router.post(configuration.notificationsPath) { request in
+                try perAddress.check(request.remoteAddress, what: "this address")
+                return try receiver.receive(request)
+            }
         }
 
         var workers: [WorkerGroup] = []
@@ -136,6 +145,7 @@ public final class BrokerApplication: Sendable {
         }
         self.workers = workers
 
+        routes = router.routes.map { "\($0.method) \($0.pattern)" }
         var serverConfiguration = HTTPServer.Configuration()
         serverConfiguration.listen = configuration.listen
         serverConfiguration.workerThreads = configuration.httpThreads
@@ -143,6 +153,7 @@ public final class BrokerApplication: Sendable {
         serverConfiguration.connectionTimeoutSeconds = configuration.connectionTimeoutSeconds
         serverConfiguration.shutdownGracePeriod = .seconds(configuration.shutdownGraceSeconds)
         serverConfiguration.accessLog = configuration.accessLog
+        serverConfiguration.tls = configuration.tls.map { (keyPEM: $0.keyPEM, certificatePEM: $0.certificatePEM) }
         server = HTTPServer(
             configuration: serverConfiguration, router: router, logger: logger.labelled("http"), metrics: metrics,
             errorMapper: ErrorMapping.problem(for:))

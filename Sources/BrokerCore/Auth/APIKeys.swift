@@ -2,6 +2,7 @@ import BrokerCrypto
 import Foundation
 import HTTPServer
 import PostgresClient
+import StrictJSON
 import Synchronization
 
 /// What an API key may do. Each endpoint requires one scope.
@@ -55,18 +56,24 @@ public struct APIKeyStore: Sendable {
     public init(pool: PostgresPool) { self.pool = pool }
 
     /// Creates a key; returns its facts and the key itself, which is shown only this once.
-    public func create(name: String, scopes: Set<Scope>) throws -> (key: APIKey, secret: String) {
+    public func create(name: String, scopes: Set<Scope>, actor: String = "cli") throws -> (key: APIKey, secret: String) {
         let alphabet = Array("abcdefghijklmnopqrstuvwxyz234567")
         let id = String(SecureRandom.bytes(12).map { alphabet[Int($0) % alphabet.count] })
         let secret = "abk_\(id)_" + Base64URL.encode(SecureRandom.bytes(32))
         let scopeText = scopes.sorted().map(\.rawValue).joined(separator: ",")
-        let row = try pool.query(
-            """
-            INSERT INTO api_keys (id, name, key_hash, scopes) VALUES (\(id), \(name), \(SHA256.hash(secret)), \(scopeText))
-            RETURNING created_at
-            """
-        ).single()
-        let key = APIKey(id: id, name: name, scopes: scopes, createdAt: try row.decode(Date.self, 0), revokedAt: nil)
+        let createdAt = try pool.withTransaction { connection in
+            let row = try connection.query(
+                """
+                INSERT INTO api_keys (id, name, key_hash, scopes) VALUES (\(id), \(name), \(SHA256.hash(secret)), \(scopeText))
+                RETURNING created_at
+                """
+            ).single()
+            try AuditLog.record(
+                connection, actor: actor, action: "api_key.created",
+                detail: ["key_id": .string(id), "name": .string(name), "scopes": .string(scopeText)])
+            return try row.decode(Date.self, 0)
+        }
+        let key = APIKey(id: id, name: name, scopes: scopes, createdAt: createdAt, revokedAt: nil)
         return (key, secret)
     }
 
@@ -82,12 +89,14 @@ public struct APIKeyStore: Sendable {
 
     /// Revokes a key; every running broker stops accepting it at once (NOTIFY).
     /// - Returns: false when no active key has that id.
-    public func revoke(id: String) throws -> Bool {
+    public func revoke(id: String, actor: String = "cli") throws -> Bool {
         try pool.withTransaction { connection in
             let rows = try connection.query(
                 "UPDATE api_keys SET revoked_at = now() WHERE id = \(id) AND revoked_at IS NULL")
+            guard rows.affectedRows == 1 else { return false }
+            try AuditLog.record(connection, actor: actor, action: "api_key.revoked", detail: ["key_id": .string(id)])
             try connection.notify(channel: Self.changedChannel, payload: id)
-            return rows.affectedRows == 1
+            return true
         }
     }
 
@@ -115,12 +124,15 @@ public struct APIKeyStore: Sendable {
 public final class APIKeyAuthenticator: Sendable {
     private let store: APIKeyStore
     private let cacheTTL: Duration
+    /// Per-key request budget (`BROKER_RATE_LIMIT_PER_KEY`).
+    private let limiter: RateLimiter
     private let cache = Mutex<[String: (stored: APIKeyStore.Stored?, expires: ContinuousClock.Instant)]>([:])
     private static let maximumCachedKeys = 10_000
 
-    public init(store: APIKeyStore, cacheTTL: Duration = .seconds(30)) {
+    public init(store: APIKeyStore, cacheTTL: Duration = .seconds(30), limiter: RateLimiter = RateLimiter(rate: 0, burst: 1)) {
         self.store = store
         self.cacheTTL = cacheTTL
+        self.limiter = limiter
     }
 
     /// Drops every cached key (called when another process revokes one).
@@ -159,6 +171,7 @@ public final class APIKeyAuthenticator: Sendable {
     ) -> HTTPHandler {
         { request in
             let key = try self.authenticate(request, requiring: scope)
+            try self.limiter.check(key.id, what: "this API key")
             return try handler(request, key)
         }
     }

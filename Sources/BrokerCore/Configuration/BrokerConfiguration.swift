@@ -27,6 +27,15 @@ public struct BrokerConfiguration: Sendable {
     public var logLevel: Logger.Level = .info
     /// `BROKER_ACCESS_LOG`: one log line per request.
     public var accessLog: Bool = true
+    /// `BROKER_TLS_CERT_PATH` and `BROKER_TLS_KEY_PATH`: serve HTTPS directly (PEM files), for
+    /// deployments without a terminating proxy; both unset serves plain HTTP.
+    public var tls: (certificatePEM: String, keyPEM: String)?
+    /// `BROKER_RATE_LIMIT_PER_KEY`: sustained requests per second per API key (0: off); bursts
+    /// up to twice that.
+    public var rateLimitPerKey: Double = 5000
+    /// `BROKER_RATE_LIMIT_NOTIFICATIONS_PER_IP`: requests per second per client address on the
+    /// public notification endpoint (0: off); bursts up to five times that.
+    public var rateLimitNotificationsPerAddress: Double = 100
     /// `BROKER_NOTIFICATIONS_PATH`: where Apple posts server-to-server notifications.
     public var notificationsPath: String = "/v1/apple/notifications"
     /// `BROKER_ROLES` (or `serve --roles`): which parts this process runs.
@@ -162,6 +171,24 @@ public struct BrokerConfiguration: Sendable {
             }
         }
         configuration.accessLog = reader.boolean("BROKER_ACCESS_LOG") ?? configuration.accessLog
+        switch (reader.string("BROKER_TLS_CERT_PATH"), reader.string("BROKER_TLS_KEY_PATH")) {
+        case (nil, nil):
+            break
+        case (let certificate?, let key?):
+            if let certificatePEM = try? String(contentsOfFile: certificate, encoding: .utf8),
+                let keyPEM = try? String(contentsOfFile: key, encoding: .utf8),
+                certificatePEM.contains("BEGIN CERTIFICATE"), keyPEM.contains("PRIVATE KEY")
+            {
+                configuration.tls = (certificatePEM, keyPEM)
+            } else {
+                reader.problem("BROKER_TLS_CERT_PATH / BROKER_TLS_KEY_PATH: cannot read a PEM certificate and private key")
+            }
+        default:
+            reader.problem("BROKER_TLS_CERT_PATH and BROKER_TLS_KEY_PATH go together")
+        }
+        configuration.rateLimitPerKey = Double(reader.integer("BROKER_RATE_LIMIT_PER_KEY", in: 0...1_000_000) ?? 5000)
+        configuration.rateLimitNotificationsPerAddress =
+            Double(reader.integer("BROKER_RATE_LIMIT_NOTIFICATIONS_PER_IP", in: 0...1_000_000) ?? 100)
         if let path = reader.string("BROKER_NOTIFICATIONS_PATH") {
             if path.hasPrefix("/") && !path.contains("{") && !path.contains("?") {
                 configuration.notificationsPath = path
@@ -309,7 +336,24 @@ struct EnvironmentReader {
     let environment: [String: String]
     private(set) var problems: [String] = []
 
-    init(_ environment: [String: String]) { self.environment = environment }
+    /// The secrets that may also come from a file: `NAME_FILE` stands for `NAME` when `NAME`
+    /// is unset (the Docker and Kubernetes secrets convention).
+    static let fileBackedNames = ["DATABASE_URL", "TOKEN_ENCRYPTION_KEY"]
+
+    init(_ environment: [String: String]) {
+        var merged = environment
+        var problems: [String] = []
+        for base in Self.fileBackedNames {
+            guard let path = environment[base + "_FILE"], !path.isEmpty, environment[base]?.isEmpty ?? true else { continue }
+            if let contents = try? String(contentsOfFile: path, encoding: .utf8) {
+                merged[base] = contents
+            } else {
+                problems.append("\(base)_FILE: cannot read \(path)")
+            }
+        }
+        self.environment = merged
+        self.problems = problems
+    }
 
     mutating func problem(_ text: String) { problems.append(text) }
 

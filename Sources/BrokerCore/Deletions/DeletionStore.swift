@@ -26,24 +26,29 @@ public struct DeletionRecord: Sendable {
     public var updatedAt: Date
     public var completedAt: Date?
     public var nextAttemptAt: Date
-    public var steps: [Step]
+    /// What happened so far; read for one request (`GET /v1/deletions/{id}`), nil in lists.
+    public var steps: [Step]?
 
     public var json: JSONValue {
         func time(_ date: Date?) -> JSONValue { date.map { .string(RFC3339.string(from: $0)) } ?? .null }
-        return .object([
+        var fields: [String: JSONValue] = [
             "deletion_id": .string(id.lowercasedString), "user_id": .string(userID.lowercasedString),
             "source": .string(source), "reason": .string(reason), "requested_by": .string(requestedBy),
             "state": .string(state), "attempts": .integer(Int64(attempts)), "last_error": lastError.map(JSONValue.string) ?? .null,
             "created_at": time(createdAt), "updated_at": time(updatedAt), "completed_at": time(completedAt),
             "next_attempt_at": state == "done" || state == "failed" ? .null : time(nextAttemptAt),
-            "steps": .array(steps.map { step in
-                .object([
-                    "step": .string(step.step), "client_id": step.clientID.map(JSONValue.string) ?? .null,
-                    "outcome": .string(step.outcome), "detail": step.detail.map(JSONValue.string) ?? .null,
-                    "at": time(step.at),
-                ])
-            }),
-        ])
+        ]
+        if let steps {
+            fields["steps"] = .array(
+                steps.map { step in
+                    .object([
+                        "step": .string(step.step), "client_id": step.clientID.map(JSONValue.string) ?? .null,
+                        "outcome": .string(step.outcome), "detail": step.detail.map(JSONValue.string) ?? .null,
+                        "at": time(step.at),
+                    ])
+                })
+        }
+        return .object(fields)
     }
 }
 
@@ -147,7 +152,7 @@ struct DeletionStore: Sendable {
             state: try row.decode(String.self, 5), attempts: try row.decode(Int.self, 6),
             lastError: try row.decode(String?.self, 7), createdAt: try row.decode(Date.self, 8),
             updatedAt: try row.decode(Date.self, 9), completedAt: try row.decode(Date?.self, 10),
-            nextAttemptAt: try row.decode(Date.self, 11), steps: [])
+            nextAttemptAt: try row.decode(Date.self, 11), steps: nil)
     }
 
     // MARK: The job's side

@@ -37,19 +37,22 @@ struct WebhookSubscriptionStore: Sendable {
     let pool: PostgresPool
     let tokenKeys: TokenKeyRing
 
-    /// https anywhere, plain http only to this machine (for local development and tests).
+    /// The URLs a subscription may name: https anywhere, plain http only to this machine (for
+    /// local development and tests); no user info, no fragment. The same pattern is in
+    /// docs/openapi.json (`SubscriptionRequest.url`), so the description and the server agree.
+    static let urlPattern =
+        #"^(https://[A-Za-z0-9]([A-Za-z0-9.-]{0,251}[A-Za-z0-9])?|http://(127\.0\.0\.1|localhost|\[::1\]))(:[0-9]{1,5})?(/([A-Za-z0-9._~!$&'()*+,;=:@/-]|%[0-9A-Fa-f]{2})*)?(\?([A-Za-z0-9._~!$&'()*+,;=:@/?-]|%[0-9A-Fa-f]{2})*)?$"#
+
     static func validate(url text: String) throws -> String {
-        guard text.utf8.count <= 2048, let url = URL(string: text), let scheme = url.scheme?.lowercased(),
-            let host = url.host?.lowercased(), !host.isEmpty, url.user == nil, url.password == nil
-        else { throw invalidURL("the URL is not absolute") }
-        switch scheme {
-        case "https":
-            return text
-        case "http" where ["127.0.0.1", "localhost", "::1", "[::1]"].contains(host):
-            return text
-        default:
-            throw invalidURL("webhook URLs must use https (plain http only on loopback)")
+        guard text.utf8.count <= 2048 else { throw invalidURL("the URL is longer than 2048 bytes") }
+        // Built per call: subscriptions are created rarely, and Regex is not Sendable.
+        guard let regex = try? Regex(urlPattern), (try? regex.wholeMatch(in: text)) != nil else {
+            if text.lowercased().hasPrefix("http://") {
+                throw invalidURL("webhook URLs must use https (plain http only to 127.0.0.1, localhost or [::1])")
+            }
+            throw invalidURL("not an absolute https URL without user info or fragment")
         }
+        return text
     }
 
     static func invalidURL(_ detail: String) -> Problem {
@@ -68,21 +71,32 @@ struct WebhookSubscriptionStore: Sendable {
     static func associatedData(_ id: UUID) -> [UInt8] { Array("webhook_subscriptions|\(id.lowercasedString)".utf8) }
 
     /// Creates a subscription; returns it and its signing secret (`whsec_…`, shown once).
-    func create(url: String, topics: [String], description: String?) throws -> (WebhookSubscription, String) {
+    func create(url: String, topics: [String], description: String?, actor: String) throws -> (WebhookSubscription, String) {
         let id = UUID()
         let secret = SecureRandom.bytes(32)
         let sealed = try tokenKeys.seal(secret, associatedData: Self.associatedData(id))
         let topicsJSON = PostgresJSON(text: String(decoding: JSONValue.array(topics.map(JSONValue.string)).serialized(), as: UTF8.self))
-        let row = try pool.query(
-            """
-            INSERT INTO webhook_subscriptions (id, url, topics, secret, key_id, description)
-            VALUES (\(id), \(url), \(topicsJSON), \(sealed.sealed), \(sealed.keyID), \(description))
-            RETURNING created_at
-            """
-        ).single()
+        let createdAt = try pool.withTransaction { connection in
+            let row = try connection.query(
+                """
+                INSERT INTO webhook_subscriptions (id, url, topics, secret, key_id, description)
+                VALUES (\(id), \(url), \(topicsJSON), \(sealed.sealed), \(sealed.keyID), \(description))
+                RETURNING created_at
+                """
+            ).single()
+            try Self.audit(connection, actor: actor, action: "webhook_subscription.created", id: id, url: url)
+            return try row.decode(Date.self, 0)
+        }
         let subscription = WebhookSubscription(
-            id: id, url: url, topics: topics, status: "active", description: description, createdAt: try row.decode(Date.self, 0))
+            id: id, url: url, topics: topics, status: "active", description: description, createdAt: createdAt)
         return (subscription, "whsec_" + Data(secret).base64EncodedString())
+    }
+
+    /// The audit entry names the receiving host only: a URL's path or query may hold a token.
+    private static func audit(_ connection: PostgresConnection, actor: String, action: String, id: UUID, url: String? = nil) throws {
+        var detail: [String: JSONValue] = ["subscription_id": .string(id.lowercasedString)]
+        if let host = url.flatMap({ URL(string: $0)?.host }) { detail["host"] = .string(host) }
+        try AuditLog.record(connection, actor: actor, action: action, detail: detail)
     }
 
     func list() throws -> [WebhookSubscription] {
@@ -96,13 +110,22 @@ struct WebhookSubscriptionStore: Sendable {
     }
 
     /// Pauses or resumes; deliveries keep being queued while paused and go out on resume.
-    func setStatus(_ id: UUID, _ status: String) throws -> Bool {
-        try pool.query("UPDATE webhook_subscriptions SET status = \(status) WHERE id = \(id)").affectedRows == 1
+    func setStatus(_ id: UUID, _ status: String, actor: String) throws -> Bool {
+        try pool.withTransaction { connection in
+            guard try connection.query("UPDATE webhook_subscriptions SET status = \(status) WHERE id = \(id)").affectedRows == 1
+            else { return false }
+            try Self.audit(connection, actor: actor, action: status == "paused" ? "webhook_subscription.paused" : "webhook_subscription.resumed", id: id)
+            return true
+        }
     }
 
     /// Deletes the subscription and its queued deliveries.
-    func delete(_ id: UUID) throws -> Bool {
-        try pool.query("DELETE FROM webhook_subscriptions WHERE id = \(id)").affectedRows == 1
+    func delete(_ id: UUID, actor: String) throws -> Bool {
+        try pool.withTransaction { connection in
+            guard try connection.query("DELETE FROM webhook_subscriptions WHERE id = \(id)").affectedRows == 1 else { return false }
+            try Self.audit(connection, actor: actor, action: "webhook_subscription.deleted", id: id)
+            return true
+        }
     }
 
     /// The signing secret in clear.

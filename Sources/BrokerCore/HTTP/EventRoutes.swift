@@ -10,14 +10,15 @@ enum EventRoutes {
         on router: inout Router, subscriptions: WebhookSubscriptionStore, feed: EventFeed, keys: APIKeyAuthenticator,
         wakeDispatcher: @escaping @Sendable () -> Void
     ) {
-        router.post("/v1/webhook-subscriptions", keys.protect(.admin) { request, _ in
+        router.post("/v1/webhook-subscriptions", keys.protect(.admin) { request, key in
             let body = try request.jsonObject()
             let url = try WebhookSubscriptionStore.validate(url: try body.requiredString("url"))
             guard let topics = try body.strings("topics") else { throw Problem.badRequest("field `topics` is required") }
             let description = try body.string("description")
             if let description, description.utf8.count > 500 { throw Problem.badRequest("field `description` is too long") }
             let (subscription, secret) = try subscriptions.create(
-                url: url, topics: try WebhookSubscriptionStore.validate(topics: topics), description: description)
+                url: url, topics: try WebhookSubscriptionStore.validate(topics: topics), description: description,
+                actor: "api:\(key.id)")
             guard case .object(var object) = subscription.json else { throw Problem.internalError }
             object["secret"] = .string(secret)
             return .json(.object(object), status: 201)
@@ -30,15 +31,15 @@ enum EventRoutes {
             return .json(subscription.json)
         })
         for (action, status) in [("pause", "paused"), ("resume", "active")] {
-            router.post("/v1/webhook-subscriptions/{id}/\(action)", keys.protect(.admin) { request, _ in
+            router.post("/v1/webhook-subscriptions/{id}/\(action)", keys.protect(.admin) { request, key in
                 let id = try subscriptionID(request)
-                guard try subscriptions.setStatus(id, status), let subscription = try subscriptions.find(id) else { throw notFound }
+                guard try subscriptions.setStatus(id, status, actor: "api:\(key.id)"), let subscription = try subscriptions.find(id) else { throw notFound }
                 if status == "active" { wakeDispatcher() }
                 return .json(subscription.json)
             })
         }
-        router.delete("/v1/webhook-subscriptions/{id}", keys.protect(.admin) { request, _ in
-            guard try subscriptions.delete(try subscriptionID(request)) else { throw notFound }
+        router.delete("/v1/webhook-subscriptions/{id}", keys.protect(.admin) { request, key in
+            guard try subscriptions.delete(try subscriptionID(request), actor: "api:\(key.id)") else { throw notFound }
             return .noContent
         })
         router.get("/v1/webhook-deliveries", keys.protect(.admin) { request, _ in

@@ -22,5 +22,9 @@ enum OperationsRoutes {
         router.get("/metrics") { _ in
             .text(metrics.render(), contentType: "text/plain; version=0.0.4; charset=utf-8")
         }
+        let description = Array((EmbeddedFiles.text(named: "openapi.json") ?? "{}").utf8)
+        router.get("/openapi.json") { _ in
+            HTTPResponse(status: 200, headers: ["Content-Type": "application/json"], body: description)
+        }
     }
 }

@@ -23,12 +23,12 @@ public struct Migration: Sendable, Equatable {
 /// Applied versions are recorded in `schema_migrations`; running again changes nothing.
 public enum Migrations {
     /// Every migration, ordered by version.
-    public static let all: [Migration] = EmbeddedMigrations.files.map { file in
+    public static let all: [Migration] = EmbeddedFiles.files.filter { $0.name.hasSuffix(".sql") }.map { file in
         let digits = file.name.prefix { $0.isNumber }
         guard let version = Int(digits), !digits.isEmpty else {
             preconditionFailure("migration file \(file.name) must start with its number")
         }
-        return Migration(version: version, name: file.name, sql: file.sql)
+        return Migration(version: version, name: file.name, sql: file.text)
     }.sorted { $0.version < $1.version }
 
     /// Arbitrary constant identifying this service's migration lock ("abkm").

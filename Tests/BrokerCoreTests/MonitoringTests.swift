@@ -1,0 +1,133 @@
+import Foundation
+import HTTPClient
+import ProcessRunner
+import Testing
+import TestSupport
+
+/// The Grafana dashboard and the Prometheus alert rules in deploy/ against the metrics the
+/// broker really serves, and the rules against promtool.
+@Suite("Dashboard and alert rules")
+struct MonitoringTests {
+    static let promtool = Repository.executable("promtool")
+    static let promtoolMissing: Comment = "promtool is not installed (Debian package prometheus; scripts/bootstrap.sh test installs it)"
+
+    @Test("the Grafana dashboard is well-formed and every panel's metric is served on /metrics")
+    func dashboard() throws {
+        let dashboard = try #require(
+            try JSONSerialization.jsonObject(with: Data(Repository.text("deploy/grafana/appleid-broker.json").utf8)) as? [String: Any])
+        #expect(dashboard["uid"] as? String == "appleid-broker")
+        #expect(dashboard["schemaVersion"] is Int)
+        #expect(dashboard["title"] is String)
+        let panels = try #require(dashboard["panels"] as? [[String: Any]])
+        let served = try Self.servedMetrics()
+        var ids = Set<Int>()
+        var occupied = Set<[Int]>()
+        var expressions: [String] = []
+        for panel in panels {
+            let id = try #require(panel["id"] as? Int)
+            #expect(ids.insert(id).inserted, "panel id \(id) is used twice")
+            let grid = try #require(panel["gridPos"] as? [String: Int])
+            let (x, y, w, h) = (grid["x"] ?? -1, grid["y"] ?? -1, grid["w"] ?? 0, grid["h"] ?? 0)
+            #expect(x >= 0 && w > 0 && x + w <= 24 && h > 0, "panel \(id) lies outside Grafana's 24-column grid")
+            for column in x..<(x + max(w, 0)) {
+                for row in y..<(y + max(h, 0)) {
+                    #expect(occupied.insert([column, row]).inserted, "panel \(id) overlaps another at \(column),\(row)")
+                }
+            }
+            guard panel["type"] as? String != "row" else { continue }
+            #expect(["timeseries", "stat", "gauge", "table"].contains(panel["type"] as? String ?? ""))
+            let targets = try #require(panel["targets"] as? [[String: Any]])
+            #expect(!targets.isEmpty, "panel \(id) draws nothing")
+            for target in targets {
+                let expression = try #require(target["expr"] as? String)
+                expressions.append(expression)
+                let names = Self.metricNames(in: expression)
+                #expect(!names.isEmpty, "panel \(id): no metric in \(expression)")
+                #expect(names.isSubset(of: served), "panel \(id) \(panel["title"] ?? ""): not on /metrics: \(names.subtracting(served).sorted())")
+            }
+        }
+        #expect(panels.count >= 20)
+        // The job variable's query names a metric too.
+        let variables = try #require((dashboard["templating"] as? [String: Any])?["list"] as? [[String: Any]])
+        for case let definition as String in variables.map({ $0["definition"] }) {
+            // label_values(<metric>, <label>)
+            let metric = definition.firstMatch(of: /label_values\(([a-z_:]+),/).map { String($0.1) }
+            #expect(metric.map(served.contains) == true, "variable query: \(definition)")
+        }
+
+        // Every expression parses as PromQL: promtool checks them as recording rules.
+        guard let promtool = Self.promtool else { return }
+        let rules = expressions.enumerated().map { index, expression in
+            [
+                "record": "dashboard:panel_\(index)",
+                "expr": expression.replacingOccurrences(of: "$__rate_interval", with: "5m")
+                    .replacingOccurrences(of: "$job", with: ".*"),
+            ]
+        }
+        let file = NSTemporaryDirectory() + "dashboard-rules-\(UUID().uuidString).json"
+        // YAML is a superset of JSON (bar the "\\/" escape), so promtool reads this as a rule file.
+        try JSONSerialization.data(withJSONObject: ["groups": [["name": "dashboard", "rules": rules]]], options: .withoutEscapingSlashes).write(to: URL(fileURLWithPath: file))
+        defer { try? FileManager.default.removeItem(atPath: file) }
+        let check = try ChildProcess.run(promtool, ["check", "rules", file])
+        #expect(check.status == 0, "\(check.output)")
+    }
+
+    @Test("every metric an alert rule names is served on /metrics")
+    func alertMetrics() throws {
+        let served = try Self.servedMetrics()
+        let expressions = try Repository.text("deploy/prometheus/alerts.yml").split(separator: "\n").compactMap { line in
+            line.trimmingCharacters(in: .whitespaces).hasPrefix("expr:")
+                ? String(line.trimmingCharacters(in: .whitespaces).dropFirst("expr:".count)) : nil
+        }
+        #expect(expressions.count >= 6)
+        for expression in expressions {
+            let names = Self.metricNames(in: expression)
+            #expect(!names.isEmpty && names.isSubset(of: served), "\(expression): not on /metrics: \(names.subtracting(served).sorted())")
+        }
+    }
+
+    @Test("the alert rules are valid and fire as their unit tests say (promtool)", .enabled(if: promtool != nil, promtoolMissing))
+    func alertRules() throws {
+        let promtool = try #require(Self.promtool)
+        let check = try ChildProcess.run(promtool, ["check", "rules", Repository.path("deploy/prometheus/alerts.yml")])
+        #expect(check.status == 0, "\(check.output)")
+        let unitTests = try ChildProcess.run(promtool, ["test", "rules", Repository.path("deploy/prometheus/alerts.test.yml")])
+        #expect(unitTests.status == 0, "\(unitTests.output)")
+        #expect(unitTests.output.contains("SUCCESS"))
+    }
+
+    /// Every series name a broker with all roles serves: the `# TYPE` families, and the
+    /// `_bucket`/`_sum`/`_count` series of its histograms.
+    static func servedMetrics() throws -> Set<String> {
+        let broker = try TestBroker()
+        let response = try broker.get("/metrics")
+        #expect(response.status == 200)
+        var names = Set<String>()
+        for line in String(decoding: response.body, as: UTF8.self).split(separator: "\n") where line.hasPrefix("# TYPE ") {
+            let fields = line.split(separator: " ")
+            guard fields.count == 4 else { continue }
+            names.insert(String(fields[2]))
+            if fields[3] == "histogram" {
+                for suffix in ["_bucket", "_sum", "_count"] { names.insert(fields[2] + suffix) }
+            }
+        }
+        return names
+    }
+
+    /// The metric names a PromQL expression selects: identifiers left once label matchers,
+    /// ranges, grouping clauses and strings are taken out, other than functions and keywords.
+    static func metricNames(in expression: String) -> Set<String> {
+        var text = expression
+        for pattern in [#""[^"]*""#, #"\{[^}]*\}"#, #"\[[^\]]*\]"#, #"\b(by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)"#] {
+            text = text.replacingOccurrences(of: pattern, with: " ", options: .regularExpression)
+        }
+        let keywords: Set<String> = ["and", "or", "unless", "bool", "offset", "by", "without", "on", "ignoring", "group_left", "group_right"]
+        let identifier = try! NSRegularExpression(pattern: #"(?<![\w.:$])([a-zA-Z_:][a-zA-Z0-9_:]*+)(?!\s*\()"#)
+        var names = Set<String>()
+        for match in identifier.matches(in: text, range: NSRange(text.startIndex..., in: text)) {
+            let name = String(text[Range(match.range(at: 1), in: text)!])
+            if !keywords.contains(name) { names.insert(name) }
+        }
+        return names
+    }
+}

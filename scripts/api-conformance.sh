@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# API conformance: runs Schemathesis (PyPI) against a live broker on loopback. Every
+# response must match docs/openapi.json (status, content type, headers, body schema) and
+# no request may be answered 500. Called by scripts/test.sh; runnable on its own.
+# Usage: scripts/api-conformance.sh [max examples per operation, default 25]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+MAX_EXAMPLES=${1:-25}
+export WORK=${WORK:-${TMPDIR:-/tmp}/appleid-broker-conformance}
+export SIM_PORT=${SIM_PORT:-18600} BROKER_PORT=${BROKER_PORT:-18601}
+BIN=$(swift build --show-bin-path)
+[ -x "$BIN/appleid-broker" ] && [ -x "$BIN/apple-sim" ] || swift build
+# shellcheck source=lib/stack.sh
+source scripts/lib/stack.sh
+
+# shellcheck source=lib/tools-venv.sh
+source scripts/lib/tools-venv.sh
+
+trap stop_all EXIT
+# Schemathesis sends thousands of requests from one key and one address.
+export BROKER_RATE_LIMIT_PER_KEY=0 BROKER_RATE_LIMIT_NOTIFICATIONS_PER_IP=0 BROKER_ACCESS_LOG=false
+start_stack
+# One real user, made by a login with a simulator-minted token and authorization code.
+minted=$(curl -sf -X POST "http://127.0.0.1:$SIM_PORT/sim/tokens" -H 'Content-Type: application/json' \
+  -d "{\"client_id\":\"$APPLE_CLIENT_IDS\",\"with_code\":true}")
+login=$(python3 -c 'import json,sys; m=json.loads(sys.argv[1]); print(json.dumps({"identity_token": m["id_token"], "authorization_code": m["code"]}))' "$minted")
+CONFORMANCE_USER_ID=$(curl -sf -X POST "http://127.0.0.1:$BROKER_PORT/v1/apple/login" -H "Authorization: Bearer $API_KEY" \
+  -H 'Content-Type: application/json' -d "$login" | python3 -c 'import json,sys; print(json.load(sys.stdin)["user_id"])')
+export CONFORMANCE_USER_ID
+echo "== schemathesis: $MAX_EXAMPLES examples per operation against 127.0.0.1:$BROKER_PORT" >&2
+# The served description is docs/openapi.json, embedded into the binary at build time.
+"$TOOLS_VENV/bin/st" --config-file schemathesis.toml run "http://127.0.0.1:$BROKER_PORT/openapi.json" \
+  --header "Authorization: Bearer $API_KEY" --max-examples "$MAX_EXAMPLES" \
+  --seed "${SCHEMATHESIS_SEED:-$RANDOM}" --no-color --report junit --report-dir "$WORK/report"

@@ -1,0 +1,117 @@
+"""Cross-checks deploy/ and docker-compose.yml against the code and the README.
+
+- every environment variable given to the broker is one BrokerConfiguration reads (a
+  NAME_FILE variable counts as NAME) and one the README's configuration table documents;
+- every Deployment probes /readyz (readiness) and /healthz (liveness), runs as non-root with
+  resource requests, and mounts the Secrets the ConfigMap points at;
+- every Secret and ConfigMap a Deployment refers to is defined (the CloudNativePG app Secret
+  is made by the operator from the Cluster).
+"""
+import glob
+import pathlib
+import re
+import sys
+
+import yaml
+
+root = pathlib.Path(__file__).resolve().parent.parent
+source = "\n".join(p.read_text() for p in (root / "Sources/BrokerCore").rglob("*.swift"))
+readme = (root / "README.md").read_text()
+failures = []
+
+
+file_backed = re.search(r"fileBackedNames = \[([^\]]*)\]", source).group(1)
+
+
+def check_variable(name, where):
+    base = name[: -len("_FILE")] if name.endswith("_FILE") else name
+    if name.endswith("_FILE") and f'"{base}"' not in file_backed:
+        failures.append(f"{where}: {name}: only {file_backed} may come from a file")
+    if f'"{base}"' not in source:
+        failures.append(f"{where}: {name} is not a setting the broker reads")
+    if f"`{base}`" not in readme and f"`{name}`" not in readme:
+        failures.append(f"{where}: {name} is not documented in README.md")
+
+
+documents = []
+for path in sorted(glob.glob(str(root / "deploy/kubernetes/*.yaml"))):
+    for document in yaml.safe_load_all(open(path)):
+        if document:
+            documents.append((pathlib.Path(path).name, document))
+
+kinds = {}
+for name, document in documents:
+    kinds.setdefault(document["kind"], []).append(document)
+defined_secrets = {d["metadata"]["name"] for d in kinds.get("Secret", [])}
+defined_secrets |= {d["metadata"]["name"] + "-app" for d in kinds.get("Cluster", [])}
+config_maps = {d["metadata"]["name"]: d for d in kinds.get("ConfigMap", [])}
+
+for config_map in config_maps.values():
+    for variable in config_map["data"]:
+        check_variable(variable, f"ConfigMap {config_map['metadata']['name']}")
+
+deployments = kinds.get("Deployment", [])
+if len(deployments) < 1:
+    failures.append("no Deployment in deploy/kubernetes")
+for deployment in deployments:
+    where = f"Deployment {deployment['metadata']['name']}"
+    spec = deployment["spec"]["template"]["spec"]
+    if not spec.get("securityContext", {}).get("runAsNonRoot"):
+        failures.append(f"{where}: does not require runAsNonRoot")
+    mounted = {v["name"]: v.get("secret", {}).get("secretName") for v in spec.get("volumes", [])}
+    for secret in filter(None, mounted.values()):
+        if secret not in defined_secrets:
+            failures.append(f"{where}: mounts Secret {secret}, which nothing defines")
+    for container in spec["containers"]:
+        if container.get("readinessProbe", {}).get("httpGet", {}).get("path") != "/readyz":
+            failures.append(f"{where}: readiness probe is not GET /readyz")
+        if container.get("livenessProbe", {}).get("httpGet", {}).get("path") != "/healthz":
+            failures.append(f"{where}: liveness probe is not GET /healthz")
+        requests = container.get("resources", {}).get("requests", {})
+        if "cpu" not in requests or "memory" not in requests:
+            failures.append(f"{where}: no cpu and memory requests")
+        for variable in container.get("env", []):
+            check_variable(variable["name"], where)
+            reference = variable.get("valueFrom", {}).get("secretKeyRef")
+            if reference and reference["name"] not in defined_secrets:
+                failures.append(f"{where}: reads Secret {reference['name']}, which nothing defines")
+        for source_ref in container.get("envFrom", []):
+            name = source_ref.get("configMapRef", {}).get("name")
+            if name and name not in config_maps:
+                failures.append(f"{where}: reads ConfigMap {name}, which nothing defines")
+        # Paths the ConfigMap names must be inside a mounted volume.
+        mounts = [m["mountPath"] for m in container.get("volumeMounts", [])]
+        for config_map in config_maps.values():
+            for variable, value in config_map["data"].items():
+                if variable.endswith(("_PATH", "_FILE")) and not any(str(value).startswith(m + "/") for m in mounts):
+                    failures.append(f"{where}: {variable}={value} is not under a mounted volume")
+        args = container.get("args", [])
+        if "--roles" in args:
+            roles = args[args.index("--roles") + 1].split(",")
+            for role in roles:
+                if role not in ("api", "notifications", "deletion", "dispatch", "sweep"):
+                    failures.append(f"{where}: unknown role {role}")
+
+covered = set()
+for deployment in deployments:
+    args = deployment["spec"]["template"]["spec"]["containers"][0].get("args", [])
+    if "--roles" in args:
+        covered |= set(args[args.index("--roles") + 1].split(","))
+    else:
+        covered |= {"api", "notifications", "deletion", "dispatch", "sweep"}
+missing_roles = {"api", "notifications", "deletion", "dispatch", "sweep"} - covered
+if missing_roles:
+    failures.append(f"no Deployment runs the roles {sorted(missing_roles)}")
+
+compose = yaml.safe_load(open(root / "docker-compose.yml"))
+for variable in compose["services"]["broker"]["environment"]:
+    check_variable(variable, "docker-compose.yml broker")
+for line in (root / "deploy/Dockerfile").read_text().splitlines():
+    match = re.match(r"ENV (\w+)=", line)
+    if match:
+        check_variable(match.group(1), "deploy/Dockerfile")
+
+if failures:
+    print("\n".join(failures), file=sys.stderr)
+    sys.exit(1)
+print(f"deployment files agree with the code and the README ({len(documents)} manifests, {len(deployments)} Deployments)")

@@ -1,0 +1,57 @@
+# Starts and stops a throwaway stack on loopback: the Apple simulator and a broker with an
+# embedded PostgreSQL in $WORK/data. Sourced by the benchmark, conformance and tour scripts.
+# The caller sets BIN (the directory holding appleid-broker and apple-sim).
+set -euo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+: "${WORK:=${TMPDIR:-/tmp}/appleid-broker-stack}"
+: "${SIM_PORT:=18400}"
+: "${BROKER_PORT:=18401}"
+: "${API_SCOPES:=login,read,compliance,events,admin}"
+BIN=${BIN:-}
+mkdir -p "$WORK"
+# The embedded cluster runs as 'postgres' when we are root; it must be able to reach $WORK.
+chmod a+x "$WORK"
+
+SIM_PID=
+BROKER_PID=
+stop_all() {
+  [ -n "$BROKER_PID" ] && kill -TERM "$BROKER_PID" 2>/dev/null && wait "$BROKER_PID" 2>/dev/null || true
+  [ -n "$SIM_PID" ] && kill -TERM "$SIM_PID" 2>/dev/null && wait "$SIM_PID" 2>/dev/null || true
+  BROKER_PID=; SIM_PID=
+}
+
+wait_http() {  # wait_http URL
+  for _ in $(seq 1 300); do curl -sf -o /dev/null "$1" && return 0; sleep 0.1; done
+  echo "timed out waiting for $1" >&2; return 1
+}
+
+# Starts the simulator and a broker on a fresh embedded PostgreSQL, then creates an API key
+# with $API_SCOPES and exports it as API_KEY. Extra broker settings come from the caller's
+# environment (exported before the call).
+start_stack() {
+  rm -rf "$WORK/data"
+  [ -f "$WORK/AuthKey.p8" ] || openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "$WORK/AuthKey.p8" 2>/dev/null
+  export APPLE_TEAM_ID=${APPLE_TEAM_ID:-STACKTEAM1} APPLE_KEY_ID=${APPLE_KEY_ID:-STACKKEY01}
+  export APPLE_PRIVATE_KEY_PATH=$WORK/AuthKey.p8
+  export APPLE_CLIENT_IDS=${APPLE_CLIENT_IDS:-com.example.app} APPLE_BASE_URL=http://127.0.0.1:$SIM_PORT
+  export TOKEN_ENCRYPTION_KEY=${TOKEN_ENCRYPTION_KEY:-$(openssl rand -base64 32)}
+  export BROKER_DATA_DIR=$WORK/data BROKER_LISTEN=127.0.0.1:$BROKER_PORT
+  unset DATABASE_URL
+  "$BIN/apple-sim" serve --listen "127.0.0.1:$SIM_PORT" --team "$APPLE_TEAM_ID" --key-id "$APPLE_KEY_ID" \
+    --key "$APPLE_PRIVATE_KEY_PATH" --client-ids "$APPLE_CLIENT_IDS" > "$WORK/sim.log" 2>&1 &
+  SIM_PID=$!
+  wait_http "http://127.0.0.1:$SIM_PORT/sim/stats"
+  "$BIN/appleid-broker" serve > "$WORK/broker.log" 2>&1 &
+  BROKER_PID=$!
+  wait_http "http://127.0.0.1:$BROKER_PORT/readyz"
+  API_KEY=$("$BIN/appleid-broker" api-keys create --name stack --scopes "$API_SCOPES" 2>/dev/null)
+  export API_KEY
+}
+
+# The postmaster of the embedded cluster and its backends.
+postgres_pids() {
+  local master
+  master=$(head -1 "$WORK/data/postgres/postmaster.pid" 2>/dev/null || true)
+  [ -n "$master" ] || return 0
+  echo "$master"; ps -o pid= --ppid "$master" 2>/dev/null || true
+}
