@@ -5,7 +5,8 @@
 - every Deployment probes /readyz (readiness) and /healthz (liveness), runs as non-root with
   resource requests, and mounts the Secrets the ConfigMap points at;
 - every Secret and ConfigMap a Deployment refers to is defined (the CloudNativePG app Secret
-  is made by the operator from the Cluster).
+  is made by the operator from the Cluster);
+- and the other way round: every setting the broker reads is documented in the README.
 """
 import glob
 import pathlib
@@ -110,6 +111,10 @@ for line in (root / "deploy/Dockerfile").read_text().splitlines():
     match = re.match(r"ENV (\w+)=", line)
     if match:
         check_variable(match.group(1), "deploy/Dockerfile")
+
+for name in sorted(set(re.findall(r'"((?:BROKER|APPLE|DATABASE|TOKEN|POSTGRES)_[A-Z_]+)"', source))):
+    if f"`{name}`" not in readme:
+        failures.append(f"README.md: the setting {name} is read by the broker but not documented")
 
 if failures:
     print("\n".join(failures), file=sys.stderr)

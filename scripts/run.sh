@@ -41,6 +41,12 @@ if [ -z "${APPLE_CLIENT_IDS:-}" ]; then
 fi
 
 export BROKER_DATA_DIR="$data"
+if [ -n "${demo:-}" ] && [ ! -s "$demo/api-key" ]; then
+  # One key with every scope, for the README's tour and for trying the API by hand.
+  ( umask 077; "$bin/appleid-broker" api-keys create --name demo --scopes login,read,compliance,events,admin \
+      2>/dev/null > "$demo/api-key" )
+fi
+[ -n "${demo:-}" ] && echo "== demo API key (every scope): $demo/api-key" >&2
 echo "== starting appleid-broker on ${BROKER_LISTEN:-127.0.0.1:8080}" >&2
 # Not exec: the trap above must stop the simulator when the broker ends. Ctrl-C reaches both.
 "$bin/appleid-broker" serve &

@@ -12,10 +12,12 @@ swift build --build-tests "${flags[@]}"
 echo "== test" >&2
 swift test --skip-build --parallel "$@"
 
-# The whole suite (no filter given) also checks the live API against its description and the
-# deployment files against the code.
+# The whole suite (no filter given) also checks the live API against its description, the
+# deployment files against the code, and runs the README's tour.
 if [ $# -eq 0 ]; then
   echo "== API conformance (schemathesis)" >&2
   scripts/api-conformance.sh
   scripts/check-deploy.sh
+  echo "== the README's tour, as a newcomer runs it (make run + its commands)" >&2
+  scripts/tour.sh
 fi

@@ -12,8 +12,9 @@ public enum AppleSimulatorCommand {
           serve [--listen 127.0.0.1:8090] [--team TEAMID --key-id KEYID --key FILE.p8 --client-ids a,b]
                           play appleid.apple.com on loopback until SIGTERM/SIGINT
           mint-token --client-id ID [--sub SUB] [--raw-nonce N] [--email E] [--real-user-status 0|1|2]
-                     [--booleans-as-strings] [--with-code] [--url http://127.0.0.1:8090]
-                          print a fresh identity token (and code) as JSON
+                     [--booleans-as-strings] [--with-code] [--format json|env] [--url http://127.0.0.1:8090]
+                          print a fresh identity token (and code) as JSON, or as shell
+                          assignments ID_TOKEN=… SUB=… EMAIL=… CODE=… for `eval` (--format env)
           notify --to URL --type TYPE --sub SUB --client-id ID [--url …]
                           sign and POST a server-to-server notification (types: email-disabled,
                           email-enabled, consent-revoked, account-delete)
@@ -71,7 +72,11 @@ public enum AppleSimulatorCommand {
                 body["real_user_status"] = options["real-user-status"].flatMap(Int.init)
                 if flags.contains("booleans-as-strings") { body["booleans_as_strings"] = true }
                 if flags.contains("with-code") { body["with_code"] = true }
-                return try call(url + "/sim/tokens", method: "POST", body: body)
+                switch options["format"] ?? "json" {
+                case "json": return try call(url + "/sim/tokens", method: "POST", body: body)
+                case "env": return try call(url + "/sim/tokens", method: "POST", body: body, printing: shellAssignments)
+                default: throw Usage("--format is json or env")
+                }
             case "notify":
                 guard let to = options["to"], let type = options["type"], let sub = options["sub"],
                     let clientID = options["client-id"]
@@ -133,12 +138,35 @@ public enum AppleSimulatorCommand {
         return 0
     }
 
-    private static func call(_ url: String, method: String, body: [String: Any]?) throws -> Int32 {
+    private static func call(
+        _ url: String, method: String, body: [String: Any]?, printing format: (String) throws -> String = { $0 }
+    ) throws -> Int32 {
         let data = try body.map { try JSONSerialization.data(withJSONObject: $0) } ?? Data()
         let response = try CurlTransport().send(
             .init(method: method, url: url, headers: [("Content-Type", "application/json")], body: Array(data)))
-        print(response.bodyText)
-        return (200..<300).contains(response.status) ? 0 : 1
+        guard (200..<300).contains(response.status) else {
+            print(response.bodyText)
+            return 1
+        }
+        print(try format(response.bodyText))
+        return 0
+    }
+
+    /// `{"id_token":…,"sub":…}` as `ID_TOKEN='…'` lines, upper-cased names, for `eval`.
+    static func shellAssignments(_ json: String) throws -> String {
+        guard let object = try JSONSerialization.jsonObject(with: Data(json.utf8)) as? [String: Any] else {
+            throw Usage("the simulator answered something other than a JSON object")
+        }
+        return object.keys.sorted().compactMap { key in
+            let value: String
+            switch object[key] {
+            case let text as String: value = text
+            case let number as NSNumber: value = number.stringValue
+            default: return nil
+            }
+            // Single quotes need no escaping inside but themselves: ' becomes '\''.
+            return key.uppercased() + "='" + value.replacingOccurrences(of: "'", with: "'\\''") + "'"
+        }.joined(separator: "\n")
     }
 
     private static func printError(_ text: String) {
