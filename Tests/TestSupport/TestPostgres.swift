@@ -38,7 +38,27 @@ public enum TestPostgres {
         return cluster
     }
 
+    /// Clusters left behind by test processes that died without running their `atexit`
+    /// (a crash, a kill): stopped and removed once, before this process makes its own.
+    private static let orphansReaped: Void = {
+        let temporary = NSTemporaryDirectory()
+        for entry in (try? FileManager.default.contentsOfDirectory(atPath: temporary)) ?? [] where entry.hasPrefix("abk-test-") {
+            guard let pid = Int32(entry.split(separator: "-")[2]), pid != getpid(), kill(pid, 0) != 0, errno == ESRCH
+            else { continue }
+            let directory = temporary + entry
+            if let cluster = try? EmbeddedPostgres(
+                configuration: EmbeddedPostgres.Configuration(dataDirectory: directory + "/data"),
+                logger: Logger(label: "test-postgres", sink: LogSink(level: .error)))
+            {
+                try? cluster.stop()
+                try? FileManager.default.removeItem(atPath: cluster.socketDirectory)
+            }
+            try? FileManager.default.removeItem(atPath: directory)
+        }
+    }()
+
     private static func makeCluster(name: String) throws -> EmbeddedPostgres {
+        _ = orphansReaped
         let directory = NSTemporaryDirectory() + "abk-test-\(getpid())-\(name)-\(UUID().uuidString.prefix(8))"
         var configuration = EmbeddedPostgres.Configuration(dataDirectory: directory + "/data")
         configuration.durable = false
