@@ -8,21 +8,30 @@ enum JSONParser {
 
     /// The value the text holds; throws `malformed` for anything that is not strict JSON.
     static func parse(_ bytes: [UInt8]) throws -> JSONValue {
-        var scanner = Scanner(bytes: bytes)
-        let value = try scanner.value(depth: 0)
-        scanner.skipWhitespace()
-        guard scanner.index == bytes.count else { throw malformed("trailing characters after the JSON value") }
-        return value
+        // One pass over a buffer pointer: no bounds-checked Array indexing or generic
+        // collection code on the path every token verification takes.
+        try bytes.withUnsafeBufferPointer { buffer in
+            var scanner = Scanner(bytes: buffer)
+            let value = try scanner.value(depth: 0)
+            scanner.skipWhitespace()
+            guard scanner.index == buffer.count else { throw malformed("trailing characters after the JSON value") }
+            return value
+        }
     }
 
     static func malformed(_ reason: String) -> JSONParseError { JSONParseError(reason: reason) }
 
     private struct Scanner {
-        let bytes: [UInt8]
+        let bytes: UnsafeBufferPointer<UInt8>
         var index = 0
 
         mutating func skipWhitespace() {
-            while index < bytes.count, [0x20, 0x09, 0x0A, 0x0D].contains(bytes[index]) { index += 1 }
+            while index < bytes.count {
+                switch bytes[index] {
+                case 0x20, 0x09, 0x0A, 0x0D: index += 1
+                default: return
+                }
+            }
         }
 
         mutating func value(depth: Int) throws -> JSONValue {
@@ -49,6 +58,7 @@ enum JSONParser {
         mutating func object(depth: Int) throws -> JSONValue {
             index += 1
             var members: [String: JSONValue] = [:]
+            members.reserveCapacity(16)
             skipWhitespace()
             if index < bytes.count, bytes[index] == UInt8(ascii: "}") {
                 index += 1
@@ -104,21 +114,22 @@ enum JSONParser {
         mutating func string() throws -> String {
             index += 1
             let start = index
-            let plainEnd: Int? = bytes.withUnsafeBufferPointer { buffer in
-                var cursor = start
-                while cursor < buffer.count {
-                    let byte = buffer[cursor]
-                    if byte == UInt8(ascii: "\"") { return cursor }
-                    if byte == UInt8(ascii: "\\") || byte < 0x20 { return nil }
-                    cursor += 1
+            var cursor = start
+            var ascii = true
+            while cursor < bytes.count {
+                let byte = bytes[cursor]
+                if byte == UInt8(ascii: "\"") {
+                    index = cursor + 1
+                    let slice = UnsafeBufferPointer(rebasing: bytes[start..<cursor])
+                    // ASCII needs no validation; anything else must be well-formed UTF-8.
+                    return ascii ? String(decoding: slice, as: UTF8.self) : try text(slice)
                 }
-                return nil
+                if byte == UInt8(ascii: "\\") || byte < 0x20 { break }
+                if byte >= 0x80 { ascii = false }
+                cursor += 1
             }
-            if let end = plainEnd {
-                index = end + 1
-                return try text(bytes[start..<end])
-            }
-            return try text(escapedString(from: start)[...])
+            let decoded = try escapedString(from: start)
+            return try decoded.withUnsafeBufferPointer { try text($0) }
         }
 
         private mutating func escapedString(from start: Int) throws -> [UInt8] {
@@ -168,7 +179,7 @@ enum JSONParser {
         }
 
         /// The bytes as a String, refusing invalid UTF-8 (RFC 8259 §8.1).
-        func text(_ bytes: ArraySlice<UInt8>) throws -> String {
+        func text(_ bytes: UnsafeBufferPointer<UInt8>) throws -> String {
             guard let text = String(validating: bytes, as: UTF8.self) else { throw malformed("string is not UTF-8") }
             return text
         }
@@ -191,12 +202,12 @@ enum JSONParser {
             return value
         }
 
-        mutating func literal(_ word: String) throws {
-            let expected = Array(word.utf8)
-            guard index + expected.count <= bytes.count, Array(bytes[index..<index + expected.count]) == expected else {
-                throw malformed("invalid literal")
-            }
-            index += expected.count
+        mutating func literal(_ word: StaticString) throws {
+            let count = word.utf8CodeUnitCount
+            guard index + count <= bytes.count else { throw malformed("invalid literal") }
+            let expected = UnsafeBufferPointer(start: word.utf8Start, count: count)
+            for offset in 0..<count where bytes[index + offset] != expected[offset] { throw malformed("invalid literal") }
+            index += count
         }
 
         mutating func number() throws -> JSONValue {
@@ -223,7 +234,14 @@ enum JSONParser {
                 if index < bytes.count, bytes[index] == UInt8(ascii: "+") || bytes[index] == UInt8(ascii: "-") { index += 1 }
                 guard digits() > 0 else { throw malformed("invalid number") }
             }
-            let text = String(decoding: bytes[start..<index], as: UTF8.self)
+            let digitsStart = start + (bytes[start] == UInt8(ascii: "-") ? 1 : 0)
+            if isInteger, index - start == integerDigits + (digitsStart - start), integerDigits <= 18 {
+                // A plain integer of up to 18 digits cannot overflow Int64: accumulate it directly.
+                var magnitude: Int64 = 0
+                for position in digitsStart..<index { magnitude = magnitude * 10 + Int64(bytes[position] &- 48) }
+                return .integer(digitsStart > start ? -magnitude : magnitude)
+            }
+            let text = String(decoding: UnsafeBufferPointer(rebasing: bytes[start..<index]), as: UTF8.self)
             if isInteger && !text.contains("."), let integer = Int64(text) { return .integer(integer) }
             guard let double = Double(text), double.isFinite else { throw malformed("number out of range") }
             return .double(double)

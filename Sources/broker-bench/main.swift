@@ -25,6 +25,8 @@ struct StaticKeys: AppleKeyProvider {
 }
 
 func measure(_ name: String, seconds: Double, _ body: () throws -> Void) rethrows -> Double {
+    // `--only <word>` runs just the benchmarks whose name contains it (for profiling one).
+    if let only, !name.contains(only) { return 0 }
     // Warm up, then count operations for `seconds`.
     for _ in 0..<200 { try body() }
     var operations = 0
@@ -43,6 +45,7 @@ func measure(_ name: String, seconds: Double, _ body: () throws -> Void) rethrow
 let arguments = CommandLine.arguments.dropFirst()
 let seconds = Double(arguments.firstIndex(of: "--seconds").map { arguments[$0 + 1] } ?? "3") ?? 3
 let json = arguments.contains("--json")
+let only = arguments.firstIndex(of: "--only").map { arguments[$0 + 1] }
 
 let rsa = try AsymmetricKey.generateRSA()
 let jwk = JWK(key: rsa, keyID: "bench-key")

@@ -22,6 +22,20 @@ struct JSONParserTests {
         #expect(JSONValue.string("true").lenientBoolValue == true)
     }
 
+    @Test("integers are exact up to Int64's limits; beyond them they are doubles")
+    func integers() throws {
+        #expect(try parse("0") == .integer(0))
+        #expect(try parse("-0") == .integer(0))
+        #expect(try parse("999999999999999999") == .integer(999_999_999_999_999_999))
+        #expect(try parse("-999999999999999999") == .integer(-999_999_999_999_999_999))
+        #expect(try parse("9223372036854775807") == .integer(Int64.max))
+        #expect(try parse("-9223372036854775808") == .integer(Int64.min))
+        #expect(try parse("9223372036854775808") == .double(9_223_372_036_854_775_808))
+        #expect(try parse("1796057647000") == .integer(1_796_057_647_000), "Apple's event_time in milliseconds")
+        #expect(try parse("12.0") == .double(12))
+        #expect(try parse("[1,22,333]") == .array([1, 22, 333]))
+    }
+
     @Test("duplicate member names are refused, also when one is escaped")
     func duplicates() {
         #expect(throws: JSONParseError.self) { try parse(#"{"aud":"a","aud":"b"}"#) }
