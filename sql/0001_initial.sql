@@ -141,7 +141,10 @@ CREATE TABLE webhook_deliveries (
     delivered_at     timestamptz,
     CONSTRAINT webhook_deliveries_event_subscription_key UNIQUE (event_id, subscription_id)
 );
-CREATE INDEX webhook_deliveries_due ON webhook_deliveries (next_attempt_at) WHERE state = 'pending';
+-- The dispatcher's claim walks this index in (next_attempt_at, id) order and stops at the
+-- first claimable row, however long the backlog. Deliveries of a paused subscription are
+-- parked at next_attempt_at = 'infinity' so that walk never wades through them.
+CREATE INDEX webhook_deliveries_due ON webhook_deliveries (next_attempt_at, id) WHERE state = 'pending';
 CREATE INDEX webhook_deliveries_ordering ON webhook_deliveries (subscription_id, ordering_key, id) WHERE state = 'pending';
 
 -- API keys for app backends, compliance and operators: only a hash is stored.

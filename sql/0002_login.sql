@@ -24,8 +24,8 @@ BEGIN
     INSERT INTO outbox_events (type, user_id, payload)
     VALUES (p_type, p_user_id, p_payload)
     RETURNING id INTO v_id;
-    INSERT INTO webhook_deliveries (event_id, subscription_id, ordering_key)
-    SELECT v_id, s.id, p_user_id
+    INSERT INTO webhook_deliveries (event_id, subscription_id, ordering_key, next_attempt_at)
+    SELECT v_id, s.id, p_user_id, CASE WHEN s.status = 'active' THEN now() ELSE 'infinity' END
     FROM webhook_subscriptions s
     WHERE s.topics ? p_type OR s.topics ? '*';
     RETURN v_id;

@@ -4,15 +4,27 @@
 //                                                  validation per second, on one thread
 //   broker-bench seed-tokens --users N             N users, each with an identity and a sealed refresh
 //                                                  token (DATABASE_URL, TOKEN_ENCRYPTION_KEY, APPLE_TEAM_ID)
+//   broker-bench receive --listen 127.0.0.1:PORT   a webhook receiver that answers 204 to every POST
+//                                                  and prints the count on SIGTERM/SIGINT
+//   broker-bench pace --url URL --bodies FILE --rate R --seconds S [--threads 16]
+//                                                  POSTs the JSON bodies (one per line) at a fixed
+//                                                  rate, open loop, and prints the latency figures
 import BrokerCore
 import BrokerCrypto
 import Foundation
+import HTTPClient
+import HTTPServer
 import JOSE
+import Observability
 import PostgresClient
 import StrictJSON
+import Synchronization
 
-if CommandLine.arguments.dropFirst().first == "seed-tokens" {
-    exit(seedTokens())
+switch CommandLine.arguments.dropFirst().first {
+case "seed-tokens": exit(seedTokens())
+case "receive": exit(receive())
+case "pace": exit(pace())
+default: break
 }
 
 /// A key provider with one fixed key (no network, no cache).
@@ -121,4 +133,97 @@ func seedTokens() -> Int32 {
         FileHandle.standardError.write(Data("seed-tokens failed: \(error)\n".utf8))
         return 1
     }
+}
+
+/// The far end of the webhook benchmark: as cheap a receiver as the HTTP server allows, so
+/// the figures measure the dispatcher.
+func receive() -> Int32 {
+    let arguments = Array(CommandLine.arguments.dropFirst(2))
+    var blocked = sigset_t()
+    sigemptyset(&blocked)
+    sigaddset(&blocked, SIGTERM)
+    sigaddset(&blocked, SIGINT)
+    pthread_sigmask(SIG_BLOCK, &blocked, nil)
+    var configuration = HTTPServer.Configuration()
+    configuration.listen = arguments.firstIndex(of: "--listen").map { arguments[$0 + 1] } ?? "127.0.0.1:18409"
+    configuration.accessLog = false
+    configuration.workerThreads = 16
+    let received = Atomic<Int>(0)
+    var router = Router()
+    router.post("/hook") { _ in
+        received.add(1, ordering: .relaxed)
+        return .noContent
+    }
+    let server = HTTPServer(
+        configuration: configuration, router: router, logger: Logger(label: "receiver", sink: LogSink(level: .warning)),
+        metrics: MetricsRegistry())
+    do { try server.start() } catch {
+        FileHandle.standardError.write(Data("receive: \(error)\n".utf8))
+        return 1
+    }
+    var signal: Int32 = 0
+    sigwait(&blocked, &signal)
+    server.shutdown()
+    print("received \(received.load(ordering: .relaxed))")
+    return 0
+}
+
+/// An open-loop load generator: request i is due at start + i / rate whatever happened to
+/// the ones before (so a slow server shows up as latency, not as a lower offered rate).
+/// Latency is measured from the due time, which counts queueing on our side too.
+func pace() -> Int32 {
+    let arguments = Array(CommandLine.arguments.dropFirst(2))
+    func option(_ name: String) -> String? { arguments.firstIndex(of: "--" + name).map { arguments[$0 + 1] } }
+    guard let url = option("url"), let file = option("bodies"), let rate = option("rate").flatMap(Double.init),
+        let seconds = option("seconds").flatMap(Double.init), rate > 0, seconds > 0,
+        let text = try? String(contentsOfFile: file, encoding: .utf8)
+    else {
+        FileHandle.standardError.write(Data("pace --url URL --bodies FILE --rate R --seconds S [--threads N] [--header 'Name: value']\n".utf8))
+        return 2
+    }
+    let bodies = text.split(separator: "\n").map { Array($0.utf8) }
+    let total = min(bodies.count, Int(rate * seconds))
+    let extra = option("header").flatMap { header in
+        header.firstIndex(of: ":").map { (String(header[..<$0]), header[header.index(after: $0)...].trimmingCharacters(in: .whitespaces)) }
+    }
+    let headers = [("Content-Type", "application/json")] + (extra.map { [$0] } ?? [])
+    let threads = option("threads").flatMap(Int.init) ?? 16
+    let next = Atomic<Int>(0)
+    let results = Mutex<(latencies: [Double], failures: Int)>(([], 0))
+    let transport = CurlTransport()
+    let start = ContinuousClock.now
+    let group = DispatchGroup()
+    for _ in 0..<threads {
+        let thread = Thread {
+            var latencies: [Double] = []
+            var failures = 0
+            while true {
+                let index = next.add(1, ordering: .relaxed).oldValue
+                guard index < total else { break }
+                let due = start + .nanoseconds(Int64(Double(index) / rate * 1e9))
+                let wait = due - ContinuousClock.now
+                if wait > .zero { Thread.sleep(forTimeInterval: Double(wait.components.attoseconds) / 1e18 + Double(wait.components.seconds)) }
+                let request = HTTPClientRequest(method: "POST", url: url, headers: headers, body: bodies[index], timeout: .seconds(30))
+                let status = (try? transport.send(request).status) ?? 0
+                if !(200..<300).contains(status) { failures += 1 }
+                let elapsed = ContinuousClock.now - due
+                latencies.append(Double(elapsed.components.seconds) * 1000 + Double(elapsed.components.attoseconds) / 1e15)
+            }
+            results.withLock {
+                $0.latencies += latencies
+                $0.failures += failures
+            }
+            group.leave()
+        }
+        group.enter()
+        thread.start()
+    }
+    group.wait()
+    let elapsed = ContinuousClock.now - start
+    let wall = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+    let (latencies, failures) = results.withLock { ($0.latencies.sorted(), $0.failures) }
+    func percentile(_ p: Double) -> Double { latencies.isEmpty ? 0 : latencies[min(latencies.count - 1, Int(Double(latencies.count) * p))] }
+    print(String(format: "{\"requests\":%d,\"failures\":%d,\"offered_rate\":%.1f,\"achieved_rate\":%.1f,\"p50_ms\":%.2f,\"p99_ms\":%.2f}",
+        latencies.count, failures, rate, Double(latencies.count) / wall, percentile(0.5), percentile(0.99)))
+    return failures == 0 ? 0 : 1
 }

@@ -125,7 +125,14 @@ public final class BrokerApplication: Sendable {
             workers.append(deletionWorker)
             listener.subscribe("deletion_requested") { _ in deletionWorker.wake() }
         }
-        if let dispatcher { workers.append(dispatcher) }
+        if let dispatcher {
+            workers.append(dispatcher)
+            workers.append(
+                WorkerGroup(name: "webhook-reconcile", lanes: 1, interval: .seconds(60), logger: logger) {
+                    try WebhookSubscriptionStore.reconcileParkedDeliveries(pool)
+                    return false
+                })
+        }
         if configuration.roles.contains(.sweep) {
             let sweep = RefreshTokenSweep(
                 pool: pool, apple: apple, tokenKeys: tokenKeys, settings: configuration.sweep, metrics: metrics,

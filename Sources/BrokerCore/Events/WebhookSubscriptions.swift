@@ -110,13 +110,40 @@ struct WebhookSubscriptionStore: Sendable {
     }
 
     /// Pauses or resumes; deliveries keep being queued while paused and go out on resume.
+    /// A paused subscription's deliveries are parked at `next_attempt_at = 'infinity'` (out
+    /// of the dispatcher's way); resuming makes them all due at once, in order.
     func setStatus(_ id: UUID, _ status: String, actor: String) throws -> Bool {
         try pool.withTransaction { connection in
             guard try connection.query("UPDATE webhook_subscriptions SET status = \(status) WHERE id = \(id)").affectedRows == 1
             else { return false }
+            try connection.query(
+                """
+                UPDATE webhook_deliveries
+                SET next_attempt_at = CASE WHEN \(status) = 'active' THEN now() ELSE 'infinity' END
+                WHERE subscription_id = \(id) AND state = 'pending'
+                """)
             try Self.audit(connection, actor: actor, action: status == "paused" ? "webhook_subscription.paused" : "webhook_subscription.resumed", id: id)
             return true
         }
+    }
+
+    /// Repairs what a pause or resume racing an event's transaction can leave behind: a
+    /// delivery parked for an active subscription (its event saw the old, paused status)
+    /// is made due; one due for a paused subscription is parked. Run by the dispatch role
+    /// every minute; both statements touch only the rows concerned, through the due index.
+    static func reconcileParkedDeliveries(_ pool: PostgresPool) throws {
+        try pool.query(
+            """
+            UPDATE webhook_deliveries d SET next_attempt_at = now()
+            FROM webhook_subscriptions s
+            WHERE s.id = d.subscription_id AND s.status = 'active' AND d.state = 'pending' AND d.next_attempt_at = 'infinity'
+            """)
+        try pool.query(
+            """
+            UPDATE webhook_deliveries d SET next_attempt_at = 'infinity'
+            FROM webhook_subscriptions s
+            WHERE s.id = d.subscription_id AND s.status = 'paused' AND d.state = 'pending' AND d.next_attempt_at <= now()
+            """)
     }
 
     /// Deletes the subscription and its queued deliveries.
