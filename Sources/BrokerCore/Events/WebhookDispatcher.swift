@@ -92,23 +92,9 @@ final class WebhookDispatcher: Sendable {
 
     func claim() throws -> Claimed? {
         let lease = Int(settings.lease.components.seconds)
+        // sql/0005_webhook_claim.sql: the claim's plan is pinned there (why is told there too).
         guard let row = try pool.query(
-            """
-            WITH next AS (
-                SELECT d.id FROM webhook_deliveries d JOIN webhook_subscriptions s ON s.id = d.subscription_id
-                WHERE d.state = 'pending' AND d.next_attempt_at <= now() AND s.status = 'active'
-                  AND NOT EXISTS (
-                      SELECT 1 FROM webhook_deliveries e
-                      WHERE e.subscription_id = d.subscription_id AND e.ordering_key = d.ordering_key
-                        AND e.state = 'pending' AND e.id < d.id)
-                ORDER BY d.next_attempt_at, d.id LIMIT 1
-                FOR UPDATE OF d SKIP LOCKED)
-            UPDATE webhook_deliveries d SET attempts = d.attempts + 1,
-                next_attempt_at = now() + \(String(lease) + " seconds")::interval
-            FROM next, outbox_events e, webhook_subscriptions s
-            WHERE d.id = next.id AND e.id = d.event_id AND s.id = d.subscription_id
-            RETURNING d.id, d.attempts, d.created_at, e.id, e.type, e.payload::text, e.created_at, s.id, s.url, s.secret, s.key_id
-            """
+            "SELECT * FROM broker_claim_webhook_delivery(\(String(lease) + " seconds")::interval)"
         ).first else { return nil }
         return Claimed(
             id: try row.decode(Int64.self, 0), attempts: try row.decode(Int.self, 1), createdAt: try row.decode(Date.self, 2),
