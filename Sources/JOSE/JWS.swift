@@ -1,5 +1,6 @@
 import BrokerCrypto
 import StrictJSON
+import Synchronization
 
 /// The protected header of a JWS, as far as this service reads it.
 public struct JWSHeader: Sendable {
@@ -38,6 +39,7 @@ public struct JWSVerifier: Sendable {
     public var maximumBytes: Int = 16 * 1024
     /// Algorithms accepted at all.
     public var allowedAlgorithms: Set<JWSAlgorithm> = [.rs256, .es256]
+    private let headers = JWSHeaderCache()
 
     public init(maximumBytes: Int = 16 * 1024, allowedAlgorithms: Set<JWSAlgorithm> = [.rs256, .es256]) {
         self.maximumBytes = maximumBytes
@@ -63,7 +65,7 @@ public struct JWSVerifier: Sendable {
     /// Parses once, lets `selectKey` choose a trusted key from the (not yet verified)
     /// header, and verifies with it. `selectKey` may throw its own errors (an unknown kid).
     public func verify(_ token: String, selectKey: (JWSHeader) throws -> JWK) throws -> VerifiedJWS {
-        let parts = try Parts(token, maximumBytes: maximumBytes)
+        let parts = try Parts(token, maximumBytes: maximumBytes, headers: headers)
         try check(parts.header)
         let key = try selectKey(parts.header)
         guard key.canVerify else { throw JOSEError(.keyNotFound, "the key may not verify signatures") }
@@ -105,7 +107,7 @@ public struct JWSVerifier: Sendable {
         let signature: [UInt8]
         let signingInput: ArraySlice<UInt8>
 
-        init(_ token: String, maximumBytes: Int) throws {
+        init(_ token: String, maximumBytes: Int, headers: JWSHeaderCache? = nil) throws {
             let utf8 = Array(token.utf8)
             guard utf8.count <= maximumBytes else {
                 throw JOSEError(.tooLarge, "the token exceeds \(maximumBytes) bytes")
@@ -115,21 +117,66 @@ public struct JWSVerifier: Sendable {
                 !utf8[(secondDot + 1)...].contains(UInt8(ascii: "."))
             else { throw JOSEError(.malformed, "a compact JWS has three dot-separated parts") }
             guard firstDot > 0 else { throw JOSEError(.malformed, "the header is empty") }
-            guard let headerBytes = Base64URL.decode(utf8: utf8[..<firstDot]),
-                let payload = Base64URL.decode(utf8: utf8[(firstDot + 1)..<secondDot]),
+            guard let payload = Base64URL.decode(utf8: utf8[(firstDot + 1)..<secondDot]),
                 let signature = Base64URL.decode(utf8: utf8[(secondDot + 1)...])
             else { throw JOSEError(.malformed, "a part is not canonical unpadded base64url") }
-            let members = try JOSEError.parsingObject(headerBytes)
+            let encodedHeader = utf8[..<firstDot]
+            if let known = headers?.header(for: encodedHeader) {
+                header = known
+            } else {
+                header = try Self.header(encodedHeader)
+                headers?.remember(header, for: encodedHeader)
+            }
+            self.payload = payload
+            self.signature = signature
+            signingInput = utf8[..<secondDot]
+        }
+
+        static func header(_ encoded: ArraySlice<UInt8>) throws -> JWSHeader {
+            guard let bytes = Base64URL.decode(utf8: encoded) else {
+                throw JOSEError(.malformed, "a part is not canonical unpadded base64url")
+            }
+            let members = try JOSEError.parsingObject(bytes)
             guard let algorithm = members["alg"]?.stringValue else {
                 throw JOSEError(.malformed, "the header lacks a string alg")
             }
             if let kid = members["kid"], kid.stringValue == nil { throw JOSEError(.malformed, "kid is not a string") }
-            header = JWSHeader(
+            return JWSHeader(
                 algorithm: algorithm, keyID: members["kid"]?.stringValue, type: members["typ"]?.stringValue,
                 members: members)
-            self.payload = payload
-            self.signature = signature
-            signingInput = utf8[..<secondDot]
+        }
+    }
+}
+
+/// The last few headers a verifier decoded, by their exact encoded bytes. An issuer signs
+/// every token with one of a handful of headers (`{"kid":…,"alg":"RS256"}`), so decoding
+/// and parsing it again for each token is waste on the hottest path; a header that is not
+/// byte-for-byte one of these is decoded as usual, so the cache cannot change a verdict.
+final class JWSHeaderCache: Sendable {
+    private static let capacity = 8
+    private static let maximumEncodedBytes = 512
+    private struct Entry {
+        var encoded: [UInt8]
+        var header: JWSHeader
+    }
+    private let entries = Mutex<(items: [Entry], next: Int)>(([], 0))
+
+    func header(for encoded: ArraySlice<UInt8>) -> JWSHeader? {
+        entries.withLock { state in
+            state.items.first { $0.encoded.elementsEqual(encoded) }?.header
+        }
+    }
+
+    func remember(_ header: JWSHeader, for encoded: ArraySlice<UInt8>) {
+        guard encoded.count <= Self.maximumEncodedBytes else { return }
+        entries.withLock { state in
+            let entry = Entry(encoded: Array(encoded), header: header)
+            if state.items.count < Self.capacity {
+                state.items.append(entry)
+            } else {
+                state.items[state.next] = entry
+                state.next = (state.next + 1) % Self.capacity
+            }
         }
     }
 }

@@ -38,6 +38,27 @@ struct JWSVerifierTests {
         #expect(try verifier.verify(es, keys: keys).claims()["sub"] == "b")
     }
 
+    @Test("the verifier's cache of decoded headers never changes a verdict")
+    func headerCacheKeepsVerdicts() throws {
+        // One verifier sees the same header bytes again and again, as with Apple's tokens.
+        let header = #"{"kid":"rsa-1","alg":"RS256"}"#
+        let good = try token(header: header)
+        #expect(code(good) == nil)
+        #expect(code(good) == nil)
+        // Same header bytes, forged signature or payload: still refused.
+        let parts = good.split(separator: ".").map(String.init)
+        #expect(code(parts[0] + "." + Base64URL.encode(#"{"sub":"y"}"#) + "." + parts[2]) == .signatureInvalid)
+        #expect(code(parts[0] + "." + parts[1] + "." + String(parts[2].reversed())) != nil)
+        // A header differing in one byte is decoded afresh and judged on its own.
+        #expect(code(try token(header: #"{"kid":"rsa-1","alg":"RS384"}"#)) == .unsupportedAlgorithm)
+        #expect(code(try token(header: #"{"kid":"rsa-9","alg":"RS256"}"#)) == .keyNotFound)
+        // More distinct headers than the cache holds, then the first again.
+        for index in 0..<20 {
+            #expect(code(try token(header: #"{"kid":"rsa-1","alg":"RS256","n":\#(index)}"#)) == nil)
+        }
+        #expect(code(good) == nil)
+    }
+
     @Test("alg none, HMAC with the public key as secret, and RS/ES confusion are refused")
     func algorithmAttacks() throws {
         let none = Base64URL.encode(#"{"alg":"none","kid":"rsa-1"}"#) + "." + Base64URL.encode(#"{"sub":"x"}"#) + "."
