@@ -1,5 +1,8 @@
 -- The dispatcher's claim as one function, so its plan is pinned.
 --
+-- PL/pgSQL, not SQL: a SQL function's body is planned on every call, and lanes claim
+-- after every event (a login's user.created); PL/pgSQL keeps the plan for the session.
+--
 -- Why a function: a backlog appears in seconds (a burst of deletions, a receiver back from
 -- an outage) while the table's statistics still say it is nearly empty. With those stale
 -- statistics the planner sorts every due row to find the first one (50 ms at 20,000 rows,
@@ -15,9 +18,12 @@ CREATE FUNCTION broker_claim_webhook_delivery(lease interval)
 RETURNS TABLE (
     delivery_id bigint, attempts integer, delivery_created_at timestamptz, event_id bigint, event_type text,
     payload text, event_created_at timestamptz, subscription_id uuid, url text, secret bytea, key_id text)
-LANGUAGE sql VOLATILE
+LANGUAGE plpgsql VOLATILE
 SET enable_sort = off
 AS $$
+#variable_conflict use_column
+BEGIN
+    RETURN QUERY
     WITH next AS (
         SELECT d.id FROM webhook_deliveries d
         WHERE d.state = 'pending' AND d.next_attempt_at <= now()
@@ -31,7 +37,8 @@ AS $$
     UPDATE webhook_deliveries d SET attempts = d.attempts + 1, next_attempt_at = now() + lease
     FROM next, outbox_events e, webhook_subscriptions s
     WHERE d.id = next.id AND e.id = d.event_id AND s.id = d.subscription_id
-    RETURNING d.id, d.attempts, d.created_at, e.id, e.type, e.payload::text, e.created_at, s.id, s.url, s.secret, s.key_id
+    RETURNING d.id, d.attempts, d.created_at, e.id, e.type, e.payload::text, e.created_at, s.id, s.url, s.secret, s.key_id;
+END
 $$;
 
 -- A queue table: analyse and vacuum it after a few percent of change, not the default 10-20%.

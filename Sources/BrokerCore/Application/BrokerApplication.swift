@@ -90,8 +90,12 @@ public final class BrokerApplication: Sendable {
                     metrics: metrics, logger: logger.labelled("dispatcher")
                 ).step)
             : nil
-        /// Events written by this process wake its dispatchers at once; others poll.
-        let eventsWritten: @Sendable () -> Void = { dispatcher?.wake() }
+        /// Events written by this process wake its dispatchers at once if anyone subscribed;
+        /// other processes' dispatchers poll.
+        let probe = ActiveSubscriptionProbe(pool: pool)
+        let eventsWritten: @Sendable () -> Void = {
+            if let dispatcher, probe.anyActive() { dispatcher.wake() }
+        }
 
         var router = Router()
         OperationsRoutes.register(on: &router, database: database, metrics: metrics, health: health)

@@ -4,6 +4,7 @@ import HTTPServer
 import Observability
 import PostgresClient
 import StrictJSON
+import Synchronization
 
 /// The event types the broker writes to its outbox, and so the topics one can subscribe to.
 public enum EventTopics {
@@ -33,7 +34,7 @@ struct WebhookSubscription: Sendable {
 
 /// Webhook subscriptions: URLs, topics and signing secrets (stored encrypted like refresh
 /// tokens, because signing needs them in clear).
-struct WebhookSubscriptionStore: Sendable {
+package struct WebhookSubscriptionStore: Sendable {
     let pool: PostgresPool
     let tokenKeys: TokenKeyRing
 
@@ -43,7 +44,7 @@ struct WebhookSubscriptionStore: Sendable {
     static let urlPattern =
         #"^(https://[A-Za-z0-9]([A-Za-z0-9.-]{0,251}[A-Za-z0-9])?|http://(127\.0\.0\.1|localhost|\[::1\]))(:[0-9]{1,5})?(/([A-Za-z0-9._~!$&'()*+,;=:@/-]|%[0-9A-Fa-f]{2})*)?(\?([A-Za-z0-9._~!$&'()*+,;=:@/?-]|%[0-9A-Fa-f]{2})*)?$"#
 
-    static func validate(url text: String) throws -> String {
+    package static func validate(url text: String) throws -> String {
         guard text.utf8.count <= 2048 else { throw invalidURL("the URL is longer than 2048 bytes") }
         // Built per call: subscriptions are created rarely, and Regex is not Sendable.
         guard let regex = try? Regex(urlPattern), (try? regex.wholeMatch(in: text)) != nil else {
@@ -59,7 +60,7 @@ struct WebhookSubscriptionStore: Sendable {
         Problem(status: 400, code: "invalid_webhook_url", title: "Invalid webhook URL", detail: detail)
     }
 
-    static func validate(topics: [String]) throws -> [String] {
+    package static func validate(topics: [String]) throws -> [String] {
         guard !topics.isEmpty, topics.count <= 64 else { throw Problem.badRequest(code: "invalid_topic", "give 1…64 topics") }
         for topic in topics where topic != "*" && !EventTopics.all.contains(topic) {
             throw Problem.badRequest(
@@ -166,5 +167,26 @@ struct WebhookSubscriptionStore: Sendable {
             id: try row.decode(UUID.self, 0), url: try row.decode(String.self, 1), topics: topics,
             status: try row.decode(String.self, 3), description: try row.decode(String?.self, 4),
             createdAt: try row.decode(Date.self, 5))
+    }
+}
+
+/// Whether any subscription is active, remembered for a second: events written by this
+/// process wake the dispatchers only when someone will receive them, so a deployment
+/// without webhooks pays no claim per login.
+final class ActiveSubscriptionProbe: Sendable {
+    private let pool: PostgresPool
+    private let answer = Mutex<(at: ContinuousClock.Instant, any: Bool)?>(nil)
+    private let lifetime = Duration.seconds(1)
+
+    init(pool: PostgresPool) { self.pool = pool }
+
+    func anyActive() -> Bool {
+        let now = ContinuousClock.now
+        if let cached = answer.withLock({ $0 }), now - cached.at < lifetime { return cached.any }
+        // On a failed query, assume yes: a needless wake costs one claim, a missed one a delay.
+        let any = (try? pool.query("SELECT EXISTS (SELECT 1 FROM webhook_subscriptions WHERE status = 'active')")
+            .single().decode(Bool.self, 0)) ?? true
+        answer.withLock { $0 = (now, any) }
+        return any
     }
 }

@@ -19,11 +19,17 @@ public final class BackgroundWorker: Sendable {
     private let finished = DispatchSemaphore(value: 0)
     private let started = Atomic<Bool>(false)
     private let logger: Logger
+    /// Called when a step found work (a group uses it to wake its next lane).
+    private let foundWork: @Sendable () -> Void
 
-    public init(name: String, interval: Duration, logger: Logger, step: @escaping @Sendable () throws -> Bool) {
+    public init(
+        name: String, interval: Duration, logger: Logger, foundWork: @escaping @Sendable () -> Void = {},
+        step: @escaping @Sendable () throws -> Bool
+    ) {
         self.name = name
         self.interval = interval
         self.step = step
+        self.foundWork = foundWork
         self.logger = logger.labelled(name)
     }
 
@@ -64,7 +70,10 @@ public final class BackgroundWorker: Sendable {
             do {
                 let more = try step()
                 failures = 0
-                if more { continue }
+                if more {
+                    foundWork()
+                    continue
+                }
                 signal.wait(timeout: interval)
             } catch {
                 failures += 1
@@ -91,19 +100,48 @@ extension Duration {
 /// Several `BackgroundWorker`s running the same step: each lane is a thread of its own, so
 /// `lanes` blocking calls (to Apple, say) can be in flight at once. Lanes claim their own
 /// work (`FOR UPDATE SKIP LOCKED`), so they never share an item.
+///
+/// `wake()` wakes one lane, and a lane that finds work wakes the next: one new item costs
+/// one or two claims, not one per lane, while a backlog still has every lane busy within
+/// a few steps.
 public final class WorkerGroup: Sendable {
     let lanes: [BackgroundWorker]
+    private let ring = LaneRing()
+    private let next = Atomic<Int>(0)
 
     public init(name: String, lanes: Int, interval: Duration, logger: Logger, step: @escaping @Sendable () throws -> Bool) {
-        self.lanes = (0..<max(1, lanes)).map { index in
-            BackgroundWorker(name: "\(name)-\(index)", interval: interval, logger: logger, step: step)
+        let count = max(1, lanes)
+        let ring = self.ring
+        self.lanes = (0..<count).map { index in
+            BackgroundWorker(
+                name: "\(name)-\(index)", interval: interval, logger: logger,
+                foundWork: { ring.wake((index + 1) % count) }, step: step)
         }
+        ring.set(self.lanes)
     }
 
     public func start() { lanes.forEach { $0.start() } }
-    public func wake() { lanes.forEach { $0.wake() } }
+
+    /// Wakes one lane (round robin); it wakes others if it finds work.
+    public func wake() {
+        ring.wake(next.wrappingAdd(1, ordering: .relaxed).oldValue % lanes.count)
+    }
+
     public func stop() {
         lanes.forEach { $0.stopSignal() }
         lanes.forEach { $0.stop() }
+        ring.set([])  // the lanes' closures hold the ring: break the cycle
+    }
+}
+
+/// The lanes of a group, for lanes to wake one another.
+private final class LaneRing: Sendable {
+    private let lanes = Mutex<[BackgroundWorker]>([])
+
+    func set(_ workers: [BackgroundWorker]) { lanes.withLock { $0 = workers } }
+
+    func wake(_ index: Int) {
+        let lane = lanes.withLock { $0.indices.contains(index) ? $0[index] : nil }
+        lane?.wake()
     }
 }
