@@ -11,10 +11,14 @@
 //   Simulator      AppleSimulator + `apple-sim`: appleid.apple.com on loopback
 import PackageDescription
 
+/// `BROKER_FUZZ=1` (scripts/fuzz.sh): every Swift target gets libFuzzer's coverage and
+/// AddressSanitizer, and the fuzz targets below exist. Build tools are left alone.
+let fuzzing = Context.environment["BROKER_FUZZ"] == "1"
+
 let swiftSettings: [SwiftSetting] = [
     .enableUpcomingFeature("ExistentialAny"),
     .enableUpcomingFeature("MemberImportVisibility"),
-]
+] + (fuzzing ? [.unsafeFlags(["-sanitize=fuzzer,address"])] : [])
 
 let package = Package(
     name: "appleid-broker",
@@ -112,3 +116,21 @@ let package = Package(
         ),
     ]
 )
+
+// MARK: Fuzz targets (scripts/fuzz.sh): each hands its body to libFuzzer through FuzzDriver.
+if fuzzing {
+    package.targets.append(.target(name: "FuzzDriver", path: "Fuzz/FuzzDriver", swiftSettings: swiftSettings))
+    let fuzzTargets: [(name: String, folder: String, dependencies: [Target.Dependency])] = [
+        ("fuzz-jose", "FuzzJOSE", ["JOSE", "BrokerCrypto", "StrictJSON"]),
+        ("fuzz-notification", "FuzzNotification", ["BrokerCore", "StrictJSON"]),
+        ("fuzz-request-json", "FuzzRequestJSON", ["BrokerCore", "HTTPServer", "StrictJSON"]),
+    ]
+    for fuzz in fuzzTargets {
+        package.targets.append(
+            .executableTarget(
+                name: fuzz.name, dependencies: fuzz.dependencies + ["FuzzDriver"], path: "Fuzz/\(fuzz.folder)",
+                swiftSettings: swiftSettings,
+                // lld: gold fails on the sanitizer runtime's debug info.
+                linkerSettings: [.unsafeFlags(["-sanitize=fuzzer,address", "-use-ld=lld"])]))
+    }
+}

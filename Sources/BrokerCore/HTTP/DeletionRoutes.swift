@@ -58,12 +58,12 @@ enum DeletionRoutes {
 }
 
 /// Opens deletion requests for the compliance API and the CLI.
-struct DeletionService: Sendable {
+package struct DeletionService: Sendable {
     let store: DeletionStore
     /// Wakes the deletion job in this process (others are woken by NOTIFY).
     let wake: @Sendable () -> Void
 
-    struct Request {
+    package struct Request {
         var target: DeletionStore.Target
         var reason: String
         var requestedBy: String
@@ -74,7 +74,7 @@ struct DeletionService: Sendable {
             self.requestedBy = requestedBy
         }
 
-        init(_ body: JSONObjectReader) throws {
+        package init(_ body: JSONObjectReader) throws {
             let userID = try body.string("user_id")
             let appleSub = try body.string("apple_sub")
             switch (userID, appleSub) {

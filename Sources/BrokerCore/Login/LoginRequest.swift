@@ -34,7 +34,7 @@ public struct LoginRequest: Sendable {
     }
 
     /// Bounds that keep absurd input out of the database and logs.
-    func validate() throws {
+    package func validate() throws {
         func check(_ value: String?, _ field: String, _ limit: Int) throws {
             guard let value else { return }
             guard !value.isEmpty else { throw Problem.badRequest("field `\(field)` must not be empty") }

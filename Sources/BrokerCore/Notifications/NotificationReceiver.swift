@@ -105,6 +105,15 @@ public final class NotificationReceiver: Sendable {
         } catch AppleKeyError.unavailable {
             throw LoginService.appleUnavailable("Apple's signing keys cannot be fetched")
         }
+        return try Self.decode(claims: claims, clientIDs: clientIDs, leeway: leeway, now: now())
+    }
+
+    /// The event in a notification's verified claims: issuer, audience, times and `jti`
+    /// checked, `events` read whether Apple sent it as a JSON string or an object.
+    /// Pure (the fuzz target `fuzz-notification` drives it with arbitrary claims).
+    package static func decode(
+        claims: [String: JSONValue], clientIDs: Set<String>, leeway: TimeInterval, now: Date
+    ) throws -> AppleNotification {
         guard claims["iss"]?.stringValue == IdentityTokenValidator.issuer else {
             throw Self.unverified(TokenRejection("token_issuer_invalid", "iss must be \(IdentityTokenValidator.issuer)"))
         }
@@ -112,7 +121,7 @@ public final class NotificationReceiver: Sendable {
         guard audiences.contains(where: clientIDs.contains) else {
             throw Self.unverified(TokenRejection("token_audience_invalid", "aud is not one of this service's client ids"))
         }
-        let current = now().timeIntervalSince1970
+        let current = now.timeIntervalSince1970
         guard let issuedAt = claims["iat"]?.integerValue else {
             throw Self.unverified(TokenRejection.malformed("iat is missing"))
         }
