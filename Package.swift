@@ -15,10 +15,15 @@ import PackageDescription
 /// AddressSanitizer, and the fuzz targets below exist. Build tools are left alone.
 let fuzzing = Context.environment["BROKER_FUZZ"] == "1"
 
-let swiftSettings: [SwiftSetting] = [
-    .enableUpcomingFeature("ExistentialAny"),
-    .enableUpcomingFeature("MemberImportVisibility"),
-] + (fuzzing ? [.unsafeFlags(["-sanitize=fuzzer,address"])] : [])
+/// `BROKER_TSAN=1` (scripts/test-tsan.sh): each module's `Mutex` becomes PThreadMutex, which
+/// ThreadSanitizer can see (ThreadSanitizerSupport says why). Member-import visibility is
+/// off then, since the files calling `withLock` do not import the module that defines it.
+let threadSanitizer = Context.environment["BROKER_TSAN"] == "1"
+
+let swiftSettings: [SwiftSetting] =
+    [.enableUpcomingFeature("ExistentialAny")]
+    + (threadSanitizer ? [.define("BROKER_TSAN")] : [.enableUpcomingFeature("MemberImportVisibility")])
+    + (fuzzing ? [.unsafeFlags(["-sanitize=fuzzer,address"])] : [])
 
 let package = Package(
     name: "appleid-broker",
@@ -116,6 +121,15 @@ let package = Package(
         ),
     ]
 )
+
+// Every Swift target may use PThreadMutex (ThreadSanitizer builds swap it in for Mutex).
+package.targets.append(.target(name: "ThreadSanitizerSupport", swiftSettings: swiftSettings))
+for target in package.targets
+where [.regular, .executable, .test].contains(target.type) && !target.name.hasPrefix("C")
+    && !["ThreadSanitizerSupport", "embed-resources"].contains(target.name)
+{
+    target.dependencies.append("ThreadSanitizerSupport")
+}
 
 // MARK: Fuzz targets (scripts/fuzz.sh): each hands its body to libFuzzer through FuzzDriver.
 if fuzzing {
