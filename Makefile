@@ -1,5 +1,5 @@
 # appleid-broker — the two commands a newcomer needs are `make run` and `make test`.
-.PHONY: run test build release clean bench-login bench-notifications bench-deletion
+.PHONY: run test build release clean bench bench-login bench-notifications bench-deletion bench-webhooks resilience fuzz
 
 ## Run the service (installs Debian packages if missing, builds, starts an embedded
 ## PostgreSQL and, unless Apple settings are given, the Apple simulator).
@@ -19,6 +19,11 @@ release:
 clean:
 	rm -rf .build
 
+## Every benchmark in one run with its references (pgbench, openssl speed, the Go peer):
+## a table with the goals, bench-results/bench.json and bench-results/bench.png.
+bench:
+	scripts/bench.sh
+
 ## Login benchmark: req/s, p50/p99, CPU/req, RSS; pgbench reference; A/B against the Go peer.
 bench-login:
 	scripts/bench-login.sh
@@ -30,3 +35,16 @@ bench-notifications:
 ## Deletion benchmark: deletions/s with 100 ms added to every revoke, against concurrency / latency.
 bench-deletion:
 	scripts/bench-deletion.sh
+
+## Webhook delivery benchmark: backlog drain, paced event->delivery latency, pgbench on the claim.
+bench-webhooks:
+	scripts/bench-webhooks.sh
+
+## Resilience suite: mixed load while PostgreSQL crashes, the broker is SIGKILLed twice, the
+## simulator fails 30% of calls and a webhook receiver is down; then the invariants.
+resilience:
+	scripts/resilience.sh
+
+## Fuzzing: each libFuzzer target for FUZZ_SECONDS (60) with AddressSanitizer.
+fuzz:
+	scripts/fuzz.sh

@@ -29,6 +29,9 @@ while [ "$(psql -h "$socket" -U broker -d postgres -qAt -c "SELECT count(*) FROM
 done
 end=$(date +%s.%N)
 c1=$(cpu_ticks "$BROKER_PID")
+read -r P50 P99 < <(psql -h "$socket" -U broker -d postgres -qAt -c "SELECT
+    round((percentile_cont(0.5) WITHIN GROUP (ORDER BY ms))::numeric, 1), round((percentile_cont(0.99) WITHIN GROUP (ORDER BY ms))::numeric, 1)
+  FROM (SELECT extract(epoch FROM completed_at - created_at) * 1000 AS ms FROM deletion_requests) x" | tr '|' ' ')
 revoked=$(curl -sf "http://127.0.0.1:$SIM_PORT/sim/stats" | python3 -c 'import json,sys; print(json.load(sys.stdin)["revoke"])')
 rate=$(awk -v n="$USERS" -v s="$start" -v e="$end" 'BEGIN{printf "%.1f", n/(e-s)}')
 bound=$(awk -v c="$CONCURRENCY" -v l="$LATENCY_MS" 'BEGIN{printf "%.1f", c/(l/1000)}')
@@ -36,11 +39,11 @@ share=$(awk -v r="$rate" -v b="$bound" 'BEGIN{printf "%.2f", r/b}')
 cpu=$(awk -v d=$((c1 - c0)) -v n="$USERS" -v hz="$HZ" 'BEGIN{printf "%.0f", d/hz*1e6/n}')
 rss=$(awk '/VmHWM/{printf "%.1f", $2/1024}' "/proc/$BROKER_PID/status")
 stop_all
-printf "deletions              %9s /s  (%s users in %.1f s, %s revoke calls)  broker CPU %s us/deletion  peak RSS %s MiB\n" \
-  "$rate" "$USERS" "$(awk -v s="$start" -v e="$end" 'BEGIN{print e-s}')" "$revoked" "$cpu" "$rss"
+printf "deletions              %9s /s  (%s users in %.1f s, %s revoke calls)  request->done p50 %s ms  p99 %s ms  broker CPU %s us/deletion  peak RSS %s MiB\n" \
+  "$rate" "$USERS" "$(awk -v s="$start" -v e="$end" 'BEGIN{print e-s}')" "$revoked" "$P50" "$P99" "$cpu" "$rss"
 echo "concurrency $CONCURRENCY / revoke latency $LATENCY_MS ms = at most $bound /s: reached $share of it"
 cat > "$RESULTS/deletion.json" <<JSON
 {"benchmark":"deletion","users":$USERS,"revoke_latency_ms":$LATENCY_MS,"concurrency":$CONCURRENCY,
- "deletions_per_second":$rate,"upper_bound_per_second":$bound,"share_of_bound":$share,
+ "deletions_per_second":$rate,"p50_ms":$P50,"p99_ms":$P99,"upper_bound_per_second":$bound,"share_of_bound":$share,
  "broker_cpu_us_per_deletion":$cpu,"broker_peak_rss_mib":$rss,"revoke_calls":$revoked}
 JSON

@@ -1,0 +1,120 @@
+"""Gathers the figures the benchmark scripts wrote into bench-results/ into one
+bench.json (with the machine and commit, so runs can be compared), prints them as a table
+with the goals, and draws bench.png: throughput and p50/p99 latency per component.
+
+    python scripts/bench-report.py bench-results
+Exits non-zero when a figure is missing; a goal not met is reported, not fatal (figures
+from a noisy machine are still figures)."""
+
+import json
+import os
+import platform
+import subprocess
+import sys
+from datetime import datetime, timezone
+
+
+def load(results, name):
+    path = os.path.join(results, f"{name}.json")
+    with open(path) as handle:
+        return json.load(handle)
+
+
+def main():
+    results = sys.argv[1]
+    crypto, login, notifications, deletion, webhooks = (
+        load(results, name) for name in ("crypto", "login", "notifications", "deletion", "webhooks"))
+    components = [
+        # name, throughput, unit, p50, p99, peak RSS
+        ("login", login["requests_per_second"], "logins/s", login["p50_ms"], login["p99_ms"], login["broker_peak_rss_mib"]),
+        ("notifications", notifications["notifications_per_second"], "notifications/s", notifications["p50_ms"],
+         notifications["p99_ms"], notifications["broker_peak_rss_mib"]),
+        ("deletion", deletion["deletions_per_second"], "deletions/s", deletion["p50_ms"], deletion["p99_ms"],
+         deletion["broker_peak_rss_mib"]),
+        ("webhooks", webhooks["deliveries_per_second"], "deliveries/s", webhooks["p50_ms"], webhooks["p99_ms"],
+         webhooks["broker_peak_rss_mib"]),
+    ]
+    ab = login.get("ab_throughput_ratio_vs_go_peer")
+    peak_rss = max(c[5] for c in components)
+    goals = [
+        ("login >= 1.3x the Go peer (interleaved A/B)", ab, 1.3),
+        ("login >= 0.5 of pgbench on the same upsert",
+         login["requests_per_second"] / login["pgbench_same_upsert_tps"], 0.5),
+        ("notifications >= 0.6 of pgbench on the same apply", notifications["ratio_to_pgbench_apply"], 0.6),
+        ("JWT verify >= 0.8 of openssl speed rsa2048, one core", crypto["ratio_to_openssl"], 0.8),
+        ("broker peak RSS <= 100 MiB under load", peak_rss, 100),
+    ]
+
+    def met(goal):
+        name, value, bound = goal
+        if value is None:
+            return None
+        return value <= bound if "RSS" in name else value >= bound
+
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    except OSError:
+        commit = None
+    summary = {
+        "taken_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "commit": commit,
+        "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
+        "components": [
+            {"name": c[0], "throughput_per_s": c[1], "unit": c[2], "p50_ms": c[3], "p99_ms": c[4], "broker_peak_rss_mib": c[5]}
+            for c in components],
+        "references": {
+            "pgbench_login_upsert_tps": login["pgbench_same_upsert_tps"],
+            "pgbench_notification_apply_tps": notifications["pgbench_same_apply_tps"],
+            "pgbench_webhook_delivery_tps": webhooks["pgbench_same_delivery_tps"],
+            "deletion_upper_bound_per_s": deletion["upper_bound_per_second"],
+            "openssl_rsa2048_verify_per_s": crypto["openssl_rsa2048_verify_per_s"],
+            "broker_jwt_verify_per_s_per_core": crypto["jwt_verify_per_s_per_core"],
+            "ab_throughput_ratio_vs_go_peer": ab,
+            "ab_cpu_efficiency_ratio_vs_go_peer": login.get("ab_cpu_efficiency_ratio_vs_go_peer"),
+        },
+        "goals": [{"goal": g[0], "value": g[1], "bound": g[2], "met": met(g)} for g in goals],
+        "details": {"crypto": crypto, "login": login, "notifications": notifications, "deletion": deletion,
+                    "webhooks": webhooks},
+    }
+    with open(os.path.join(results, "bench.json"), "w") as handle:
+        json.dump(summary, handle, indent=2)
+
+    print(f"\n== appleid-broker benchmarks ({summary['taken_at']}, commit {commit}, {os.cpu_count()} CPUs)")
+    print(f"{'component':<15}{'throughput':>12}  {'unit':<16}{'p50 ms':>9}{'p99 ms':>9}{'peak RSS MiB':>14}")
+    for c in components:
+        print(f"{c[0]:<15}{c[1]:>12.1f}  {c[2]:<16}{c[3]:>9}{c[4]:>9}{c[5]:>14}")
+    refs = summary["references"]
+    print(f"references: pgbench login upsert {refs['pgbench_login_upsert_tps']} tps, notification apply "
+          f"{refs['pgbench_notification_apply_tps']} tps, webhook claim+record {refs['pgbench_webhook_delivery_tps']} tps; "
+          f"openssl rsa2048 verify {refs['openssl_rsa2048_verify_per_s']}/s; broker JWT verify "
+          f"{refs['broker_jwt_verify_per_s_per_core']}/s per core; deletion bound {refs['deletion_upper_bound_per_s']}/s")
+    print("goals:")
+    for goal in summary["goals"]:
+        state = {True: "met", False: "NOT MET", None: "not measured"}[goal["met"]]
+        value = "-" if goal["value"] is None else f"{goal['value']:.2f}"
+        print(f"  {state:<13}{goal['goal']:<58}{value}")
+
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = [c[0] for c in components]
+    figure, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
+    bars = left.bar(names, [c[1] for c in components], color="#3b6ea5")
+    left.bar_label(bars, labels=[f"{c[1]:.0f}" for c in components])
+    left.set_title("Throughput (per second)")
+    positions = range(len(components))
+    right.bar([p - 0.2 for p in positions], [c[3] for c in components], width=0.4, label="p50", color="#7fa7d1")
+    right.bar([p + 0.2 for p in positions], [c[4] for c in components], width=0.4, label="p99", color="#c0504d")
+    right.set_xticks(list(positions), names)
+    right.set_yscale("log")
+    right.set_title("Latency (ms, log scale)")
+    right.legend()
+    figure.suptitle(f"appleid-broker {commit} on {os.cpu_count()} CPUs, {summary['taken_at']}")
+    figure.tight_layout()
+    figure.savefig(os.path.join(results, "bench.png"), dpi=110)
+    print(f"written: {os.path.join(results, 'bench.json')}, {os.path.join(results, 'bench.png')}")
+
+
+if __name__ == "__main__":
+    main()

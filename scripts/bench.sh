@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# make bench: every benchmark from one run on this machine, with the references taken in
+# the same run, then one summary (bench-results/bench.json) and a chart (bench.png).
+#   1. crypto: `openssl speed rsa2048` verify and the broker's full identity-token
+#      validation, both pinned to core 0, interleaved ROUNDS times (medians reported);
+#   2. login (wrk, pgbench on the same upsert, interleaved A/B against the Go peer);
+#   3. notification ingestion (wrk, pgbench on the same apply);
+#   4. deletion (revoke latency 100 ms, concurrency 32);
+#   5. webhook delivery (backlog drain, paced latency, pgbench on the same claim).
+#   [ROUNDS=3] [CONNS=32] [DUR=15s] [AB=0 to skip the A/B] scripts/bench.sh
+. "$(dirname "$0")/bench/common.sh"
+: "${ROUNDS:=3}"
+"$ROOT/scripts/bootstrap.sh" test
+build_release
+
+echo "== crypto: openssl speed rsa2048 vs broker-bench verify on core 0, $ROUNDS interleaved rounds"
+: > "$WORK/crypto.txt"
+for round in $(seq 1 "$ROUNDS"); do
+  openssl_rate=$(taskset -c 0 openssl speed -seconds 3 rsa2048 2>/dev/null | awk '/^rsa 2048/{print $NF}')
+  broker_json=$(taskset -c 0 "$BIN/broker-bench" verify --seconds 3 --json | tail -1)
+  jwt_rate=$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["jwt_verify_per_s"])' "$broker_json")
+  printf "round %s: openssl speed rsa2048 verify %9.0f /s   broker JWT validate %9.0f /s   ratio %.2f\n" \
+    "$round" "$openssl_rate" "$jwt_rate" "$(awk -v a="$jwt_rate" -v b="$openssl_rate" 'BEGIN{print a/b}')"
+  echo "$openssl_rate $jwt_rate" >> "$WORK/crypto.txt"
+done
+python3 - "$WORK/crypto.txt" "$RESULTS/crypto.json" <<'PY'
+import json, statistics, sys
+rows = [tuple(map(float, line.split())) for line in open(sys.argv[1]) if line.strip()]
+openssl = statistics.median(r[0] for r in rows)
+jwt = statistics.median(r[1] for r in rows)
+ratio = statistics.median(r[1] / r[0] for r in rows)
+json.dump({"benchmark": "crypto", "rounds": len(rows), "openssl_rsa2048_verify_per_s": round(openssl),
+           "jwt_verify_per_s_per_core": round(jwt), "ratio_to_openssl": round(ratio, 3)}, open(sys.argv[2], "w"))
+print(f"median: openssl {openssl:.0f} /s, broker {jwt:.0f} /s per core, ratio {ratio:.2f}")
+PY
+
+"$ROOT/scripts/bench-login.sh"
+"$ROOT/scripts/bench-notifications.sh"
+"$ROOT/scripts/bench-deletion.sh"
+"$ROOT/scripts/bench-webhooks.sh"
+
+# shellcheck source=lib/tools-venv.sh
+source "$ROOT/scripts/lib/tools-venv.sh"
+"$TOOLS_VENV/bin/python" "$ROOT/scripts/bench-report.py" "$RESULTS"
