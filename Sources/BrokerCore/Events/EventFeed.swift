@@ -40,7 +40,8 @@ struct EventFeed: Sendable {
         let rows = try pool.query(
             """
             SELECT id, type, user_id, payload::text, created_at, txid::text FROM outbox_events
-            WHERE (txid, id) > (\(String(cursor.transaction))::xid8, \(cursor.event))
+            WHERE txid >= \(String(cursor.transaction))::xid8
+              AND (txid > \(String(cursor.transaction))::xid8 OR id > \(cursor.event))
               AND txid < pg_snapshot_xmin(pg_current_snapshot())
             ORDER BY txid, id LIMIT \(limit)
             """)
