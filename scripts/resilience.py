@@ -294,6 +294,15 @@ def deletion_loop(stop, ledger, key):
 
 # MARK: the run
 
+def kill_and_restart(broker, number):
+    say(f"(c) broker: SIGKILL, restarted ({number} of 2)")
+    broker.kill(signal.SIGKILL)
+    time.sleep(1)
+    broker.start()
+    wait_http(f"http://127.0.0.1:{BROKER_PORT}/readyz")
+    say("    broker back")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--bin", required=True, help="directory holding appleid-broker and apple-sim")
@@ -374,22 +383,12 @@ def main():
         postgres.start()
         say("    PostgreSQL back")
         time.sleep(2 * step)
-        say("(c) broker: SIGKILL, restarted (1 of 2)")
-        broker.kill(signal.SIGKILL)
-        time.sleep(1)
-        broker.start()
-        wait_http(f"http://127.0.0.1:{BROKER_PORT}/readyz")
-        say("    broker back")
+        kill_and_restart(broker, 1)
         time.sleep(step)
         say(f"(d) receiver :{receivers[1].port} down")
         receivers[1].stop()
         time.sleep(2 * step)
-        say("(c) broker: SIGKILL, restarted (2 of 2)")
-        broker.kill(signal.SIGKILL)
-        time.sleep(1)
-        broker.start()
-        wait_http(f"http://127.0.0.1:{BROKER_PORT}/readyz")
-        say("    broker back")
+        kill_and_restart(broker, 2)
         time.sleep(2 * step)
         say(f"(d) receiver :{receivers[1].port} up again")
         receivers[1].start()
