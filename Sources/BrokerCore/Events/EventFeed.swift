@@ -37,13 +37,15 @@ struct EventFeed: Sendable {
     }
 
     func page(after cursor: Cursor, limit: Int) throws -> (events: [JSONValue], next: Cursor) {
+        // ORDER BY qualifies its columns: a bare `txid` would name the *output* column
+        // `txid::text` and sort "1000" before "995", which once skipped and repeated events.
         let rows = try pool.query(
             """
-            SELECT id, type, user_id, payload::text, created_at, txid::text FROM outbox_events
-            WHERE txid >= \(String(cursor.transaction))::xid8
-              AND (txid > \(String(cursor.transaction))::xid8 OR id > \(cursor.event))
-              AND txid < pg_snapshot_xmin(pg_current_snapshot())
-            ORDER BY txid, id LIMIT \(limit)
+            SELECT e.id, e.type, e.user_id, e.payload::text, e.created_at, e.txid::text AS transaction FROM outbox_events e
+            WHERE e.txid >= \(String(cursor.transaction))::xid8
+              AND (e.txid > \(String(cursor.transaction))::xid8 OR e.id > \(cursor.event))
+              AND e.txid < pg_snapshot_xmin(pg_current_snapshot())
+            ORDER BY e.txid, e.id LIMIT \(limit)
             """)
         var next = cursor
         var events: [JSONValue] = []
