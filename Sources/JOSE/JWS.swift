@@ -1,4 +1,7 @@
 import BrokerCrypto
+#if canImport(Glibc)
+import Glibc
+#endif
 import StrictJSON
 import Synchronization
 
@@ -112,9 +115,8 @@ public struct JWSVerifier: Sendable {
             guard utf8.count <= maximumBytes else {
                 throw JOSEError(.tooLarge, "the token exceeds \(maximumBytes) bytes")
             }
-            guard let firstDot = utf8.firstIndex(of: UInt8(ascii: ".")),
-                let secondDot = utf8[(firstDot + 1)...].firstIndex(of: UInt8(ascii: ".")),
-                !utf8[(secondDot + 1)...].contains(UInt8(ascii: "."))
+            guard let firstDot = Self.dot(in: utf8, from: 0), let secondDot = Self.dot(in: utf8, from: firstDot + 1),
+                Self.dot(in: utf8, from: secondDot + 1) == nil
             else { throw JOSEError(.malformed, "a compact JWS has three dot-separated parts") }
             guard firstDot > 0 else { throw JOSEError(.malformed, "the header is empty") }
             guard let payload = Base64URL.decode(utf8: utf8[(firstDot + 1)..<secondDot]),
@@ -130,6 +132,16 @@ public struct JWSVerifier: Sendable {
             self.payload = payload
             self.signature = signature
             signingInput = utf8[..<secondDot]
+        }
+
+        /// The index of the next "." at or after `start` (memchr: a token is ~1 KB to scan).
+        private static func dot(in bytes: [UInt8], from start: Int) -> Int? {
+            bytes.withUnsafeBufferPointer { buffer in
+                guard start < buffer.count, let base = buffer.baseAddress,
+                    let found = memchr(base + start, Int32(UInt8(ascii: ".")), buffer.count - start)
+                else { return nil }
+                return UnsafeRawPointer(found) - UnsafeRawPointer(base)
+            }
         }
 
         static func header(_ encoded: ArraySlice<UInt8>) throws -> JWSHeader {
@@ -163,7 +175,12 @@ final class JWSHeaderCache: Sendable {
 
     func header(for encoded: ArraySlice<UInt8>) -> JWSHeader? {
         entries.withLock { state in
-            state.items.first { $0.encoded.elementsEqual(encoded) }?.header
+            encoded.withUnsafeBytes { candidate in
+                state.items.first { entry in
+                    entry.encoded.count == candidate.count
+                        && entry.encoded.withUnsafeBytes { memcmp($0.baseAddress!, candidate.baseAddress!, candidate.count) == 0 }
+                }?.header
+            }
         }
     }
 

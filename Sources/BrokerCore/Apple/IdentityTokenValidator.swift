@@ -51,14 +51,16 @@ public struct IdentityTokenValidator: Sendable {
         guard claims["iss"]?.stringValue == Self.issuer else {
             throw TokenRejection("token_issuer_invalid", "iss must be \(Self.issuer)")
         }
-        let audiences: [String]
+        func accepts(_ audience: String) -> Bool {
+            clientIDs.contains(audience) && (clientIDHint == nil || audience == clientIDHint)
+        }
+        let clientID: String?
         switch claims["aud"] {
-        case .string(let value): audiences = [value]
-        case .array(let values): audiences = values.compactMap(\.stringValue)
+        case .string(let value): clientID = accepts(value) ? value : nil
+        case .array(let values): clientID = values.lazy.compactMap(\.stringValue).first(where: accepts)
         default: throw TokenRejection.malformed("aud is missing")
         }
-        let accepted = audiences.filter { clientIDs.contains($0) && (clientIDHint == nil || $0 == clientIDHint) }
-        guard let clientID = accepted.first else {
+        guard let clientID else {
             throw TokenRejection("token_audience_invalid", "aud is not one of this service's client ids")
         }
         guard let expires = claims["exp"]?.integerValue else { throw TokenRejection.malformed("exp is missing") }
