@@ -28,14 +28,6 @@ struct EventDeliveryTests {
         return response.json["id"] as! String
     }
 
-    private func waitUntil(seconds: Double = 20, _ condition: () throws -> Bool) throws {
-        let deadline = Date().addingTimeInterval(seconds)
-        while Date() < deadline {
-            if try condition() { return }
-            Thread.sleep(forTimeInterval: 0.05)
-        }
-    }
-
     /// Sends `count` alternating relay-mail notifications for a user, in event_time order.
     private func notifications(_ broker: TestBroker, sub: String, count: Int, base: Int64) throws {
         for index in 0..<count {

@@ -19,3 +19,13 @@ public func onThreads<T: Sendable>(_ count: Int, _ body: @escaping @Sendable (In
     group.wait()
     return results.withLock { all in (0..<count).map { all[$0]! } }
 }
+
+/// Polls `condition` every 50 ms until it holds or `seconds` pass; the caller asserts
+/// afterwards, so a timeout shows up as that assertion failing.
+public func waitUntil(seconds: Double = 20, _ condition: () throws -> Bool) throws {
+    let deadline = Date().addingTimeInterval(seconds)
+    while Date() < deadline {
+        if try condition() { return }
+        Thread.sleep(forTimeInterval: 0.05)
+    }
+}
