@@ -33,6 +33,9 @@ if [ -z "${APPLE_CLIENT_IDS:-}" ]; then
   export APPLE_CLIENT_IDS="com.example.app,com.example.web"
   export APPLE_BASE_URL="${APPLE_BASE_URL:-http://127.0.0.1:8090}"
   export TOKEN_ENCRYPTION_KEY="$(cat "$demo/token-encryption-key")"
+  # Web sign-in through the broker for the Services ID, ending at an app's page on :3000.
+  export BROKER_PUBLIC_URL="${BROKER_PUBLIC_URL:-http://${BROKER_LISTEN:-127.0.0.1:8080}}"
+  export APPLE_WEB_RETURN_URLS="${APPLE_WEB_RETURN_URLS:-com.example.web=http://localhost:3000/apple/done}"
   echo "== demo mode: Apple settings from $demo; the Apple simulator plays appleid.apple.com" >&2
   "$bin/apple-sim" serve --listen 127.0.0.1:8090 --team "$APPLE_TEAM_ID" --key-id "$APPLE_KEY_ID" \
     --key "$APPLE_PRIVATE_KEY_PATH" --client-ids "$APPLE_CLIENT_IDS" &

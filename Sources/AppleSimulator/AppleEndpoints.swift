@@ -26,6 +26,11 @@ enum AppleEndpoints {
                 return simulator.revoke(request)
             }
         }
+        router.get("/auth/authorize") { request in
+            try simulator.withFaults("authorize") {
+                return simulator.authorize(request)
+            }
+        }
         router.post("/auth/usermigrationinfo") { request in
             try simulator.withFaults("migration") {
                 return simulator.migrationInfo(request)

@@ -116,7 +116,7 @@ public struct FaultSettings: Sendable, Codable, Equatable {
     public var timeoutMilliseconds: Int = 15_000
     /// Answer every refresh-token grant (and revoke-verification refresh) with invalid_grant.
     public var forceInvalidGrant: Bool = false
-    /// Which endpoints the faults hit: `token`, `revoke`, `keys`, `migration`. Empty: all.
+    /// Which endpoints the faults hit: `token`, `revoke`, `keys`, `migration`, `authorize`. Empty: all.
     public var endpoints: [String] = []
 
     public init() {}

@@ -42,6 +42,39 @@ struct ConfigurationTests {
         #expect(configuration.roles.count == BrokerConfiguration.Role.allCases.count)
     }
 
+    @Test("web sign-in needs both settings, registered client ids and acceptable URLs")
+    func webSignIn() throws {
+        let key = try TestEnvironment.privateKeyFile()
+        let base = [
+            "APPLE_TEAM_ID": "TEAMID1234", "APPLE_KEY_ID": "KEYID12345", "APPLE_PRIVATE_KEY_PATH": key,
+            "APPLE_CLIENT_IDS": "com.example.app,com.example.web", "TOKEN_ENCRYPTION_KEY": String(repeating: "A", count: 43) + "=",
+        ]
+        let configured = try BrokerConfiguration.load(
+            environment: base.merging([
+                "BROKER_PUBLIC_URL": "https://auth.example.com/",
+                "APPLE_WEB_RETURN_URLS": "com.example.web=https://a.example.com/done, https://b.example.com/x?y=1 ; com.example.app=http://127.0.0.1:3000/",
+            ]) { $1 },
+            requireApple: true)
+        #expect(configured.web?.callbackURL == "https://auth.example.com/v1/apple/web/callback")
+        #expect(configured.web?.returnURLs["com.example.web"] == ["https://a.example.com/done", "https://b.example.com/x?y=1"])
+        #expect(configured.web?.returnURLs["com.example.app"] == ["http://127.0.0.1:3000/"])
+        #expect(try BrokerConfiguration.load(environment: base, requireApple: true).web == nil)
+
+        func problems(_ extra: [String: String]) -> [String] {
+            let error = #expect(throws: BrokerConfiguration.Invalid.self) {
+                try BrokerConfiguration.load(environment: base.merging(extra) { $1 }, requireApple: true)
+            }
+            return error?.problems ?? []
+        }
+        #expect(problems(["BROKER_PUBLIC_URL": "https://auth.example.com"]).first?.contains("needs both") == true)
+        #expect(problems(["BROKER_PUBLIC_URL": "http://auth.example.com", "APPLE_WEB_RETURN_URLS": "com.example.web=https://a.example.com/"])
+            .first?.hasPrefix("BROKER_PUBLIC_URL:") == true)
+        #expect(problems(["BROKER_PUBLIC_URL": "https://auth.example.com", "APPLE_WEB_RETURN_URLS": "com.unknown=https://a.example.com/"])
+            .first?.contains("not one of APPLE_CLIENT_IDS") == true)
+        #expect(problems(["BROKER_PUBLIC_URL": "https://auth.example.com", "APPLE_WEB_RETURN_URLS": "com.example.web=https://a.example.com/#frag"])
+            .first?.hasPrefix("APPLE_WEB_RETURN_URLS:") == true)
+    }
+
     @Test("commands that do not talk to Apple need no Apple settings")
     func withoutApple() throws {
         let configuration = try BrokerConfiguration.load(environment: [:], requireApple: false)

@@ -110,6 +110,14 @@ public final class BrokerApplication: Sendable {
                 wakeDispatcher: eventsWritten)
             DeletionRoutes.register(
                 on: &router, service: DeletionService(store: deletionStore, wake: wakeDeletions), keys: apiKeys)
+            WebSignInRoutes.register(
+                on: &router,
+                service: WebSignInService(
+                    settings: configuration.web, appleBaseURL: appleSettings.baseURL, store: WebSignInStore(pool: pool),
+                    login: login, metrics: metrics),
+                keys: apiKeys,
+                perAddress: RateLimiter(
+                    rate: configuration.rateLimitNotificationsPerAddress, burst: configuration.rateLimitNotificationsPerAddress * 5))
         }
         if configuration.roles.contains(.notifications) {
             let receiver = NotificationReceiver(
@@ -151,6 +159,7 @@ public final class BrokerApplication: Sendable {
                     // Authorization codes live five minutes; their exchange ledger one hour.
                     try pool.query("DELETE FROM authorization_codes WHERE created_at < now() - interval '1 hour'")
                     try EventRetention.prune(pool, retentionSeconds: retentionSeconds)
+                    try WebSignInStore.prune(pool)
                     return false
                 })
         }

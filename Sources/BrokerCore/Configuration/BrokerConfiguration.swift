@@ -52,6 +52,66 @@ public struct BrokerConfiguration: Sendable {
     public var deletion = DeletionSettings()
     /// Webhook delivery and event retention.
     public var dispatch = DispatchSettings()
+    /// Web sign-in; nil unless `BROKER_PUBLIC_URL` and `APPLE_WEB_RETURN_URLS` are set.
+    public var web: WebSignInSettings?
+
+    /// Sign in with Apple on the web through the broker (`BROKER_PUBLIC_URL`,
+    /// `APPLE_WEB_RETURN_URLS`).
+    public struct WebSignInSettings: Sendable {
+        /// `BROKER_PUBLIC_URL`: the broker's address as browsers reach it. Apple posts back to
+        /// `<it>/v1/apple/web/callback`, which must be a Return URL of each Services ID.
+        public var publicURL: String
+        /// `APPLE_WEB_RETURN_URLS`: per client id, the exact URLs a sign-in may end at
+        /// (`com.example.web=https://app.example.com/done,https://…;com.other=…`). Nothing
+        /// else is ever redirected to.
+        public var returnURLs: [String: Set<String>]
+        /// How long a sign-in may take on Apple's page.
+        public var stateLifetimeSeconds = 600
+        /// How long the app backend has to redeem a result code.
+        public var resultLifetimeSeconds = 120
+
+        /// Where Apple posts the authorization (the `redirect_uri`).
+        public var callbackURL: String { publicURL + "/v1/apple/web/callback" }
+
+        public init(publicURL: String, returnURLs: [String: Set<String>]) {
+            self.publicURL = publicURL
+            self.returnURLs = returnURLs
+        }
+
+        fileprivate static func load(_ reader: inout EnvironmentReader, clientIDs: [String]?) -> WebSignInSettings? {
+            let publicURL = reader.string("BROKER_PUBLIC_URL")
+            let returns = reader.string("APPLE_WEB_RETURN_URLS")
+            guard publicURL != nil || returns != nil else { return nil }
+            guard var publicURL, let returns else {
+                reader.problem("BROKER_PUBLIC_URL and APPLE_WEB_RETURN_URLS: web sign-in needs both (or neither)")
+                return nil
+            }
+            while publicURL.hasSuffix("/") { publicURL.removeLast() }
+            if !URLRule.accepts(publicURL) || publicURL.contains("?") {
+                reader.problem("BROKER_PUBLIC_URL: expected an https URL without query (http only on loopback), got '\(publicURL)'")
+            }
+            var returnURLs: [String: Set<String>] = [:]
+            for entry in returns.split(separator: ";").map({ $0.trimmingCharacters(in: .whitespaces) }) where !entry.isEmpty {
+                let parts = entry.split(separator: "=", maxSplits: 1).map { $0.trimmingCharacters(in: .whitespaces) }
+                guard parts.count == 2, !parts[0].isEmpty else {
+                    reader.problem("APPLE_WEB_RETURN_URLS: expected clientID=url[,url…] entries separated by ';', got '\(entry)'")
+                    continue
+                }
+                if let clientIDs, !clientIDs.contains(parts[0]) {
+                    reader.problem("APPLE_WEB_RETURN_URLS: \(parts[0]) is not one of APPLE_CLIENT_IDS")
+                }
+                for url in parts[1].split(separator: ",").map({ $0.trimmingCharacters(in: .whitespaces) }) where !url.isEmpty {
+                    if URLRule.accepts(url) {
+                        returnURLs[parts[0], default: []].insert(url)
+                    } else {
+                        reader.problem("APPLE_WEB_RETURN_URLS: '\(url)' is not an https URL without user info or fragment")
+                    }
+                }
+            }
+            if returnURLs.isEmpty { reader.problem("APPLE_WEB_RETURN_URLS: no return URL given") }
+            return WebSignInSettings(publicURL: publicURL, returnURLs: returnURLs)
+        }
+    }
 
     /// Webhook delivery (`BROKER_DISPATCH_*`, `BROKER_WEBHOOK_*`) and outbox retention.
     public struct DispatchSettings: Sendable {
@@ -200,6 +260,7 @@ public struct BrokerConfiguration: Sendable {
             configuration.roles = reader.roles(roles, variable: "BROKER_ROLES") ?? configuration.roles
         }
         configuration.apple = AppleConfiguration.load(&reader, required: requireApple)
+        configuration.web = WebSignInSettings.load(&reader, clientIDs: configuration.apple?.clientIDs)
         var login = LoginSettings()
         login.tokenLeewaySeconds = reader.integer("APPLE_TOKEN_LEEWAY_SECONDS", in: 0...600) ?? login.tokenLeewaySeconds
         login.tokenMaximumAgeSeconds =

@@ -15,6 +15,9 @@ public struct LoginRequest: Sendable {
     public var user: AppleUserField?
     /// Which of the configured client ids the token is for (optional).
     public var clientID: String?
+    /// The broker's callback URL when the code came from a web authorization request (the
+    /// exchange must repeat it); nil for native codes, which must be exchanged without one.
+    var redirectURI: String?
 
     public init(identityToken: String, authorizationCode: String? = nil, rawNonce: String? = nil, user: AppleUserField? = nil, clientID: String? = nil) {
         self.identityToken = identityToken

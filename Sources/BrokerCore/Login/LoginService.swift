@@ -79,7 +79,7 @@ public final class LoginService: Sendable {
             case .claimed:
                 claimedCode = code
                 do {
-                    let refreshToken = try exchange(code, for: identity)
+                    let refreshToken = try exchange(code, for: identity, redirectURI: request.redirectURI)
                     sealed = try tokenKeys.seal(
                         Array(refreshToken.utf8),
                         associatedData: RefreshTokenSealing.associatedData(teamID: teamID, sub: identity.sub, clientID: identity.clientID))
@@ -121,12 +121,12 @@ public final class LoginService: Sendable {
             refreshTokenStored: record.refreshTokenStored, status: "active", risk: .init(suggestChallenge: challenge))
     }
 
-    /// Exchanges a native authorization code (no redirect_uri) and checks that the id_token
-    /// Apple returns names the same user.
-    private func exchange(_ code: String, for identity: AppleIdentity) throws -> String {
+    /// Exchanges an authorization code (with the redirect_uri of a web authorization, none
+    /// for a native code) and checks that the id_token Apple returns names the same user.
+    private func exchange(_ code: String, for identity: AppleIdentity, redirectURI: String?) throws -> String {
         let tokens: AppleTokenResponse
         do {
-            tokens = try apple.exchangeCode(code, clientID: identity.clientID, retry: retry)
+            tokens = try apple.exchangeCode(code, clientID: identity.clientID, redirectURI: redirectURI, retry: retry)
         } catch let error as AppleAPIError {
             throw Self.problem(for: error)
         }

@@ -1,0 +1,142 @@
+import BrokerCrypto
+import Foundation
+import HTTPClient
+import HTTPServer
+import Observability
+import StrictJSON
+
+/// Sign in with Apple on the web, through the broker (protocol reference §7):
+///
+/// 1. `authorize` keeps a single-use `state` and a `nonce` in PostgreSQL (no cookie, so
+///    Apple's cross-site form POST cannot lose them, P6) and sends the browser to Apple with
+///    `response_type=code id_token`, `response_mode=form_post`, `scope=name email`;
+/// 2. `callback` takes Apple's form post: consumes the state, keeps the unsigned `user`
+///    name first (Apple sends it once, P7), then logs the user in exactly as
+///    `POST /v1/apple/login` does (token and nonce verified, code exchanged with the
+///    `redirect_uri`, user upserted) and sends the browser to the registered `return_to`
+///    with a one-time `result_code`, or with `error`;
+/// 3. `redeem` gives the app backend the login answer for that code, once.
+///
+/// Browsers only ever go to Apple or to a `return_to` registered for the client id.
+final class WebSignInService: Sendable {
+    let settings: BrokerConfiguration.WebSignInSettings?
+    let appleBaseURL: String
+    let store: WebSignInStore
+    let login: LoginService
+    private let outcomes: CounterFamily
+
+    init(
+        settings: BrokerConfiguration.WebSignInSettings?, appleBaseURL: String, store: WebSignInStore, login: LoginService,
+        metrics: MetricsRegistry
+    ) {
+        self.settings = settings
+        self.appleBaseURL = appleBaseURL
+        self.store = store
+        self.login = login
+        outcomes = metrics.counter(
+            "web_signin_total", help: "Web sign-in callbacks by outcome: success or the error sent to return_to.",
+            labels: ["outcome"])
+    }
+
+    static let notConfigured = Problem(
+        status: 404, code: "web_signin_not_configured", title: "Web sign-in not configured",
+        detail: "set BROKER_PUBLIC_URL and APPLE_WEB_RETURN_URLS to sign in on the web through the broker")
+
+    /// The URL of Apple's authorization page for a new sign-in.
+    func authorize(clientID: String?, returnTo: String?, appState: String?) throws -> String {
+        guard let settings else { throw Self.notConfigured }
+        guard let clientID, !clientID.isEmpty else { throw Problem.badRequest("query parameter `client_id` is required") }
+        guard let returnTo, !returnTo.isEmpty else { throw Problem.badRequest("query parameter `return_to` is required") }
+        guard let registered = settings.returnURLs[clientID] else {
+            throw Problem.badRequest(code: "web_client_unknown", "\(clientID) is not a client id configured for web sign-in")
+        }
+        // Exact match only: anything else would make the broker an open redirect.
+        guard registered.contains(returnTo) else {
+            throw Problem.badRequest(code: "return_to_not_registered", "return_to is not registered for this client id")
+        }
+        if let appState, appState.utf8.count > 512 { throw Problem.badRequest("`app_state` is longer than 512 bytes") }
+        let state = Base64URL.encode(SecureRandom.bytes(32))
+        let rawNonce = Base64URL.encode(SecureRandom.bytes(32))
+        try store.create(
+            state: state, clientID: clientID, returnTo: returnTo, appState: appState, rawNonce: rawNonce,
+            lifetimeSeconds: settings.stateLifetimeSeconds)
+        return appleBaseURL + "/auth/authorize?" + Self.query([
+            ("client_id", clientID), ("redirect_uri", settings.callbackURL), ("response_type", "code id_token"),
+            ("response_mode", "form_post"), ("scope", "name email"), ("state", state),
+            ("nonce", SHA256.hexHash(rawNonce)),
+        ])
+    }
+
+    /// Handles Apple's form post and answers where the browser goes next.
+    func callback(form fields: [String: String]) throws -> String {
+        guard let settings else { throw Self.notConfigured }
+        guard let state = fields["state"], !state.isEmpty, state.utf8.count <= 256 else {
+            throw Problem.badRequest(code: "invalid_state", "the callback carries no state")
+        }
+        // The name first, in the statement that consumes the state: it is sent only once.
+        let user = try? fields["user"].flatMap { try AppleUserField(jsonText: $0) }
+        let name = user?.name
+        guard
+            let authorization = try store.consume(
+                state: state, givenName: name?.firstName.map { String($0.prefix(256)) },
+                familyName: name?.lastName.map { String($0.prefix(256)) })
+        else {
+            throw Problem.badRequest(code: "invalid_state", "the state is unknown, already used or expired")
+        }
+        func finish(_ outcome: String, _ parameters: [(String, String)]) -> String {
+            outcomes.increment(outcome)
+            let carried = parameters + (authorization.appState.map { [("app_state", $0)] } ?? [])
+            return authorization.returnTo + (authorization.returnTo.contains("?") ? "&" : "?") + Self.query(carried)
+        }
+        if let error = fields["error"] {
+            // Apple's own error (the user cancelled): passed on when it looks like one.
+            let code = error.utf8.count <= 64 && error.allSatisfy({ $0.isLetter || $0 == "_" }) ? error : "apple_error"
+            return finish(code, [("error", code)])
+        }
+        guard let idToken = fields["id_token"], let code = fields["code"], !idToken.isEmpty, !code.isEmpty else {
+            return finish("invalid_request", [("error", "invalid_request")])
+        }
+        // Only the name is taken from the unsigned `user`; the e-mail comes from the token.
+        var request = LoginRequest(
+            identityToken: idToken, authorizationCode: code, rawNonce: authorization.rawNonce,
+            user: name.map { AppleUserField(name: $0, email: nil) }, clientID: authorization.clientID)
+        request.redirectURI = settings.callbackURL
+        let response: LoginResponse
+        do {
+            response = try login.login(request)
+        } catch let problem as Problem {
+            if Self.exchangeFailures.contains(problem.code) {
+                // The token verified but the code could not be exchanged: still keep the user
+                // and the name Apple will not send again; the app can simply retry.
+                request.authorizationCode = nil
+                request.redirectURI = nil
+                if let saved = try? login.login(request) { try? store.recordSub(state: state, sub: saved.appleSub) }
+            }
+            return finish(problem.code, [("error", problem.code)])
+        }
+        try store.recordSub(state: state, sub: response.appleSub)
+        let result = try store.createResult(
+            response.json, clientID: authorization.clientID, lifetimeSeconds: settings.resultLifetimeSeconds)
+        return finish("success", [("result_code", result)])
+    }
+
+    /// The login answer for a result code, once.
+    func redeem(_ code: String) throws -> JSONValue {
+        guard settings != nil else { throw Self.notConfigured }
+        guard code.utf8.count <= 256, let response = try store.redeem(code) else {
+            throw Problem.badRequest(code: "result_code_invalid", "the result code is unknown, already redeemed or expired")
+        }
+        return response
+    }
+
+    /// Login problems that come after the identity token verified: Apple could not exchange the code.
+    static let exchangeFailures: Set<String> = [
+        "authorization_code_invalid", "apple_client_rejected", "apple_response_invalid", "apple_unavailable",
+    ]
+
+    /// A query string, with spaces as %20 (Apple's documented form for `scope`).
+    static func query(_ fields: [(String, String)]) -> String {
+        fields.map { FormEncoding.escape($0.0) + "=" + FormEncoding.escape($0.1).replacingOccurrences(of: "+", with: "%20") }
+            .joined(separator: "&")
+    }
+}

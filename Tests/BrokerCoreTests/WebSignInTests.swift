@@ -1,0 +1,208 @@
+import AppleSimulator
+@testable import BrokerCore
+import Foundation
+import HTTPClient
+import PostgresClient
+import Testing
+import TestSupport
+
+/// Web sign-in end to end over HTTP: broker → simulator's `/auth/authorize` → the form Apple
+/// posts back → broker callback → `return_to` → redeem.
+@Suite("Web sign-in")
+struct WebSignInTests {
+    static let returnTo = "https://app.example.com/apple/done"
+    /// Behind a proxy the public URL differs from where the broker listens; tests post the
+    /// simulator's form to the real address and check it named the public one.
+    static let publicURL = "https://broker.example.com"
+
+    static func broker() throws -> TestBroker {
+        try TestBroker(extra: [
+            "BROKER_PUBLIC_URL": publicURL,
+            "APPLE_WEB_RETURN_URLS": "\(TestBroker.webClientID)=\(returnTo),https://app.example.com/other",
+        ])
+    }
+
+    /// Where a redirect goes, split into its base and query parameters.
+    struct Redirect {
+        var base: String
+        var query: [String: String]
+
+        init(_ response: HTTPClientResponse) throws {
+            let location = try #require(response.headers.first { $0.0.lowercased() == "location" }?.1, "no Location header")
+            let parts = location.split(separator: "?", maxSplits: 1).map(String.init)
+            base = parts[0]
+            query = [:]
+            for (name, value) in FormEncoding.decode(parts.count > 1 ? parts[1] : "") { query[name] = value }
+        }
+    }
+
+    /// Apple's auto-submitting form: its action and hidden fields.
+    struct ApplePage {
+        var action: String
+        var fields: [(String, String)]
+
+        init(_ html: String) throws {
+            func unescape(_ text: String) -> String {
+                text.replacingOccurrences(of: "&quot;", with: "\"").replacingOccurrences(of: "&#39;", with: "'")
+                    .replacingOccurrences(of: "&lt;", with: "<").replacingOccurrences(of: "&gt;", with: ">")
+                    .replacingOccurrences(of: "&amp;", with: "&")
+            }
+            let action = try #require(html.firstMatch(of: /action="([^"]*)"/), "no form in: \(html)")
+            self.action = unescape(String(action.1))
+            fields = html.matches(of: /name="([^"]*)" value="([^"]*)"/).map { (unescape(String($0.1)), unescape(String($0.2))) }
+        }
+
+        subscript(name: String) -> String? { fields.first { $0.0 == name }?.1 }
+    }
+
+    /// Starts a sign-in and follows the broker's redirect to the simulator, which plays the
+    /// user (`sim` parameters) and answers with the form Apple would post.
+    func startSignIn(_ broker: TestBroker, sim: [(String, String)] = [], tamper: (inout [String: String]) -> Void = { _ in })
+        throws -> ApplePage
+    {
+        let start = try broker.get(
+            "/v1/apple/web/authorize?client_id=\(TestBroker.webClientID)&return_to=\(FormEncoding.escape(Self.returnTo))&app_state=s-42")
+        #expect(start.status == 302, "\(start.bodyText)")
+        var toApple = try Redirect(start)
+        #expect(toApple.base == broker.simulator.baseURL + "/auth/authorize")
+        #expect(toApple.query["response_type"] == "code id_token")
+        #expect(toApple.query["response_mode"] == "form_post")
+        #expect(toApple.query["scope"] == "name email")
+        #expect(toApple.query["redirect_uri"] == Self.publicURL + "/v1/apple/web/callback")
+        tamper(&toApple.query)
+        let query = FormEncoding.encode(toApple.query.map { ($0.key, $0.value) } + sim)
+        let page = try broker.client.send(.init(url: toApple.base + "?" + query))
+        #expect(page.status == 200, "\(page.bodyText)")
+        let form = try ApplePage(page.bodyText)
+        #expect(form.action == Self.publicURL + "/v1/apple/web/callback")
+        return form
+    }
+
+    /// Posts Apple's form to the broker's callback, as the browser would.
+    func post(_ form: ApplePage, to broker: TestBroker) throws -> HTTPClientResponse {
+        try broker.client.send(
+            .init(
+                method: "POST", url: broker.baseURL + "/v1/apple/web/callback",
+                headers: [("Content-Type", "application/x-www-form-urlencoded")], body: Array(FormEncoding.encode(form.fields).utf8)))
+    }
+
+    func redeem(_ code: String, _ broker: TestBroker) throws -> HTTPClientResponse {
+        let body = String(decoding: try JSONSerialization.data(withJSONObject: ["result_code": code]), as: UTF8.self)
+        return try broker.post("/v1/apple/web/redeem", json: body, key: broker.loginKey())
+    }
+
+    @Test("a first sign-in ends at return_to with a result code the backend redeems once for the login answer")
+    func success() throws {
+        let broker = try Self.broker()
+        let form = try startSignIn(broker, sim: [("sim_first_name", "Ada"), ("sim_last_name", "Lovelace")])
+        #expect(form["user"]?.contains("Ada") == true, "Apple sends the name on the first authorization")
+        let callback = try post(form, to: broker)
+        #expect(callback.status == 303, "\(callback.bodyText)")
+        let back = try Redirect(callback)
+        #expect(back.base == Self.returnTo)
+        #expect(back.query["app_state"] == "s-42")
+        #expect(back.query["error"] == nil, "\(back.query)")
+        let code = try #require(back.query["result_code"])
+
+        let redeemed = try redeem(code, broker)
+        #expect(redeemed.status == 200, "\(redeemed.bodyText)")
+        let answer = redeemed.json
+        #expect(answer["is_new_user"] as? Bool == true)
+        #expect(answer["refresh_token_stored"] as? Bool == true, "the code was exchanged with the redirect_uri")
+        #expect((answer["email"] as? String)?.hasSuffix("@privaterelay.appleid.com") == true)
+        let userID = try #require(answer["user_id"] as? String)
+        let user = try broker.get("/v1/users/\(userID)", key: broker.key([.read])).json
+        let identity = try #require((user["identities"] as? [[String: Any]])?.first)
+        #expect(identity["given_name"] as? String == "Ada")
+        #expect(identity["family_name"] as? String == "Lovelace")
+        #expect(identity["client_id"] as? String == TestBroker.webClientID)
+
+        let again = try redeem(code, broker)
+        #expect(again.status == 400)
+        #expect(again.json["code"] as? String == "result_code_invalid")
+
+        // Signing in again: no `user` this time, same user, not new.
+        let sub = try #require(answer["apple_sub"] as? String)
+        let second = try startSignIn(broker, sim: [("sim_sub", sub)])
+        #expect(second["user"] == nil)
+        let secondAnswer = try redeem(try #require(try Redirect(try post(second, to: broker)).query["result_code"]), broker).json
+        #expect(secondAnswer["user_id"] as? String == userID)
+        #expect(secondAnswer["is_new_user"] as? Bool == false)
+    }
+
+    @Test("a cancelled sign-in goes back to return_to with Apple's error and the app's state")
+    func cancel() throws {
+        let broker = try Self.broker()
+        let form = try startSignIn(broker, sim: [("sim_cancel", "1")])
+        let callback = try post(form, to: broker)
+        #expect(callback.status == 303)
+        let back = try Redirect(callback)
+        #expect(back.base == Self.returnTo)
+        #expect(back.query["error"] == "user_cancelled_authorize")
+        #expect(back.query["app_state"] == "s-42")
+        #expect(back.query["result_code"] == nil)
+        #expect(try broker.count("SELECT count(*) FROM apple_identities") == 0)
+    }
+
+    @Test("a state is good for one callback: a replayed post is refused and writes nothing more")
+    func replayedState() throws {
+        let broker = try Self.broker()
+        let form = try startSignIn(broker)
+        #expect(try post(form, to: broker).status == 303)
+        let replay = try post(form, to: broker)
+        #expect(replay.status == 400)
+        #expect(replay.json["code"] as? String == "invalid_state")
+        #expect(replay.headers.contains { $0.0.lowercased() == "location" } == false, "nowhere to send a forged callback")
+        var forged = form
+        forged.fields = form.fields.map { $0.0 == "state" ? ("state", "made-up") : $0 }
+        #expect(try post(forged, to: broker).json["code"] as? String == "invalid_state")
+        #expect(try broker.count("SELECT count(*) FROM web_results") == 1)
+    }
+
+    @Test("an id_token whose nonce is not the one stored for the state is refused; the name is still kept")
+    func wrongNonce() throws {
+        let broker = try Self.broker()
+        let form = try startSignIn(broker) { query in query["nonce"] = String(repeating: "0", count: 64) }
+        let back = try Redirect(try post(form, to: broker))
+        #expect(back.query["error"] == "nonce_mismatch")
+        #expect(back.query["result_code"] == nil)
+        #expect(try broker.count("SELECT count(*) FROM apple_identities") == 0)
+        // Apple will not send the name again; it was written when the state was consumed.
+        #expect(try broker.count("SELECT count(*) FROM web_authorizations WHERE given_name = 'Jane'") == 1)
+    }
+
+    @Test("when Apple cannot exchange the code, the verified user and the one-time name are kept")
+    func exchangeFailureKeepsName() throws {
+        let broker = try Self.broker()
+        var faults = FaultSettings()
+        faults.errorRate = 1
+        faults.errorStatuses = [503]
+        faults.endpoints = ["token"]
+        broker.simulator.faults = faults
+        let back = try Redirect(try post(try startSignIn(broker, sim: [("sim_first_name", "Grace")]), to: broker))
+        #expect(back.query["error"] == "apple_unavailable")
+        #expect(try broker.count("SELECT count(*) FROM apple_identities WHERE given_name = 'Grace' AND client_id = 'com.example.web'") == 1)
+        #expect(try broker.count("SELECT count(*) FROM web_authorizations WHERE apple_sub IS NOT NULL") == 1)
+    }
+
+    @Test("only return_to URLs registered for the client id are accepted: no open redirect")
+    func unregisteredReturnTo() throws {
+        let broker = try Self.broker()
+        for returnTo in ["https://evil.example.com/steal", Self.returnTo + "/../x", Self.returnTo + "?x=1", "https://app.example.com/apple/done#f"] {
+            let response = try broker.get(
+                "/v1/apple/web/authorize?client_id=\(TestBroker.webClientID)&return_to=\(FormEncoding.escape(returnTo))")
+            #expect(response.status == 400, "\(returnTo)")
+            #expect(response.json["code"] as? String == "return_to_not_registered")
+        }
+        let otherClient = try broker.get(
+            "/v1/apple/web/authorize?client_id=\(TestBroker.clientID)&return_to=\(FormEncoding.escape(Self.returnTo))")
+        #expect(otherClient.json["code"] as? String == "web_client_unknown")
+        #expect(try broker.count("SELECT count(*) FROM web_authorizations") == 0)
+
+        let unconfigured = try TestBroker()
+        let response = try unconfigured.get(
+            "/v1/apple/web/authorize?client_id=\(TestBroker.webClientID)&return_to=\(FormEncoding.escape(Self.returnTo))")
+        #expect(response.status == 404)
+        #expect(response.json["code"] as? String == "web_signin_not_configured")
+    }
+}
