@@ -21,6 +21,12 @@ public enum BrokerCommand {
                                 prints the deletion id
           deletions list [--state requested|revoking|purging|done|failed] [--json]
           deletions retry ID    queue a failed deletion again
+          transfer export --recipient-team TEAMID --out FILE [--client-id ID] [--rate 10]
+                                team transfer, sending side: a transfer_sub per user from
+                                Apple, written to FILE; resumable (rerun the same command)
+          transfer import --in FILE [--client-id ID] [--rate 10]
+                                receiving side: each transfer_sub exchanged for the new sub
+                                and linked to its user; prints a report; resumable
           version
 
         Configuration comes from environment variables; see README.md. With DATABASE_URL
@@ -70,6 +76,8 @@ public enum BrokerCommand {
                 return try DeletionCommands.deleteUser(parsed, environment: environment)
             case ("deletions", let sub?):
                 return try DeletionCommands.run(sub, parsed, environment: environment)
+            case ("transfer", let sub?):
+                return try TransferCommands.run(sub, parsed, environment: environment)
             default:
                 printError("unknown command '\(words.joined(separator: " "))'\n\n\(usage)")
                 return 2

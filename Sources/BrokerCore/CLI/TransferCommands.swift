@@ -1,0 +1,93 @@
+import Foundation
+import HTTPClient
+import Observability
+import Synchronization
+
+/// `appleid-broker transfer export --recipient-team TEAMID --out FILE` and
+/// `appleid-broker transfer import --in FILE` (see `TeamTransfer`).
+enum TransferCommands {
+    static func run(_ subcommand: String, _ arguments: Arguments, environment: [String: String]) throws -> Int32 {
+        guard subcommand == "export" || subcommand == "import" else {
+            throw Arguments.UsageError(description: "unknown transfer command '\(subcommand)'")
+        }
+        let path = try arguments.required(subcommand == "export" ? "out" : "in")
+        let recipient = subcommand == "export" ? try arguments.required("recipient-team") : ""
+        let configuration = try BrokerConfiguration.load(environment: environment, requireApple: true)
+        guard let settings = configuration.apple else { return 2 }
+        let clientID = arguments.options["client-id"] ?? settings.clientIDs[0]
+        guard settings.clientIDs.contains(clientID) else {
+            throw Arguments.UsageError(description: "--client-id must be one of APPLE_CLIENT_IDS")
+        }
+        guard let rate = Double(arguments.options["rate"] ?? "10"), rate >= 0, rate.isFinite else {
+            throw Arguments.UsageError(description: "--rate must be calls per second (0: no limit)")
+        }
+
+        // Ctrl-C or SIGTERM: finish the current user, write down progress, report, exit 130.
+        let stop = Flag()
+        let watcher = Thread {
+            _ = TerminationSignals.wait()
+            stop.raise()
+        }
+        watcher.start()
+
+        return try BrokerCommand.withDatabase(environment) { database in
+            let logger = Logger(label: "transfer", sink: LogSink(level: .warning, descriptor: 2))
+            let apple = AppleClient(
+                baseURL: settings.baseURL, transport: CurlTransport(),
+                secrets: ClientSecretProvider(
+                    teamID: settings.teamID, keyID: settings.keyID, keyPath: settings.privateKeyPath, keyIDPath: settings.keyIDPath),
+                timeout: .milliseconds(settings.timeoutMilliseconds), metrics: MetricsRegistry(), logger: logger)
+            let transfer = TeamTransfer(
+                pool: database.pool, apple: apple, teamID: settings.teamID, clientID: clientID, rate: rate,
+                shouldStop: { stop.isRaised })
+            let verb = subcommand == "export" ? "exported" : "linked"
+            var lastPrint = ContinuousClock.now
+            let started = ContinuousClock.now
+            let progress = { (report: TeamTransfer.Report) in
+                guard ContinuousClock.now - lastPrint > .seconds(1) else { return }
+                lastPrint = .now
+                let perSecond = Double(report.done) / max(0.001, (ContinuousClock.now - started).seconds)
+                BrokerCommand.printError(
+                    "\(verb) \(report.done + report.skipped) of \(report.total) (failed \(report.failed.count)), "
+                        + String(format: "%.0f/s", perSecond))
+            }
+            let report: TeamTransfer.Report
+            do {
+                report =
+                    subcommand == "export"
+                    ? try transfer.export(recipientTeam: recipient, to: path, progress: progress)
+                    : try transfer.importFile(path, progress: progress)
+            } catch let error as TeamTransfer.TransferError {
+                BrokerCommand.printError("error: \(error)")
+                return 1
+            } catch let error as AppleAPIError {
+                BrokerCommand.printError("stopped: \(error); what is done is kept, run the same command again to resume")
+                return 1
+            }
+            print(summary(report, verb: verb, path: path))
+            if report.interrupted { return 130 }
+            return report.failed.isEmpty ? 0 : 1
+        }
+    }
+
+    /// The report: counts, then failures grouped by reason with the users they hit.
+    static func summary(_ report: TeamTransfer.Report, verb: String, path: String) -> String {
+        var lines = [
+            "\(verb): \(report.done)", "already done before: \(report.skipped)", "failed: \(report.failed.count)",
+            "total: \(report.total)",
+        ]
+        if report.interrupted { lines.append("interrupted: run the same command again to resume (\(path))") }
+        for (reason, count) in report.failureReasons {
+            let users = report.failed.filter { $0.reason == reason }.prefix(10).map(\.userID)
+            lines.append("  \(count) × \(reason): \(users.joined(separator: " "))\(count > users.count ? " …" : "")")
+        }
+        return lines.joined(separator: "\n")
+    }
+}
+
+/// A flag one thread raises and others read.
+final class Flag: Sendable {
+    private let raised = Atomic<Bool>(false)
+    func raise() { raised.store(true, ordering: .releasing) }
+    var isRaised: Bool { raised.load(ordering: .acquiring) }
+}

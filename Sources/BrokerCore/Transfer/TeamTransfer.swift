@@ -1,0 +1,342 @@
+import Foundation
+import PostgresClient
+import StrictJSON
+
+/// Moving users to another Apple team (protocol reference §6, P14). A user's `sub` is
+/// team-scoped, so it changes when the app moves:
+///
+/// - **export** (sending team's credentials): for each identity of this team, Apple's
+///   `/auth/usermigrationinfo` gives a `transfer_sub` for the recipient team; it is kept on
+///   the identity (a login carrying it during the 60-day window then joins this user) and
+///   written as a `{"user_id","transfer_sub"}` line. Neither the old `sub` nor an e-mail
+///   leaves the database. The file is the progress record: a rerun skips its users.
+/// - **import** (recipient team's credentials): each `transfer_sub` is exchanged for the
+///   new `sub` and relay e-mail, which become a new identity of the same user; the old
+///   identity is marked transferred. Users already linked (by an earlier run, or by a
+///   login during the window) are skipped, so a rerun resumes.
+///
+/// Calls are paced to `rate` per second and blocking: run it on a thread of its own.
+struct TeamTransfer: Sendable {
+    let pool: PostgresPool
+    let apple: AppleClient
+    /// This side's team.
+    let teamID: String
+    /// The client id the transferred app signs in with (client secret `sub`).
+    let clientID: String
+    /// Calls to Apple per second; 0 for no limit.
+    let rate: Double
+    /// True once the run should stop after the current user (SIGINT/SIGTERM); it then
+    /// reports what it did.
+    let shouldStop: @Sendable () -> Bool
+
+    /// What a run did.
+    struct Report: Sendable {
+        var total = 0
+        /// Exported or linked by this run.
+        var done = 0
+        /// Already done by an earlier run (or a login, for import).
+        var skipped = 0
+        var failed: [(userID: String, reason: String)] = []
+        var interrupted = false
+
+        var failureReasons: [(reason: String, count: Int)] {
+            Dictionary(grouping: failed, by: \.reason).map { ($0.key, $0.value.count) }.sorted { $0.count > $1.count }
+        }
+    }
+
+    /// One line of the transfer file.
+    struct Line: Sendable, Equatable {
+        var userID: UUID
+        var transferSub: String
+
+        var json: String {
+            String(
+                decoding: JSONValue.object(["user_id": .string(userID.lowercasedString), "transfer_sub": .string(transferSub)]).serialized(),
+                as: UTF8.self)
+        }
+
+        init(userID: UUID, transferSub: String) {
+            self.userID = userID
+            self.transferSub = transferSub
+        }
+
+        init?(json text: Substring) {
+            guard let object = try? JSONValue.parseObject(Array(text.utf8)), let id = object["user_id"]?.stringValue,
+                let userID = UUID(canonicalText: id), let transferSub = object["transfer_sub"]?.stringValue, !transferSub.isEmpty,
+                transferSub.utf8.count <= 512
+            else { return nil }
+            self.init(userID: userID, transferSub: transferSub)
+        }
+    }
+
+    struct TransferError: Error, CustomStringConvertible {
+        let description: String
+    }
+
+    // MARK: Export
+
+    /// Exports every identity of this team not yet in `path` (appending to it).
+    func export(recipientTeam: String, to path: String, progress: (Report) -> Void) throws -> Report {
+        guard recipientTeam.count == 10, recipientTeam.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber) }) else {
+            throw TransferError(description: "--recipient-team must be a 10-character Team ID")
+        }
+        guard recipientTeam != teamID else { throw TransferError(description: "the recipient team is this team (\(teamID))") }
+        let (lines, goodLength) = try Self.read(path, tolerateTornTail: true)
+        let done = Set(lines.map(\.userID))
+        let file = try Self.openForAppend(path, truncatingTo: goodLength)
+        defer { try? file.close() }
+
+        var report = Report()
+        report.total = try pool.query(
+            """
+            SELECT count(*) FROM apple_identities i JOIN users u ON u.id = i.user_id
+            WHERE i.team_id = \(teamID) AND i.transferred_at IS NULL AND u.status = 'active'
+            """
+        ).single().decode(Int.self, 0)
+        var token = MigrationToken(apple: apple, clientID: clientID)
+        var pacer = Pacer(rate: rate)
+        var after = UUID(uuid: (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0))
+        var unsynced = 0
+        pages: while true {
+            // Keyset pages in user order, so a long export never holds one huge result.
+            let page = try pool.query(
+                """
+                SELECT i.id, i.user_id, i.sub FROM apple_identities i JOIN users u ON u.id = i.user_id
+                WHERE i.team_id = \(teamID) AND i.transferred_at IS NULL AND u.status = 'active' AND i.user_id > \(after)
+                ORDER BY i.user_id LIMIT 500
+                """)
+            guard !page.isEmpty else { break }
+            for row in page {
+                let identityID = try row.decode(UUID.self, 0)
+                let userID = try row.decode(UUID.self, 1)
+                after = userID
+                if done.contains(userID) {
+                    report.skipped += 1
+                    continue
+                }
+                if shouldStop() {
+                    report.interrupted = true
+                    break pages
+                }
+                pacer.wait()
+                let answer: [String: JSONValue]
+                do {
+                    answer = try token.call { accessToken in
+                        try apple.migrationInfo(
+                            [("sub", try row.decode(String.self, 2)), ("target", recipientTeam)], accessToken: accessToken,
+                            clientID: clientID)
+                    }
+                } catch let error as AppleAPIError {
+                    if case .unavailable = error { throw error }  // stop; a rerun resumes here
+                    report.failed.append((userID.lowercasedString, Self.reason(error)))
+                    continue
+                }
+                guard let transferSub = answer["transfer_sub"]?.stringValue, !transferSub.isEmpty else {
+                    report.failed.append((userID.lowercasedString, "Apple's answer had no transfer_sub"))
+                    continue
+                }
+                try pool.query("UPDATE apple_identities SET transfer_sub = \(transferSub) WHERE id = \(identityID)")
+                try file.write(contentsOf: Array((Line(userID: userID, transferSub: transferSub).json + "\n").utf8))
+                unsynced += 1
+                if unsynced >= 100 {
+                    try file.synchronize()
+                    unsynced = 0
+                }
+                report.done += 1
+                progress(report)
+            }
+        }
+        try file.synchronize()
+        return report
+    }
+
+    // MARK: Import
+
+    /// Links every line of `path` not yet linked to its user under this team.
+    func importFile(_ path: String, progress: (Report) -> Void) throws -> Report {
+        let (lines, _) = try Self.read(path, tolerateTornTail: false)
+        var report = Report()
+        report.total = lines.count
+        var token = MigrationToken(apple: apple, clientID: clientID)
+        var pacer = Pacer(rate: rate)
+        for line in lines {
+            if shouldStop() {
+                report.interrupted = true
+                break
+            }
+            let user = line.userID.lowercasedString
+            if let owner = try pool.query(
+                "SELECT user_id FROM apple_identities WHERE team_id = \(teamID) AND transfer_sub = \(line.transferSub) LIMIT 1"
+            ).first.map({ try $0.decode(UUID.self, 0) }) {
+                if owner == line.userID {
+                    report.skipped += 1
+                } else {
+                    report.failed.append((user, "the transfer_sub is already linked to another user"))
+                }
+                continue
+            }
+            pacer.wait()
+            let answer: [String: JSONValue]
+            do {
+                answer = try token.call { accessToken in
+                    try apple.migrationInfo([("transfer_sub", line.transferSub)], accessToken: accessToken, clientID: clientID)
+                }
+            } catch let error as AppleAPIError {
+                if case .unavailable = error { throw error }
+                report.failed.append((user, Self.reason(error)))
+                continue
+            }
+            guard let sub = answer["sub"]?.stringValue, !sub.isEmpty else {
+                report.failed.append((user, "Apple's answer had no sub"))
+                continue
+            }
+            if let reason = try link(line, sub: sub, email: answer["email"]?.stringValue,
+                                     isPrivateEmail: answer["is_private_email"]?.lenientBoolValue ?? false) {
+                report.failed.append((user, reason))
+            } else {
+                report.done += 1
+            }
+            progress(report)
+        }
+        return report
+    }
+
+    /// Creates the new identity for the user (one transaction); a reason when it cannot.
+    private func link(_ line: Line, sub: String, email: String?, isPrivateEmail: Bool) throws -> String? {
+        try pool.withTransaction { connection -> String? in
+            if let owner = try connection.query(
+                "SELECT user_id FROM apple_identities WHERE team_id = \(teamID) AND sub = \(sub)"
+            ).first.map({ try $0.decode(UUID.self, 0) }) {
+                guard owner == line.userID else { return "the new sub already belongs to another user" }
+                try connection.query(
+                    "UPDATE apple_identities SET transfer_sub = \(line.transferSub) WHERE team_id = \(teamID) AND sub = \(sub)")
+                return nil
+            }
+            if try connection.query("SELECT 1 FROM tombstones WHERE user_id = \(line.userID)").first != nil {
+                return "the user was deleted"
+            }
+            // The same database: the user exists. A recipient with a database of its own
+            // gets the user under the sender's id, so the app's references stay valid.
+            try connection.query("INSERT INTO users (id) VALUES (\(line.userID)) ON CONFLICT (id) DO NOTHING")
+            if try connection.query("SELECT status FROM users WHERE id = \(line.userID)").single().decode(String.self, 0) != "active" {
+                return "the user's deletion is pending"
+            }
+            try connection.query(
+                """
+                INSERT INTO apple_identities (
+                    id, user_id, team_id, sub, client_id, email, email_verified, is_private_email, transfer_sub,
+                    given_name, family_name)
+                SELECT gen_random_uuid(), \(line.userID), \(teamID), \(sub), \(clientID), \(email), \(email != nil),
+                       \(isPrivateEmail), \(line.transferSub), old.given_name, old.family_name
+                FROM (SELECT NULL) AS nothing
+                LEFT JOIN LATERAL (
+                    SELECT given_name, family_name FROM apple_identities
+                    WHERE user_id = \(line.userID) AND team_id <> \(teamID) AND transfer_sub = \(line.transferSub) LIMIT 1
+                ) AS old ON true
+                """)
+            try connection.query(
+                """
+                UPDATE apple_identities SET transferred_at = now()
+                WHERE user_id = \(line.userID) AND team_id <> \(teamID) AND transfer_sub = \(line.transferSub)
+                  AND transferred_at IS NULL
+                """)
+            try connection.query(
+                """
+                SELECT broker_emit_event('identity.linked', \(line.userID),
+                    jsonb_build_object('user_id', \(line.userID)::text, 'client_id', \(clientID)::text, 'reason', 'team_transfer'))
+                """)
+            return nil
+        }
+    }
+
+    // MARK: Helpers
+
+    /// The lines of a transfer file (none if it does not exist) and the length of its
+    /// well-formed part. A torn last line (a crash mid-write) is dropped when tolerated.
+    static func read(_ path: String, tolerateTornTail: Bool) throws -> ([Line], Int) {
+        guard FileManager.default.fileExists(atPath: path) else {
+            if tolerateTornTail { return ([], 0) }
+            throw TransferError(description: "\(path) does not exist")
+        }
+        guard let data = FileManager.default.contents(atPath: path) else { throw TransferError(description: "cannot read \(path)") }
+        let text = String(decoding: data, as: UTF8.self)
+        var lines: [Line] = []
+        var goodLength = 0
+        var offset = 0
+        let rows = text.split(separator: "\n", omittingEmptySubsequences: false)
+        for (number, row) in rows.enumerated() {
+            let isLast = number == rows.count - 1
+            defer { offset += row.utf8.count + 1 }
+            if row.isEmpty { continue }
+            guard let line = Line(json: row), !isLast else {
+                if isLast && tolerateTornTail { break }
+                throw TransferError(description: "\(path):\(number + 1): not a {\"user_id\",\"transfer_sub\"} line")
+            }
+            lines.append(line)
+            goodLength = offset + row.utf8.count + 1
+        }
+        return (lines, goodLength)
+    }
+
+    static func openForAppend(_ path: String, truncatingTo length: Int) throws -> FileHandle {
+        if !FileManager.default.fileExists(atPath: path) {
+            guard FileManager.default.createFile(atPath: path, contents: nil, attributes: [.posixPermissions: 0o600]) else {
+                throw TransferError(description: "cannot create \(path)")
+            }
+        }
+        let file = try FileHandle(forWritingTo: URL(fileURLWithPath: path))
+        try file.truncate(atOffset: UInt64(length))
+        try file.seekToEnd()
+        return file
+    }
+
+    static func reason(_ error: AppleAPIError) -> String {
+        switch error {
+        case .invalidGrant: "Apple answered invalid_grant"
+        case .invalidClient: "Apple refused the client credentials (invalid_client)"
+        case .rejected(let status, let code): "Apple refused it (\(status) \(code ?? "no error code"))"
+        case .unavailable(let reason, _): "Apple unavailable: \(reason)"
+        case .malformedResponse(let reason): "Apple's answer was unreadable: \(reason)"
+        }
+    }
+}
+
+/// The `user.migration` access token, fetched when first needed and again before its hour
+/// runs out or when Apple refuses it.
+struct MigrationToken {
+    let apple: AppleClient
+    let clientID: String
+    private var token: (value: String, fetched: ContinuousClock.Instant)?
+
+    init(apple: AppleClient, clientID: String) {
+        self.apple = apple
+        self.clientID = clientID
+    }
+
+    mutating func call<T>(_ body: (String) throws -> T) throws -> T {
+        if token == nil || ContinuousClock.now - token!.fetched > .seconds(3000) {
+            token = (try apple.migrationAccessToken(clientID: clientID), .now)
+        }
+        do {
+            return try body(token!.value)
+        } catch AppleAPIError.invalidClient {
+            token = (try apple.migrationAccessToken(clientID: clientID), .now)
+            return try body(token!.value)
+        }
+    }
+}
+
+/// Spaces calls `1/rate` seconds apart (no limit for rate 0).
+struct Pacer {
+    let interval: Duration
+    private var next = ContinuousClock.now
+
+    init(rate: Double) { interval = rate > 0 ? .nanoseconds(Int64(1e9 / rate)) : .zero }
+
+    mutating func wait() {
+        guard interval > .zero else { return }
+        let now = ContinuousClock.now
+        if next > now { Thread.sleep(forTimeInterval: (next - now).seconds) }
+        next = max(next, now) + interval
+    }
+}
