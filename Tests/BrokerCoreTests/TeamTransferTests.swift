@@ -97,7 +97,7 @@ struct TeamTransferTests {
         let linkedBefore = try linked()
         let finished = try ChildProcess.run(BrokerExecutable.path, importing + ["--rate", "0"], environment: recipient)
         #expect(finished.status == 0, "\(finished.output)")
-        #expect(finished.output.contains("linked: \(count - linkedBefore)"), "\(finished.output)")
+        #expect(finished.output.contains("migrated: \(count - linkedBefore)"), "\(finished.output)")
         #expect(finished.output.contains("already done before: \(linkedBefore)"), "\(finished.output)")
         #expect(finished.output.contains("failed: 0"))
 

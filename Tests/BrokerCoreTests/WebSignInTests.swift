@@ -130,6 +130,18 @@ struct WebSignInTests {
         #expect(secondAnswer["is_new_user"] as? Bool == false)
     }
 
+    @Test("an over-long name in Apple's user field is dropped; the sign-in still succeeds")
+    func overlongName() throws {
+        let broker = try Self.broker()
+        let form = try startSignIn(broker, sim: [("sim_first_name", String(repeating: "é", count: 200)), ("sim_last_name", "Short")])
+        let back = try Redirect(try post(form, to: broker))
+        let answer = try redeem(try #require(back.query["result_code"], "\(back.query)"), broker).json
+        let user = try broker.get("/v1/users/\(try #require(answer["user_id"] as? String))", key: broker.key([.read])).json
+        let identity = try #require((user["identities"] as? [[String: Any]])?.first)
+        #expect(identity["given_name"] == nil || identity["given_name"] is NSNull)
+        #expect(identity["family_name"] as? String == "Short")
+    }
+
     @Test("a cancelled sign-in goes back to return_to with Apple's error and the app's state")
     func cancel() throws {
         let broker = try Self.broker()

@@ -40,7 +40,7 @@ enum TransferCommands {
             let transfer = TeamTransfer(
                 pool: database.pool, apple: apple, teamID: settings.teamID, clientID: clientID, rate: rate,
                 shouldStop: { stop.isRaised })
-            let verb = subcommand == "export" ? "exported" : "linked"
+            let verb = subcommand == "export" ? "exported" : "migrated"
             var lastPrint = ContinuousClock.now
             let started = ContinuousClock.now
             let progress = { (report: TeamTransfer.Report) in

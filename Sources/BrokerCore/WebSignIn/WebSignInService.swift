@@ -74,12 +74,12 @@ final class WebSignInService: Sendable {
             throw Problem.badRequest(code: "invalid_state", "the callback carries no state")
         }
         // The name first, in the statement that consumes the state: it is sent only once.
-        let user = try? fields["user"].flatMap { try AppleUserField(jsonText: $0) }
-        let name = user?.name
+        // Names over the login's 256-byte bound are dropped rather than failing the sign-in.
+        func bounded(_ text: String?) -> String? { text.flatMap { $0.utf8.count <= 256 && !$0.isEmpty ? $0 : nil } }
+        let sent = fields["user"].flatMap { try? AppleUserField(jsonText: $0) }?.name
+        let name = sent.map { AppleUserField.Name(firstName: bounded($0.firstName), lastName: bounded($0.lastName)) }
         guard
-            let authorization = try store.consume(
-                state: state, givenName: name?.firstName.map { String($0.prefix(256)) },
-                familyName: name?.lastName.map { String($0.prefix(256)) })
+            let authorization = try store.consume(state: state, givenName: name?.firstName, familyName: name?.lastName)
         else {
             throw Problem.badRequest(code: "invalid_state", "the state is unknown, already used or expired")
         }
