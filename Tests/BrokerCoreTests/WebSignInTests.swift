@@ -154,6 +154,13 @@ struct WebSignInTests {
         #expect(back.query["app_state"] == "s-42")
         #expect(back.query["result_code"] == nil)
         #expect(try broker.count("SELECT count(*) FROM apple_identities") == 0)
+
+        // An error Apple does not send is not passed on as is.
+        var forged = try startSignIn(broker, sim: [("sim_cancel", "1")])
+        forged.fields = forged.fields.map { $0.0 == "error" ? ("error", "evil&result_code=x") : $0 }
+        let sanitized = try Redirect(try post(forged, to: broker))
+        #expect(sanitized.query["error"] == "apple_error")
+        #expect(sanitized.query["result_code"] == nil)
     }
 
     @Test("a state is good for one callback: a replayed post is refused and writes nothing more")

@@ -95,21 +95,24 @@ struct TeamTransfer: Sendable {
         ).single().decode(Int.self, 0)
         var token = MigrationToken(apple: apple, clientID: clientID)
         var pacer = Pacer(rate: rate)
-        var after = UUID(uuid: (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0))
+        let zero = UUID(uuid: (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0))
+        var after = (user: zero, identity: zero)
         var unsynced = 0
         pages: while true {
-            // Keyset pages in user order, so a long export never holds one huge result.
+            // Keyset pages in (user, identity) order, so a long export never holds one huge
+            // result and a user's second identity is not lost at a page boundary.
             let page = try pool.query(
                 """
                 SELECT i.id, i.user_id, i.sub FROM apple_identities i JOIN users u ON u.id = i.user_id
-                WHERE i.team_id = \(teamID) AND i.transferred_at IS NULL AND u.status = 'active' AND i.user_id > \(after)
-                ORDER BY i.user_id LIMIT 500
+                WHERE i.team_id = \(teamID) AND i.transferred_at IS NULL AND u.status = 'active'
+                  AND (i.user_id, i.id) > (\(after.user), \(after.identity))
+                ORDER BY i.user_id, i.id LIMIT 500
                 """)
             guard !page.isEmpty else { break }
             for row in page {
                 let identityID = try row.decode(UUID.self, 0)
                 let userID = try row.decode(UUID.self, 1)
-                after = userID
+                after = (userID, identityID)
                 if done.contains(userID) {
                     report.skipped += 1
                     continue

@@ -89,8 +89,9 @@ final class WebSignInService: Sendable {
             return authorization.returnTo + (authorization.returnTo.contains("?") ? "&" : "?") + Self.query(carried)
         }
         if let error = fields["error"] {
-            // Apple's own error (the user cancelled): passed on when it looks like one.
-            let code = error.utf8.count <= 64 && error.allSatisfy({ $0.isLetter || $0 == "_" }) ? error : "apple_error"
+            // Apple's own error (the user cancelled): passed on when it is one Apple sends,
+            // so a forged post cannot invent redirect parameters or metric labels.
+            let code = Self.appleErrors.contains(error) ? error : "apple_error"
             return finish(code, [("error", code)])
         }
         guard let idToken = fields["id_token"], let code = fields["code"], !idToken.isEmpty, !code.isEmpty else {
@@ -128,6 +129,12 @@ final class WebSignInService: Sendable {
         }
         return response
     }
+
+    /// The errors Apple's authorization page reports (OAuth 2.0 §4.1.2.1 and Apple's cancel).
+    static let appleErrors: Set<String> = [
+        "user_cancelled_authorize", "access_denied", "invalid_request", "invalid_client", "invalid_scope",
+        "unsupported_response_type", "unauthorized_client", "server_error", "temporarily_unavailable",
+    ]
 
     /// Login problems that come after the identity token verified: Apple could not exchange the code.
     static let exchangeFailures: Set<String> = [
