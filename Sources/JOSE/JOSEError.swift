@@ -41,8 +41,13 @@ public struct JOSEError: Error, Hashable, Sendable, CustomStringConvertible {
 extension JOSEError {
     /// Parses a strict JSON object, reporting failure as `malformed`.
     static func parsingObject(_ bytes: [UInt8]) throws -> [String: JSONValue] {
+        try parsing { try JSONValue.parseObject(bytes) }
+    }
+
+    /// Runs a strict JSON parse, reporting failure as `malformed`.
+    static func parsing<T>(_ parse: () throws -> T) throws -> T {
         do {
-            return try JSONValue.parseObject(bytes)
+            return try parse()
         } catch let error as JSONParseError {
             throw JOSEError(.malformed, error.reason)
         }

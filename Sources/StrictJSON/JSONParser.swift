@@ -8,11 +8,29 @@ enum JSONParser {
 
     /// The value the text holds; throws `malformed` for anything that is not strict JSON.
     static func parse(_ bytes: [UInt8]) throws -> JSONValue {
+        try scan(bytes) { try $0.value(depth: 0) }
+    }
+
+    /// Checks that the text is one strict JSON object and notes where each member's name
+    /// and value are, building no value (see `JSONObjectView`).
+    static func parseView(_ bytes: [UInt8]) throws -> JSONObjectView {
+        try scan(bytes) { try $0.objectView(of: bytes) }
+    }
+
+    /// The value at `range` of text `parseView` accepted.
+    static func value(in bytes: [UInt8], at range: Range<Int>) throws -> JSONValue {
+        try bytes.withUnsafeBufferPointer { buffer in
+            var scanner = Scanner(bytes: UnsafeBufferPointer(rebasing: buffer[range]))
+            return try scanner.value(depth: 1)
+        }
+    }
+
+    private static func scan<T>(_ bytes: [UInt8], _ read: (inout Scanner) throws -> T) throws -> T {
         // One pass over a buffer pointer: no bounds-checked Array indexing or generic
         // collection code on the path every token verification takes.
         try bytes.withUnsafeBufferPointer { buffer in
             var scanner = Scanner(bytes: buffer)
-            let value = try scanner.value(depth: 0)
+            let value = try read(&scanner)
             scanner.skipWhitespace()
             guard scanner.index == buffer.count else { throw malformed("trailing characters after the JSON value") }
             return value
@@ -84,6 +102,83 @@ enum JSONParser {
                 guard bytes[index] == UInt8(ascii: "}") else { throw malformed("expected ',' or '}'") }
                 index += 1
                 return .object(members)
+            }
+        }
+
+        /// The top-level object of `source` (the bytes this scanner reads) as a view:
+        /// names are compared as bytes and values only checked, not built.
+        mutating func objectView(of source: [UInt8]) throws -> JSONObjectView {
+            skipWhitespace()
+            guard index < bytes.count, bytes[index] == UInt8(ascii: "{") else { throw malformed("not a JSON object") }
+            index += 1
+            var view = JSONObjectView(bytes: source)
+            skipWhitespace()
+            if index < bytes.count, bytes[index] == UInt8(ascii: "}") {
+                index += 1
+                return view
+            }
+            while true {
+                skipWhitespace()
+                guard index < bytes.count, bytes[index] == UInt8(ascii: "\"") else { throw malformed("expected a member name") }
+                let name = try memberName()
+                skipWhitespace()
+                guard index < bytes.count, bytes[index] == UInt8(ascii: ":") else { throw malformed("expected ':'") }
+                index += 1
+                skipWhitespace()
+                let start = index
+                try skipValue()
+                guard view.append(name, value: start..<index) else { throw malformed("duplicate member name") }
+                skipWhitespace()
+                guard index < bytes.count else { throw malformed("unterminated object") }
+                if bytes[index] == UInt8(ascii: ",") {
+                    index += 1
+                    continue
+                }
+                guard bytes[index] == UInt8(ascii: "}") else { throw malformed("expected ',' or '}'") }
+                index += 1
+                return view
+            }
+        }
+
+        /// A member name: the range of its bytes when it is plain ASCII (the usual case),
+        /// otherwise its decoded bytes.
+        private mutating func memberName() throws -> JSONObjectView.Name {
+            let quote = index
+            var cursor = quote + 1
+            while cursor < bytes.count {
+                let byte = bytes[cursor]
+                if byte == UInt8(ascii: "\"") {
+                    index = cursor + 1
+                    return .raw(quote + 1..<cursor)
+                }
+                if byte == UInt8(ascii: "\\") || byte < 0x20 || byte >= 0x80 { break }
+                cursor += 1
+            }
+            index = quote
+            return .decoded(try string())
+        }
+
+        /// Checks one value without building it (strings and numbers, the usual claims);
+        /// nested objects and arrays are parsed, so their names are checked too.
+        private mutating func skipValue() throws {
+            guard index < bytes.count else { throw malformed("unexpected end of JSON") }
+            switch bytes[index] {
+            case UInt8(ascii: "\""):
+                var cursor = index + 1
+                while cursor < bytes.count {
+                    let byte = bytes[cursor]
+                    if byte == UInt8(ascii: "\"") {
+                        index = cursor + 1
+                        return
+                    }
+                    if byte == UInt8(ascii: "\\") || byte < 0x20 || byte >= 0x80 { break }
+                    cursor += 1
+                }
+                _ = try string()  // escapes or non-ASCII: the full check
+            case UInt8(ascii: "-"), UInt8(ascii: "0")...UInt8(ascii: "9"):
+                _ = try number()
+            default:
+                _ = try value(depth: 1)
             }
         }
 

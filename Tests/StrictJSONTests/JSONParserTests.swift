@@ -64,6 +64,35 @@ struct JSONParserTests {
         #expect(throws: JSONParseError.self) { try JSONValue.parseObject(Array("[1]".utf8)) }
     }
 
+    @Test("the object view accepts exactly what parseObject accepts, and reads the same values")
+    func objectView() throws {
+        var cases = [
+            #"{"iss":"https://appleid.apple.com","aud":["a","b"],"exp":1796057647,"email_verified":"true","n":null}"#,
+            #"{"aud":"a","aud":"b"}"#, #"{"aud":"a","\u0061ud":"b"}"#, #"{"\u0061ud":"a"}"#, #"{"x":{"k":1,"k":2}}"#,
+            #"{"é":1,"e\u0301":2}"#, #"{"é":1,"\u00e9":2}"#, #"{"K":1,"\u212a":2}"#, "{\"\u{212A}\":1,\"K\":2}", #"{"s":"\ud83c"}"#, #"{"s":"a\u0000b","t":"\n"}"#,
+            #"{"abcdefgh1":1,"abcdefgh2":2}"#, #"{"abcdefgh1":1,"abcdefgh1":2}"#, #"{"a":01}"#, #"{"a":-0.5e3,"b":[{}]}"#,
+            #"{"a":tru}"#, #"{"a":1,}"#, #"{"a" 1}"#, #"{} x"#, "[1]", #""s""#, "{", "", " { } ",
+            "{\"a\":\"\u{1}\"}", #"{"deep":"# + String(repeating: "[", count: 40) + String(repeating: "]", count: 40) + "}",
+        ]
+        // Over the linear limit of 32 members: distinct names, then one repeated at the end.
+        let many = (0..<40).map { #""m\#($0)":\#($0)"# }
+        cases.append("{" + many.joined(separator: ",") + "}")
+        cases.append("{" + many.joined(separator: ",") + #","m3":0}"#)
+        for text in cases {
+            let bytes = Array(text.utf8)
+            let strict = try? JSONValue.parseObject(bytes)
+            let view = try? JSONValue.parseObjectView(bytes)
+            #expect((strict == nil) == (view == nil), "\(text): parseObject \(strict == nil ? "refused" : "accepted"), view disagrees")
+            guard let strict, let view else { continue }
+            #expect(view.count == strict.count, "\(text)")
+            #expect(view.dictionary == strict, "\(text)")
+            for (name, value) in strict { #expect(view[name] == value, "\(text): \(name)") }
+            #expect(view["absent"] == nil)
+        }
+        // Invalid UTF-8 inside a value the view only skims is still refused.
+        #expect(throws: JSONParseError.self) { try JSONValue.parseObjectView([0x7B, 0x22, 0x61, 0x22, 0x3A, 0x22, 0xC3, 0x28, 0x22, 0x7D]) }
+    }
+
     @Test("serialization is compact, sorted and round-trips through the parser")
     func serialization() throws {
         let value: JSONValue = .object(["b": "x\"y\n\u{1}", "a": .array([.integer(1), .double(0.5), .bool(false), .null])])

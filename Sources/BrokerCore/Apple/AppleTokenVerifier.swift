@@ -33,15 +33,26 @@ public struct AppleTokenVerifier: Sendable {
     /// - Throws: `TokenRejection` (`token_malformed`, `token_signature_invalid`,
     ///   `unknown_key`) or `AppleKeyError.unavailable` when Apple's keys cannot be had.
     public func verify(_ token: String) throws -> [String: JSONValue] {
+        try verify(token) { try $0.claims() }
+    }
+
+    /// The verified claims as a view that builds a claim only when it is read (the
+    /// identity-token check reads a few of them on every login).
+    /// - Throws: as `verify(_:)`.
+    public func verifyView(_ token: String) throws -> JSONObjectView {
+        try verify(token) { try $0.claimsView() }
+    }
+
+    private func verify<Claims>(_ token: String, read: (VerifiedJWS) throws -> Claims) throws -> Claims {
         do {
-            return try verifier.verify(token) { header in
+            return try read(verifier.verify(token) { header in
                 guard let keyID = header.keyID else { throw TokenRejection.malformed("the header has no kid") }
                 do {
                     return try keys.key(id: keyID)
                 } catch AppleKeyError.unknownKey {
                     throw TokenRejection("unknown_key", "Apple publishes no key with this kid")
                 }
-            }.claims()
+            })
         } catch let error as JOSEError {
             switch error.code {
             case .signatureInvalid, .algorithmMismatch, .keyNotFound:

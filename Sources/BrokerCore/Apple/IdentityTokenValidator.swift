@@ -47,7 +47,7 @@ public struct IdentityTokenValidator: Sendable {
     public func validate(_ token: String, rawNonce: String?, clientIDHint: String? = nil, checkAge: Bool = true) throws
         -> AppleIdentity
     {
-        let claims = try verifier.verify(token)
+        let claims = try verifier.verifyView(token)
         guard claims["iss"]?.stringValue == Self.issuer else {
             throw TokenRejection("token_issuer_invalid", "iss must be \(Self.issuer)")
         }
