@@ -5,11 +5,20 @@ import StrictJSON
 
 // libFuzzer target: the request bodies of the HTTP API, read the way the routes read them
 // (strict JSON object, then the login, deletion and webhook-subscription decoders and
-// their bounds). A thrown Problem is the expected answer to bad input; a crash is a bug.
+// their bounds), and the lazy JSONObjectView checked against the strict parser. A thrown
+// Problem is the expected answer to bad input; a crash or a disagreement is a bug.
 
 private let headers = HTTPHeaders([("Content-Type", "application/json")])
 
 runFuzzer { input in
+    // The lazy view that reads identity-token claims must refuse exactly what the strict
+    // parser refuses, and read the same values.
+    let bytes = Array(input)
+    let strict = try? JSONValue.parseObject(bytes)
+    let view = try? JSONValue.parseObjectView(bytes)
+    precondition((strict == nil) == (view == nil), "parseObjectView and parseObject disagree")
+    if let strict, let view { precondition(view.dictionary == strict, "parseObjectView reads other values") }
+
     let request = HTTPRequest(
         method: .post, path: "/fuzz", headers: headers, body: Array(input))
     guard let body = try? request.jsonObject() else { return }
