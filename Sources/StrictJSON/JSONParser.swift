@@ -74,35 +74,17 @@ enum JSONParser {
         }
 
         mutating func object(depth: Int) throws -> JSONValue {
-            index += 1
             var members: [String: JSONValue] = [:]
             members.reserveCapacity(16)
-            skipWhitespace()
-            if index < bytes.count, bytes[index] == UInt8(ascii: "}") {
-                index += 1
-                return .object(members)
-            }
-            while true {
-                skipWhitespace()
-                guard index < bytes.count, bytes[index] == UInt8(ascii: "\"") else { throw malformed("expected a member name") }
-                let name = try string()
-                skipWhitespace()
-                guard index < bytes.count, bytes[index] == UInt8(ascii: ":") else { throw malformed("expected ':'") }
-                index += 1
-                let member = try value(depth: depth + 1)
+            try readMembers { scanner in
+                let name = try scanner.string()
+                try scanner.colon()
+                let member = try scanner.value(depth: depth + 1)
                 guard members.updateValue(member, forKey: name) == nil else {
                     throw malformed("duplicate member name \"\(name)\"")
                 }
-                skipWhitespace()
-                guard index < bytes.count else { throw malformed("unterminated object") }
-                if bytes[index] == UInt8(ascii: ",") {
-                    index += 1
-                    continue
-                }
-                guard bytes[index] == UInt8(ascii: "}") else { throw malformed("expected ',' or '}'") }
-                index += 1
-                return .object(members)
             }
+            return .object(members)
         }
 
         /// The top-level object of `source` (the bytes this scanner reads) as a view:
@@ -110,24 +92,31 @@ enum JSONParser {
         mutating func objectView(of source: [UInt8]) throws -> JSONObjectView {
             skipWhitespace()
             guard index < bytes.count, bytes[index] == UInt8(ascii: "{") else { throw malformed("not a JSON object") }
-            index += 1
             var view = JSONObjectView(bytes: source)
+            try readMembers { scanner in
+                let name = try scanner.memberName()
+                try scanner.colon()
+                scanner.skipWhitespace()
+                let start = scanner.index
+                try scanner.skipValue()
+                guard view.append(name, value: start..<scanner.index) else { throw malformed("duplicate member name") }
+            }
+            return view
+        }
+
+        /// Reads `{ "name": value, … }` from the opening brace, letting `member` read each
+        /// name, the colon and the value.
+        private mutating func readMembers(_ member: (inout Scanner) throws -> Void) throws {
+            index += 1
             skipWhitespace()
             if index < bytes.count, bytes[index] == UInt8(ascii: "}") {
                 index += 1
-                return view
+                return
             }
             while true {
                 skipWhitespace()
                 guard index < bytes.count, bytes[index] == UInt8(ascii: "\"") else { throw malformed("expected a member name") }
-                let name = try memberName()
-                skipWhitespace()
-                guard index < bytes.count, bytes[index] == UInt8(ascii: ":") else { throw malformed("expected ':'") }
-                index += 1
-                skipWhitespace()
-                let start = index
-                try skipValue()
-                guard view.append(name, value: start..<index) else { throw malformed("duplicate member name") }
+                try member(&self)
                 skipWhitespace()
                 guard index < bytes.count else { throw malformed("unterminated object") }
                 if bytes[index] == UInt8(ascii: ",") {
@@ -136,8 +125,14 @@ enum JSONParser {
                 }
                 guard bytes[index] == UInt8(ascii: "}") else { throw malformed("expected ',' or '}'") }
                 index += 1
-                return view
+                return
             }
+        }
+
+        private mutating func colon() throws {
+            skipWhitespace()
+            guard index < bytes.count, bytes[index] == UInt8(ascii: ":") else { throw malformed("expected ':'") }
+            index += 1
         }
 
         /// A member name: the range of its bytes when it is plain ASCII (the usual case),
