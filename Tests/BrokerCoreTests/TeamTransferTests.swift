@@ -53,6 +53,12 @@ struct TeamTransferTests {
         let broker = try TestBroker()
         let count = 1000
         _ = try seedUsers(broker, count: count)
+        // Five of them hold a refresh token of the old team.
+        try broker.pool.query(
+            """
+            INSERT INTO apple_tokens (id, identity_id, user_id, client_id, refresh_token, key_id)
+            SELECT gen_random_uuid(), id, user_id, client_id, '\\x00'::bytea, 'k' FROM apple_identities LIMIT 5
+            """)
         let file = NSTemporaryDirectory() + "abk-transfer-\(UUID().uuidString).jsonl"
         var sender = broker.environment
         sender["BROKER_LOG_LEVEL"] = "error"
@@ -114,6 +120,8 @@ struct TeamTransferTests {
                   AND n.email LIKE '%@privaterelay.appleid.com' AND n.sub <> o.sub
                 """) == count)
         #expect(try broker.count("SELECT count(*) FROM outbox_events WHERE type = 'identity.linked'") == count)
+        // The old team's tokens are retired: the sweep and deletions skip them.
+        #expect(try broker.count("SELECT count(*) FROM apple_tokens WHERE revoked_at IS NOT NULL") == 5)
         let someUser = try #require(parsed.first).userID
         #expect(try broker.get("/v1/users/\(someUser.lowercasedString)/credential-state", key: broker.key([.read])).json["state"] as? String == "authorized")
 

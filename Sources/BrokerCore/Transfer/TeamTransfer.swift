@@ -12,7 +12,7 @@ import StrictJSON
 ///   leaves the database. The file is the progress record: a rerun skips its users.
 /// - **import** (recipient team's credentials): each `transfer_sub` is exchanged for the
 ///   new `sub` and relay e-mail, which become a new identity of the same user; the old
-///   identity is marked transferred. Users already linked (by an earlier run, or by a
+///   identity is marked transferred and its refresh tokens retired. Users already linked (by an earlier run, or by a
 ///   login during the window) are skipped, so a rerun resumes.
 ///
 /// Calls are paced to `rate` per second and blocking: run it on a thread of its own.
@@ -236,6 +236,15 @@ struct TeamTransfer: Sendable {
                     SELECT given_name, family_name FROM apple_identities
                     WHERE user_id = \(line.userID) AND team_id <> \(teamID) AND transfer_sub = \(line.transferSub) LIMIT 1
                 ) AS old ON true
+                """)
+            // The old team's refresh tokens: the new team's credentials can neither refresh
+            // nor revoke them, so the sweep and deletions must leave them alone.
+            try connection.query(
+                """
+                UPDATE apple_tokens SET revoked_at = now()
+                WHERE revoked_at IS NULL AND identity_id IN (
+                    SELECT id FROM apple_identities
+                    WHERE user_id = \(line.userID) AND team_id <> \(teamID) AND transfer_sub = \(line.transferSub))
                 """)
             try connection.query(
                 """
