@@ -2,6 +2,8 @@
 # Everything runs on loopback with the release build, an embedded PostgreSQL in $WORK and
 # the Apple simulator; figures go to stdout and bench-results/*.json.
 set -euo pipefail
+# set -e stops a benchmark at the first failing command; say which one.
+trap 'echo "$(basename "$0"): stopped: \"$BASH_COMMAND\" failed (line $LINENO); logs in $WORK" >&2' ERR
 : "${WORK:=${TMPDIR:-/tmp}/appleid-broker-bench}"
 : "${CONNS:=32}"
 : "${DUR:=15s}"
