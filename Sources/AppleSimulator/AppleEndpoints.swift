@@ -97,15 +97,8 @@ extension AppleSimulator {
 
     /// Parses a form body; Apple refuses anything else (a JSON body gets `invalid_client`).
     func form(_ request: HTTPRequest) throws -> [String: String] {
-        let contentType = request.headers["Content-Type"]?.split(separator: ";").first?.trimmingCharacters(in: .whitespaces)
-        guard contentType?.lowercased() == "application/x-www-form-urlencoded" else {
-            throw AppleError("invalid_client")
-        }
-        var fields: [String: String] = [:]
-        for (name, value) in FormEncoding.decode(String(decoding: request.body, as: UTF8.self)) where fields[name] == nil {
-            fields[name] = value
-        }
-        return fields
+        guard request.mediaType == "application/x-www-form-urlencoded" else { throw AppleError("invalid_client") }
+        return FormEncoding.fields(String(decoding: request.body, as: UTF8.self))
     }
 
     /// Checks `client_id` and `client_secret` as Apple does and returns the client's team.

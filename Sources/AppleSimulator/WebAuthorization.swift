@@ -1,6 +1,7 @@
 import BrokerCrypto
 import Foundation
 import HTTPServer
+import StrictJSON
 import Synchronization
 
 /// `GET /auth/authorize`: Apple's web sign-in page, played without a page. It checks the
@@ -56,14 +57,14 @@ extension AppleSimulator {
         else { return errorPage("server_error", "signing failed") }
         fields = [("code", code)] + (responseTypes.contains("id_token") ? [("id_token", idToken)] : []) + fields
         if firstAuthorization, !scopes.isEmpty {
-            var member: [String: Any] = [:]
+            var member: [String: JSONValue] = [:]
             if scopes.contains("name") {
-                member["name"] = ["firstName": query["sim_first_name"] ?? "Jane", "lastName": query["sim_last_name"] ?? "Appleseed"]
+                member["name"] = .object([
+                    "firstName": .string(query["sim_first_name"] ?? "Jane"), "lastName": .string(query["sim_last_name"] ?? "Appleseed"),
+                ])
             }
-            if scopes.contains("email"), let email = user.email { member["email"] = email }
-            if let data = try? JSONSerialization.data(withJSONObject: member, options: [.sortedKeys]) {
-                fields.append(("user", String(decoding: data, as: UTF8.self)))
-            }
+            if scopes.contains("email"), let email = user.email { member["email"] = .string(email) }
+            fields.append(("user", String(decoding: JSONValue.object(member).serialized(), as: UTF8.self)))
         }
         return formPost(to: redirectURI, fields: fields)
     }

@@ -107,6 +107,13 @@ public enum FormEncoding {
         return output
     }
 
+    /// A form body's fields by name; of a repeated name, the first value counts.
+    public static func fields(_ text: String) -> [String: String] {
+        var fields: [String: String] = [:]
+        for (name, value) in decode(text) where fields[name] == nil { fields[name] = value }
+        return fields
+    }
+
     /// Parses a form body; `+` is a space. Malformed escapes are kept literally.
     public static func decode(_ text: String) -> [(String, String)] {
         text.split(separator: "&", omittingEmptySubsequences: true).map { pair in

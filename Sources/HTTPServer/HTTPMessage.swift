@@ -126,10 +126,16 @@ public struct HTTPRequest: Sendable {
         }
     }
 
+    /// The `Content-Type` without its parameters, lowercased (`application/json`).
+    public var mediaType: String? {
+        headers["Content-Type"].map { $0.split(separator: ";", maxSplits: 1).first.map(String.init) ?? "" }
+            .map { $0.lowercased().filter { $0 != " " } }
+    }
+
     private func requireJSONContentType() throws {
-        guard let value = headers["Content-Type"] else { throw Self.unsupportedMediaType }
-        let mediaType = value.split(separator: ";", maxSplits: 1)[0].lowercased().filter { $0 != " " }
-        guard mediaType == "application/json" || mediaType.hasSuffix("+json") else { throw Self.unsupportedMediaType }
+        guard let mediaType, mediaType == "application/json" || mediaType.hasSuffix("+json") else {
+            throw Self.unsupportedMediaType
+        }
     }
 
     private static let unsupportedMediaType = Problem(

@@ -24,7 +24,7 @@ public struct VerifiedJWS: Sendable {
     /// The payload as a JSON object (JWT claims), with duplicate member names refused.
     /// - Throws: `JOSEError.malformed`.
     public func claims() throws -> [String: JSONValue] {
-        try JOSEError.parsing { try JSONValue.parseObject(payload) }
+        try JOSEError.parsingObject(payload)
     }
 
     /// The payload checked as strictly as `claims()`, its members built only when read:

@@ -28,7 +28,7 @@ public struct JSONObjectView: Sendable {
     private var members: [Member] = []
     /// Every name, once the object is past `linearLimit` members.
     private var nameSet: Set<String>? = nil
-    /// Whether some name is not plain ASCII (then names also compare as Strings).
+    /// Whether some name is not plain ASCII (then names compare as Strings).
     private var hasDecodedName = false
 
     private struct Member: Sendable {
@@ -73,19 +73,15 @@ public struct JSONObjectView: Sendable {
     /// Adds a member; false (and nothing added) when the name is already there.
     mutating func append(_ name: Name, value: Range<Int>) -> Bool {
         let key = withBytes(of: name) { Self.key($0) }
+        if case .decoded = name { hasDecodedName = true }
         if nameSet != nil {
             guard nameSet!.insert(text(of: name)).inserted else { return false }
-        } else {
-            if withBytes(of: name, { index(of: $0, key: key) != nil }) { return false }
-            if case .decoded(let decoded) = name {
-                hasDecodedName = true
-                if members.contains(where: { text(of: $0.name) == decoded }) { return false }
-            } else if hasDecodedName {
-                let plain = text(of: name)
-                if members.contains(where: { if case .decoded(let other) = $0.name { other == plain } else { false } }) {
-                    return false
-                }
-            }
+        } else if hasDecodedName {
+            // Not every name is plain ASCII: compare as Strings, as a dictionary's keys do.
+            let text = text(of: name)
+            if members.contains(where: { self.text(of: $0.name) == text }) { return false }
+        } else if withBytes(of: name, { index(of: $0, key: key) != nil }) {
+            return false
         }
         members.append(Member(name: name, key: key, value: value))
         if nameSet == nil, members.count > Self.linearLimit {

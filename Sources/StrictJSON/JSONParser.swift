@@ -138,19 +138,25 @@ enum JSONParser {
         /// A member name: the range of its bytes when it is plain ASCII (the usual case),
         /// otherwise its decoded bytes.
         private mutating func memberName() throws -> JSONObjectView.Name {
-            let quote = index
-            var cursor = quote + 1
+            if let range = plainString() { return .raw(range) }
+            return .decoded(try string())
+        }
+
+        /// At an opening quote: when the string is printable ASCII without escapes (what
+        /// JWT names and most values are), moves past it and returns its contents' range;
+        /// otherwise stays put and returns nil, for `string()` to check in full.
+        private mutating func plainString() -> Range<Int>? {
+            var cursor = index + 1
             while cursor < bytes.count {
                 let byte = bytes[cursor]
                 if byte == UInt8(ascii: "\"") {
-                    index = cursor + 1
-                    return .raw(quote + 1..<cursor)
+                    defer { index = cursor + 1 }
+                    return index + 1..<cursor
                 }
-                if byte == UInt8(ascii: "\\") || byte < 0x20 || byte >= 0x80 { break }
+                if byte == UInt8(ascii: "\\") || byte < 0x20 || byte >= 0x80 { return nil }
                 cursor += 1
             }
-            index = quote
-            return .decoded(try string())
+            return nil
         }
 
         /// Checks one value without building it (strings and numbers, the usual claims);
@@ -159,17 +165,7 @@ enum JSONParser {
             guard index < bytes.count else { throw malformed("unexpected end of JSON") }
             switch bytes[index] {
             case UInt8(ascii: "\""):
-                var cursor = index + 1
-                while cursor < bytes.count {
-                    let byte = bytes[cursor]
-                    if byte == UInt8(ascii: "\"") {
-                        index = cursor + 1
-                        return
-                    }
-                    if byte == UInt8(ascii: "\\") || byte < 0x20 || byte >= 0x80 { break }
-                    cursor += 1
-                }
-                _ = try string()  // escapes or non-ASCII: the full check
+                if plainString() == nil { _ = try string() }  // escapes or non-ASCII: the full check
             case UInt8(ascii: "-"), UInt8(ascii: "0")...UInt8(ascii: "9"):
                 _ = try number()
             default:

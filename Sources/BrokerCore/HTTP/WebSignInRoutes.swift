@@ -14,18 +14,13 @@ enum WebSignInRoutes {
         }
         router.post("/v1/apple/web/callback") { request in
             try perAddress.check(request.remoteAddress, what: "this address")
-            let mediaType = request.headers["Content-Type"]?.split(separator: ";", maxSplits: 1).first?
-                .trimmingCharacters(in: .whitespaces).lowercased()
-            guard mediaType == "application/x-www-form-urlencoded" else {
+            guard request.mediaType == "application/x-www-form-urlencoded" else {
                 throw Problem(
                     status: 415, code: "unsupported_media_type", title: "Unsupported media type",
                     detail: "Apple posts the callback as application/x-www-form-urlencoded")
             }
-            var fields: [String: String] = [:]
-            for (name, value) in FormEncoding.decode(String(decoding: request.body, as: UTF8.self)) where fields[name] == nil {
-                fields[name] = value
-            }
             // 303: the browser follows a form POST's redirect with a GET.
+            let fields = FormEncoding.fields(String(decoding: request.body, as: UTF8.self))
             return redirect(to: try service.callback(form: fields), status: 303)
         }
         router.post("/v1/apple/web/redeem", keys.protect(.login) { request, _ in

@@ -122,18 +122,11 @@ struct TeamTransfer: Sendable {
                     break pages
                 }
                 pacer.wait()
-                let answer: [String: JSONValue]
-                do {
-                    answer = try token.call { accessToken in
-                        try apple.migrationInfo(
-                            [("sub", try row.decode(String.self, 2)), ("target", recipientTeam)], accessToken: accessToken,
-                            clientID: clientID)
-                    }
-                } catch let error as AppleAPIError {
-                    if case .unavailable = error { throw error }  // stop; a rerun resumes here
-                    report.failed.append((userID.lowercasedString, Self.reason(error)))
-                    continue
-                }
+                guard
+                    let answer = try ask(
+                        [("sub", try row.decode(String.self, 2)), ("target", recipientTeam)], token: &token,
+                        for: userID, report: &report)
+                else { continue }
                 guard let transferSub = answer["transfer_sub"]?.stringValue, !transferSub.isEmpty else {
                     report.failed.append((userID.lowercasedString, "Apple's answer had no transfer_sub"))
                     continue
@@ -179,16 +172,8 @@ struct TeamTransfer: Sendable {
                 continue
             }
             pacer.wait()
-            let answer: [String: JSONValue]
-            do {
-                answer = try token.call { accessToken in
-                    try apple.migrationInfo([("transfer_sub", line.transferSub)], accessToken: accessToken, clientID: clientID)
-                }
-            } catch let error as AppleAPIError {
-                if case .unavailable = error { throw error }
-                report.failed.append((user, Self.reason(error)))
-                continue
-            }
+            guard let answer = try ask([("transfer_sub", line.transferSub)], token: &token, for: line.userID, report: &report)
+            else { continue }
             guard let sub = answer["sub"]?.stringValue, !sub.isEmpty else {
                 report.failed.append((user, "Apple's answer had no sub"))
                 continue
@@ -262,6 +247,20 @@ struct TeamTransfer: Sendable {
     }
 
     // MARK: Helpers
+
+    /// Apple's `/auth/usermigrationinfo` answer for one user, or nil with the reason recorded.
+    /// Apple unreachable after the retries stops the run (a rerun resumes where it stopped).
+    private func ask(
+        _ fields: [(String, String)], token: inout MigrationToken, for userID: UUID, report: inout Report
+    ) throws -> [String: JSONValue]? {
+        do {
+            return try token.call { accessToken in try apple.migrationInfo(fields, accessToken: accessToken, clientID: clientID) }
+        } catch let error as AppleAPIError {
+            if case .unavailable = error { throw error }
+            report.failed.append((userID.lowercasedString, Self.reason(error)))
+            return nil
+        }
+    }
 
     /// The lines of a transfer file (none if it does not exist) and the length of its
     /// well-formed part. A torn last line (a crash mid-write) is dropped when tolerated.
