@@ -221,13 +221,19 @@ public struct JSONObjectReader: Sendable {
 
     private func name(_ key: String) -> String { path.isEmpty ? key : path + "." + key }
 
-    /// A string member; nil when absent or null.
+    /// A string member; nil when absent or null. U+0000 is refused: no text column can
+    /// hold it (PostgreSQL refuses the bind), so it could only end as a 500 further in.
     public func string(_ key: String) throws -> String? {
         switch members[key] {
         case nil, .null?: return nil
-        case .string(let value)?: return value
+        case .string(let value)?: return try checked(value, key)
         default: throw Problem.badRequest("field `\(name(key))` must be a string")
         }
+    }
+
+    private func checked(_ value: String, _ key: String) throws -> String {
+        guard !value.utf8.contains(0) else { throw Problem.badRequest("field `\(name(key))` must not contain U+0000") }
+        return value
     }
 
     /// A required string member.
@@ -269,7 +275,7 @@ public struct JSONObjectReader: Sendable {
         case .array(let values)?:
             let strings = values.compactMap(\.stringValue)
             guard strings.count == values.count else { throw Problem.badRequest("field `\(name(key))` must list strings") }
-            return strings
+            return try strings.map { try checked($0, key) }
         default: throw Problem.badRequest("field `\(name(key))` must be a list of strings")
         }
     }

@@ -126,6 +126,15 @@ struct DeletionTests {
         #expect(try broker.get("/v1/deletions/not-a-uuid", key: broker.key([.compliance])).status == 400)
         #expect(try broker.get("/v1/deletions/\(UUID().lowercasedString)", key: broker.key([.compliance])).status == 404)
         #expect(try broker.get("/v1/deletions?state=bogus", key: broker.key([.compliance])).status == 400)
+        // U+0000 fits no text column; it was a 500 (found by schemathesis), it is a 400.
+        let nul = try requestDeletion(broker, ["apple_sub": "a\u{0}b", "reason": "r", "requested_by": "q"])
+        #expect(nul.status == 400, "\(nul.bodyText)")
+        #expect((nul.json["detail"] as? String)?.contains("apple_sub") == true)
+        let login = try broker.login([
+            "identity_token": try broker.mint().idToken, "user": ["name": ["firstName": "Ada\u{0}", "lastName": "L"]],
+        ])
+        #expect(login.status == 400, "\(login.bodyText)")
+        #expect(try broker.count("SELECT count(*) FROM apple_identities") == 0)
     }
 
     @Test("Apple failing half the revokes with 503 and 429 does not stop any deletion from completing")
