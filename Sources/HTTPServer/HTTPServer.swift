@@ -27,6 +27,11 @@ public final class HTTPServer: Sendable {
         public var connectionTimeoutSeconds: Int = 30
         /// Most simultaneous connections.
         public var connectionLimit: Int = 1024
+        /// libmicrohttpd's per-connection memory: the request line and headers must fit in it
+        /// with room to spare for the response headers. Larger heads get libmicrohttpd's own
+        /// 414 or 431 (plain HTML); the documented query parameters fit with room to spare
+        /// even percent-encoded. The pool is mapped lazily, so idle connections cost little.
+        public var connectionMemoryBytes: Int = 64 * 1024
         /// How long shutdown waits for in-flight requests.
         public var shutdownGracePeriod: Duration = .seconds(10)
         /// PEM private key and certificate chain for HTTPS; nil serves plain HTTP.
@@ -83,7 +88,7 @@ public final class HTTPServer: Sendable {
                 bind_address: raw.baseAddress!.assumingMemoryBound(to: sockaddr.self),
                 thread_pool_size: UInt32(max(1, configuration.workerThreads)),
                 connection_timeout: UInt32(configuration.connectionTimeoutSeconds),
-                connection_memory_limit: 0,
+                connection_memory_limit: configuration.connectionMemoryBytes,
                 connection_limit: UInt32(configuration.connectionLimit),
                 listen_backlog: 1024,
                 handler: serverAccessHandler, handler_cls: context,
