@@ -214,14 +214,24 @@ public final class AsymmetricKey: @unchecked Sendable {
     /// signature check, and building a fresh `EVP_DigestVerify` context each time cost
     /// twice the RSA operation itself.
     public func verifySHA256(signature: some Collection<UInt8>, message: some Collection<UInt8>) -> Bool {
-        let digest = SHA256.hash(message)
+        verifySHA256(signature: signature, digest: SHA256.hash(message))
+    }
+
+    /// `verifySHA256(signature:message:)` for a message already hashed with SHA-256 (a JWS
+    /// verifier hashes the signing input while it still holds the token's bytes).
+    public func verifySHA256(signature: some Collection<UInt8>, digest: [UInt8]) -> Bool {
+        withContiguousBytes(signature) { verifySHA256(signature: $0, digest: digest) }
+    }
+
+    /// Not generic, for the same reason as `SHA256.hash(_: UnsafeBufferPointer<UInt8>)`.
+    public func verifySHA256(signature: UnsafeRawBufferPointer, digest: [UInt8]) -> Bool {
+        guard digest.count == SHA256.byteCount else { return false }
         guard let context = verifyContexts.withLock({ $0.popLast() }) ?? VerifyContext(key: self) else {
             ERR_clear_error()
             return false
         }
-        let result = withContiguousBytes(signature) { sig in
-            EVP_PKEY_verify(context.pointer, sig.baseAddress?.assumingMemoryBound(to: UInt8.self), sig.count, digest, digest.count)
-        }
+        let result = EVP_PKEY_verify(
+            context.pointer, signature.baseAddress?.assumingMemoryBound(to: UInt8.self), signature.count, digest, digest.count)
         if result != 1 { ERR_clear_error() }
         verifyContexts.withLock { contexts in
             if contexts.count < 64 { contexts.append(context) }

@@ -74,46 +74,45 @@ public enum Base64URL {
         let count = input.count
         if count % 4 == 1 { return nil }
         let outputCount = count / 4 * 3 + (count % 4 == 0 ? 0 : count % 4 - 1)
+        guard count > 0, let source = input.baseAddress else { return [] }
         var valid = true
         let output = [UInt8](unsafeUninitializedCapacity: outputCount) { output, initialized in
             values.withUnsafeBufferPointer { table in
+                let table = table.baseAddress!
+                var target = output.baseAddress!
                 var i = 0
-                var o = 0
-                while i + 4 <= count {
-                    let a = table[Int(input[i])], b = table[Int(input[i + 1])]
-                    let c = table[Int(input[i + 2])], d = table[Int(input[i + 3])]
-                    if (a | b | c | d) & 0x80 != 0 {
-                        valid = false
-                        break
-                    }
+                // Invalid characters map to 0xFF: OR every lookup together and test the
+                // high bit once at the end, so the loop has no branch but its own.
+                var invalid: UInt8 = 0
+                let whole = count & ~3
+                while i < whole {
+                    let a = table[Int(source[i])], b = table[Int(source[i + 1])]
+                    let c = table[Int(source[i + 2])], d = table[Int(source[i + 3])]
+                    invalid |= a | b | c | d
                     let value = UInt32(a) << 18 | UInt32(b) << 12 | UInt32(c) << 6 | UInt32(d)
-                    output[o] = UInt8(truncatingIfNeeded: value >> 16)
-                    output[o + 1] = UInt8(truncatingIfNeeded: value >> 8)
-                    output[o + 2] = UInt8(truncatingIfNeeded: value)
+                    target[0] = UInt8(truncatingIfNeeded: value >> 16)
+                    target[1] = UInt8(truncatingIfNeeded: value >> 8)
+                    target[2] = UInt8(truncatingIfNeeded: value)
+                    target += 3
                     i += 4
-                    o += 3
                 }
                 let rest = count - i
-                if valid && rest > 0 {
-                    let a = table[Int(input[i])], b = table[Int(input[i + 1])]
-                    let c = rest == 3 ? table[Int(input[i + 2])] : 0
-                    if (a | b | c) & 0x80 != 0 {
-                        valid = false
+                if rest > 0 {
+                    let a = table[Int(source[i])], b = table[Int(source[i + 1])]
+                    let c = rest == 3 ? table[Int(source[i + 2])] : 0
+                    invalid |= a | b | c
+                    let value = UInt32(a) << 18 | UInt32(b) << 12 | UInt32(c) << 6
+                    target[0] = UInt8(truncatingIfNeeded: value >> 16)
+                    // Leftover bits must be zero (RFC 4648 §3.5 canonical encoding).
+                    if rest == 2 {
+                        if value & 0xFFFF != 0 { valid = false }
                     } else {
-                        let value = UInt32(a) << 18 | UInt32(b) << 12 | UInt32(c) << 6
-                        output[o] = UInt8(truncatingIfNeeded: value >> 16)
-                        o += 1
-                        // Leftover bits must be zero (RFC 4648 §3.5 canonical encoding).
-                        if rest == 2 {
-                            if value & 0xFFFF != 0 { valid = false }
-                        } else {
-                            output[o] = UInt8(truncatingIfNeeded: value >> 8)
-                            o += 1
-                            if value & 0xFF != 0 { valid = false }
-                        }
+                        target[1] = UInt8(truncatingIfNeeded: value >> 8)
+                        if value & 0xFF != 0 { valid = false }
                     }
                 }
-                initialized = valid ? o : 0
+                if invalid & 0x80 != 0 { valid = false }
+                initialized = valid ? outputCount : 0
             }
         }
         return valid ? output : nil

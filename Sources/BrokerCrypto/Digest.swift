@@ -17,11 +17,15 @@ public enum SHA256 {
 
     /// The SHA-256 digest of `bytes`.
     public static func hash(_ bytes: some Collection<UInt8>) -> [UInt8] {
+        withContiguousBytes(bytes) { hash($0.assumingMemoryBound(to: UInt8.self)) }
+    }
+
+    /// The SHA-256 digest of `bytes`; not generic, so a hot caller in another module pays
+    /// no runtime generic-metadata lookup.
+    public static func hash(_ bytes: UnsafeBufferPointer<UInt8>) -> [UInt8] {
         var length: UInt32 = 0
         let output = [UInt8](unsafeUninitializedCapacity: byteCount) { buffer, initialized in
-            let ok = withContiguousBytes(bytes) { input in
-                EVP_Digest(input.baseAddress, input.count, buffer.baseAddress, &length, FetchedAlgorithms.sha256, nil)
-            }
+            let ok = EVP_Digest(bytes.baseAddress, bytes.count, buffer.baseAddress, &length, FetchedAlgorithms.sha256, nil)
             precondition(ok == 1 && length == 32, "EVP_Digest(SHA-256) failed")
             initialized = byteCount
         }

@@ -104,55 +104,55 @@ public struct JWSVerifier: Sendable {
         guard algorithm.rawValue == parts.header.algorithm else {
             throw JOSEError(.algorithmMismatch, "header alg \(parts.header.algorithm) does not match the key's \(algorithm.rawValue)")
         }
-        guard algorithm.verify(signature: parts.signature, signingInput: parts.signingInput, key: key.key) else {
+        guard algorithm.verify(signature: parts.signature, digest: parts.signingInputDigest, key: key.key) else {
             throw JOSEError(.signatureInvalid, "the signature does not verify")
         }
         return VerifiedJWS(header: parts.header, payload: parts.payload, keyID: key.keyID)
     }
 
-    /// The decoded pieces of a compact JWS.
+    /// The decoded pieces of a compact JWS, and the SHA-256 of its signing input.
     struct Parts {
         let header: JWSHeader
         let payload: [UInt8]
         let signature: [UInt8]
-        let signingInput: ArraySlice<UInt8>
+        let signingInputDigest: [UInt8]
 
         init(_ token: String, maximumBytes: Int, headers: JWSHeaderCache? = nil) throws {
-            let utf8 = Array(token.utf8)
-            guard utf8.count <= maximumBytes else {
+            guard token.utf8.count <= maximumBytes else {
                 throw JOSEError(.tooLarge, "the token exceeds \(maximumBytes) bytes")
             }
-            guard let firstDot = Self.dot(in: utf8, from: 0), let secondDot = Self.dot(in: utf8, from: firstDot + 1),
-                Self.dot(in: utf8, from: secondDot + 1) == nil
-            else { throw JOSEError(.malformed, "a compact JWS has three dot-separated parts") }
-            guard firstDot > 0 else { throw JOSEError(.malformed, "the header is empty") }
-            guard let payload = Base64URL.decode(utf8: utf8[(firstDot + 1)..<secondDot]),
-                let signature = Base64URL.decode(utf8: utf8[(secondDot + 1)...])
-            else { throw JOSEError(.malformed, "a part is not canonical unpadded base64url") }
-            let encodedHeader = utf8[..<firstDot]
-            if let known = headers?.header(for: encodedHeader) {
-                header = known
-            } else {
-                header = try Self.header(encodedHeader)
-                headers?.remember(header, for: encodedHeader)
+            // The token's own UTF-8 storage, not a copy: this runs for every login.
+            var token = token
+            (header, payload, signature, signingInputDigest) = try token.withUTF8 { utf8 in
+                guard let firstDot = Self.dot(in: utf8, from: 0), let secondDot = Self.dot(in: utf8, from: firstDot + 1),
+                    Self.dot(in: utf8, from: secondDot + 1) == nil
+                else { throw JOSEError(.malformed, "a compact JWS has three dot-separated parts") }
+                guard firstDot > 0 else { throw JOSEError(.malformed, "the header is empty") }
+                guard let payload = Base64URL.decode(buffer: UnsafeBufferPointer(rebasing: utf8[(firstDot + 1)..<secondDot])),
+                    let signature = Base64URL.decode(buffer: UnsafeBufferPointer(rebasing: utf8[(secondDot + 1)...]))
+                else { throw JOSEError(.malformed, "a part is not canonical unpadded base64url") }
+                let encodedHeader = UnsafeBufferPointer(rebasing: utf8[..<firstDot])
+                let header: JWSHeader
+                if let known = headers?.header(for: encodedHeader) {
+                    header = known
+                } else {
+                    header = try Self.header(encodedHeader)
+                    headers?.remember(header, for: encodedHeader)
+                }
+                return (header, payload, signature, SHA256.hash(UnsafeBufferPointer(rebasing: utf8[..<secondDot])))
             }
-            self.payload = payload
-            self.signature = signature
-            signingInput = utf8[..<secondDot]
         }
 
         /// The index of the next "." at or after `start` (memchr: a token is ~1 KB to scan).
-        private static func dot(in bytes: [UInt8], from start: Int) -> Int? {
-            bytes.withUnsafeBufferPointer { buffer in
-                guard start < buffer.count, let base = buffer.baseAddress,
-                    let found = memchr(base + start, Int32(UInt8(ascii: ".")), buffer.count - start)
-                else { return nil }
-                return UnsafeRawPointer(found) - UnsafeRawPointer(base)
-            }
+        private static func dot(in buffer: UnsafeBufferPointer<UInt8>, from start: Int) -> Int? {
+            guard start < buffer.count, let base = buffer.baseAddress,
+                let found = memchr(base + start, Int32(UInt8(ascii: ".")), buffer.count - start)
+            else { return nil }
+            return UnsafeRawPointer(found) - UnsafeRawPointer(base)
         }
 
-        static func header(_ encoded: ArraySlice<UInt8>) throws -> JWSHeader {
-            guard let bytes = Base64URL.decode(utf8: encoded) else {
+        static func header(_ encoded: UnsafeBufferPointer<UInt8>) throws -> JWSHeader {
+            guard let bytes = Base64URL.decode(buffer: encoded) else {
                 throw JOSEError(.malformed, "a part is not canonical unpadded base64url")
             }
             let members = try JOSEError.parsingObject(bytes)
@@ -180,18 +180,16 @@ final class JWSHeaderCache: Sendable {
     }
     private let entries = Mutex<(items: [Entry], next: Int)>(([], 0))
 
-    func header(for encoded: ArraySlice<UInt8>) -> JWSHeader? {
+    func header(for candidate: UnsafeBufferPointer<UInt8>) -> JWSHeader? {
         entries.withLock { state in
-            encoded.withUnsafeBytes { candidate in
-                state.items.first { entry in
-                    entry.encoded.count == candidate.count
-                        && entry.encoded.withUnsafeBytes { memcmp($0.baseAddress!, candidate.baseAddress!, candidate.count) == 0 }
-                }?.header
-            }
+            state.items.first { entry in
+                entry.encoded.count == candidate.count
+                    && entry.encoded.withUnsafeBytes { memcmp($0.baseAddress!, candidate.baseAddress!, candidate.count) == 0 }
+            }?.header
         }
     }
 
-    func remember(_ header: JWSHeader, for encoded: ArraySlice<UInt8>) {
+    func remember(_ header: JWSHeader, for encoded: UnsafeBufferPointer<UInt8>) {
         guard encoded.count <= Self.maximumEncodedBytes else { return }
         entries.withLock { state in
             let entry = Entry(encoded: Array(encoded), header: header)

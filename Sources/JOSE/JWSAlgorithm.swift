@@ -29,12 +29,17 @@ public enum JWSAlgorithm: String, Sendable, CaseIterable {
     /// Verifies a JWS signature. ES256 signatures must be exactly 64 bytes (RFC 7518 §3.4);
     /// they are converted to DER for OpenSSL, which checks 0 < r, s < n.
     public func verify(signature: [UInt8], signingInput: some Collection<UInt8>, key: AsymmetricKey) -> Bool {
+        verify(signature: signature, digest: SHA256.hash(signingInput), key: key)
+    }
+
+    /// `verify(signature:signingInput:key:)` with the signing input's SHA-256 digest.
+    func verify(signature: [UInt8], digest: [UInt8], key: AsymmetricKey) -> Bool {
         switch (self, key.kind) {
         case (.rs256, .rsa):
-            return key.verifySHA256(signature: signature, message: signingInput)
+            return signature.withUnsafeBytes { key.verifySHA256(signature: $0, digest: digest) }
         case (.es256, .ecP256):
             guard signature.count == 64, let der = try? ECDSASignature.der(fromRaw: signature) else { return false }
-            return key.verifySHA256(signature: der, message: signingInput)
+            return der.withUnsafeBytes { key.verifySHA256(signature: $0, digest: digest) }
         default:
             return false
         }
