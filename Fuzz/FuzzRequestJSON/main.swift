@@ -17,7 +17,18 @@ runFuzzer { input in
     let strict = try? JSONValue.parseObject(bytes)
     let view = try? JSONValue.parseObjectView(bytes)
     precondition((strict == nil) == (view == nil), "parseObjectView and parseObject disagree")
-    if let strict, let view { precondition(view.dictionary == strict, "parseObjectView reads other values") }
+    if let strict, let view {
+        precondition(view.dictionary == strict, "parseObjectView reads other values")
+        // The byte-comparing string check must agree with comparing built Strings.
+        let strings = Array(strict.values.compactMap(\.stringValue).prefix(3)) + ["https://appleid.apple.com", "K"]
+        for name in strict.keys {
+            for expected in strings {
+                precondition(
+                    view.isString(name, equalTo: expected) == (strict[name]?.stringValue == expected),
+                    "isString disagrees with String ==")
+            }
+        }
+    }
 
     let request = HTTPRequest(
         method: .post, path: "/fuzz", headers: headers, body: Array(input))

@@ -12,6 +12,20 @@ public struct JWSHeader: Sendable {
     public let type: String?
     /// Every member, for callers that need more.
     public let members: [String: JSONValue]
+    /// `algorithm` when it names one this library knows; read once with the header, which
+    /// the verifier's cache keeps, rather than on every token.
+    let knownAlgorithm: JWSAlgorithm?
+    /// Whether the header has `crit` (refused: no extension is implemented).
+    let hasCritical: Bool
+
+    init(algorithm: String, keyID: String?, type: String?, members: [String: JSONValue]) {
+        self.algorithm = algorithm
+        self.keyID = keyID
+        self.type = type
+        self.members = members
+        knownAlgorithm = JWSAlgorithm(rawValue: algorithm)
+        hasCritical = members["crit"] != nil
+    }
 }
 
 /// A JWS whose signature has been verified: its header and payload can be trusted.
@@ -89,10 +103,10 @@ public struct JWSVerifier: Sendable {
     }
 
     private func check(_ header: JWSHeader) throws {
-        guard header.members["crit"] == nil else {
+        guard !header.hasCritical else {
             throw JOSEError(.unsupportedCritical, "critical header extensions are not supported")
         }
-        guard let algorithm = JWSAlgorithm(rawValue: header.algorithm), allowedAlgorithms.contains(algorithm) else {
+        guard let algorithm = header.knownAlgorithm, allowedAlgorithms.contains(algorithm) else {
             throw JOSEError(.unsupportedAlgorithm, "algorithm \(header.algorithm) is not accepted")
         }
     }
@@ -101,7 +115,7 @@ public struct JWSVerifier: Sendable {
         guard let algorithm = key.algorithm, allowedAlgorithms.contains(algorithm) else {
             throw JOSEError(.keyNotFound, "the key has no accepted algorithm")
         }
-        guard algorithm.rawValue == parts.header.algorithm else {
+        guard algorithm == parts.header.knownAlgorithm else {
             throw JOSEError(.algorithmMismatch, "header alg \(parts.header.algorithm) does not match the key's \(algorithm.rawValue)")
         }
         guard algorithm.verify(signature: parts.signature, digest: parts.signingInputDigest, key: key.key) else {

@@ -61,6 +61,29 @@ public struct JSONObjectView: Sendable {
         return try? JSONParser.value(in: bytes, at: members[found].value)
     }
 
+    /// `self[name]?.stringValue == expected`, without building a String when both are
+    /// plain ASCII (then `==`'s canonical equivalence is byte equality) and the value has
+    /// no escape.
+    public func isString(_ name: String, equalTo expected: String) -> Bool {
+        var name = name
+        guard let found = name.withUTF8({ index(of: $0, key: Self.key($0)) }) else { return false }
+        let range = members[found].value
+        var expected = expected
+        let plain = bytes.withUnsafeBufferPointer { buffer in
+            expected.withUTF8 { wanted -> Bool? in
+                let value = UnsafeBufferPointer(rebasing: buffer[range])
+                guard value.count >= 2, value[0] == UInt8(ascii: "\""),
+                    !value.contains(where: { $0 == UInt8(ascii: "\\") || $0 >= 0x80 }),
+                    !wanted.contains(where: { $0 >= 0x80 })
+                else { return nil }  // not a string, escapes or non-ASCII: the general path
+                return value.count - 2 == wanted.count
+                    && (wanted.isEmpty || memcmp(value.baseAddress! + 1, wanted.baseAddress!, wanted.count) == 0)
+            }
+        }
+        if let plain { return plain }
+        return self[name]?.stringValue == expected
+    }
+
     /// Every member, built (for callers that need the whole object).
     public var dictionary: [String: JSONValue] {
         var members: [String: JSONValue] = [:]
@@ -70,22 +93,30 @@ public struct JSONObjectView: Sendable {
         return members
     }
 
-    /// Adds a member; false (and nothing added) when the name is already there.
-    mutating func append(_ name: Name, value: Range<Int>) -> Bool {
-        let key = withBytes(of: name) { Self.key($0) }
-        if case .decoded = name { hasDecodedName = true }
+    /// Adds a member; false (and nothing added) when the name is already there. `source` is
+    /// the scanner's buffer over `bytes`: a raw name is read from it without another
+    /// closure over the array (this runs for every claim of every token).
+    mutating func append(_ name: Name, in source: UnsafeBufferPointer<UInt8>, value: Range<Int>) -> Bool {
+        let key: UInt64
+        switch name {
+        case .raw(let range):
+            let bytes = UnsafeBufferPointer(rebasing: source[range])
+            key = Self.key(bytes)
+            if nameSet == nil, !hasDecodedName, index(of: bytes, key: key) != nil { return false }
+        case .decoded:
+            key = withBytes(of: name) { Self.key($0) }
+            hasDecodedName = true
+        }
         if nameSet != nil {
-            guard nameSet!.insert(text(of: name)).inserted else { return false }
+            guard nameSet!.insert(self.text(of: name)).inserted else { return false }
         } else if hasDecodedName {
             // Not every name is plain ASCII: compare as Strings, as a dictionary's keys do.
-            let text = text(of: name)
+            let text = self.text(of: name)
             if members.contains(where: { self.text(of: $0.name) == text }) { return false }
-        } else if withBytes(of: name, { index(of: $0, key: key) != nil }) {
-            return false
         }
         members.append(Member(name: name, key: key, value: value))
         if nameSet == nil, members.count > Self.linearLimit {
-            nameSet = Set(members.map { text(of: $0.name) })
+            nameSet = Set(members.map { self.text(of: $0.name) })
         }
         return true
     }

@@ -99,7 +99,7 @@ enum JSONParser {
                 scanner.skipWhitespace()
                 let start = scanner.index
                 try scanner.skipValue()
-                guard view.append(name, value: start..<scanner.index) else { throw malformed("duplicate member name") }
+                guard view.append(name, in: scanner.bytes, value: start..<scanner.index) else { throw malformed("duplicate member name") }
             }
             return view
         }

@@ -93,6 +93,23 @@ struct JSONParserTests {
         #expect(throws: JSONParseError.self) { try JSONValue.parseObjectView([0x7B, 0x22, 0x61, 0x22, 0x3A, 0x22, 0xC3, 0x28, 0x22, 0x7D]) }
     }
 
+    @Test("isString(_:equalTo:) answers as comparing the built String does, escapes and canonical equivalence included")
+    func viewStringComparison() throws {
+        let text = #"{"plain":"https://appleid.apple.com","escaped":"https:\/\/appleid.apple.com","n":1,"#
+            + #""kelvin":"\#u{212A}","e":"","nul":"a\u0000"}"#
+        let view = try JSONValue.parseObjectView(Array(text.utf8))
+        let expectations = ["https://appleid.apple.com", "https://appleid.apple.co", "K", "\u{212A}", "", "1", "a\u{0}"]
+        for name in ["plain", "escaped", "n", "kelvin", "e", "nul", "absent"] {
+            for expected in expectations {
+                #expect(view.isString(name, equalTo: expected) == (view[name]?.stringValue == expected), "\(name) vs \(expected)")
+            }
+        }
+        #expect(view.isString("plain", equalTo: "https://appleid.apple.com"))
+        #expect(view.isString("escaped", equalTo: "https://appleid.apple.com"))
+        #expect(view.isString("kelvin", equalTo: "K"))  // U+212A is canonically K, as String == says
+        #expect(!view.isString("n", equalTo: "1"))
+    }
+
     @Test("serialization is compact, sorted and round-trips through the parser")
     func serialization() throws {
         let value: JSONValue = .object(["b": "x\"y\n\u{1}", "a": .array([.integer(1), .double(0.5), .bool(false), .null])])

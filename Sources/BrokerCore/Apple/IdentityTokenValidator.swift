@@ -48,7 +48,7 @@ public struct IdentityTokenValidator: Sendable {
         -> AppleIdentity
     {
         let claims = try verifier.verifyView(token)
-        guard claims["iss"]?.stringValue == Self.issuer else {
+        guard claims.isString("iss", equalTo: Self.issuer) else {
             throw TokenRejection("token_issuer_invalid", "iss must be \(Self.issuer)")
         }
         func accepts(_ audience: String) -> Bool {
