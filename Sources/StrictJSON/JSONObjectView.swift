@@ -129,15 +129,19 @@ public struct JSONObjectView: Sendable {
     }
 
     private func index(of name: UnsafeBufferPointer<UInt8>, key: UInt64) -> Int? {
-        for position in members.indices where members[position].key == key {
-            // Equal keys mean equal lengths and first seven bytes; compare the rest.
-            if name.count <= 7
-                || withBytes(of: members[position].name, { memcmp($0.baseAddress!, name.baseAddress!, name.count) == 0 })
-            {
-                return position
+        // Through a buffer pointer: indexing the array would copy each Member (and retain
+        // its name) only to read the key, and this runs for every member of every token.
+        members.withUnsafeBufferPointer { members in
+            for position in members.indices where members[position].key == key {
+                // Equal keys mean equal lengths and first seven bytes; compare the rest.
+                if name.count <= 7
+                    || withBytes(of: members[position].name, { memcmp($0.baseAddress!, name.baseAddress!, name.count) == 0 })
+                {
+                    return position
+                }
             }
+            return nil
         }
-        return nil
     }
 
     private func withBytes<T>(of name: Name, _ body: (UnsafeBufferPointer<UInt8>) throws -> T) rethrows -> T {

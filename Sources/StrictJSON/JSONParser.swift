@@ -167,7 +167,7 @@ enum JSONParser {
             case UInt8(ascii: "\""):
                 if plainString() == nil { _ = try string() }  // escapes or non-ASCII: the full check
             case UInt8(ascii: "-"), UInt8(ascii: "0")...UInt8(ascii: "9"):
-                _ = try number()
+                _ = try scanNumber()
             default:
                 _ = try value(depth: 1)
             }
@@ -298,39 +298,52 @@ enum JSONParser {
 
         mutating func number() throws -> JSONValue {
             let start = index
-            if index < bytes.count, bytes[index] == UInt8(ascii: "-") { index += 1 }
-            func digits() -> Int {
-                let from = index
-                while index < bytes.count, (48...57).contains(bytes[index]) { index += 1 }
-                return index - from
-            }
-            let integerDigits = digits()
-            guard integerDigits > 0 else { throw malformed("invalid value") }
-            if integerDigits > 1, bytes[start + (bytes[start] == UInt8(ascii: "-") ? 1 : 0)] == UInt8(ascii: "0") {
-                throw malformed("leading zero in number")
-            }
-            if index < bytes.count, bytes[index] == UInt8(ascii: ".") {
-                index += 1
-                guard digits() > 0 else { throw malformed("invalid number") }
-            }
-            var isInteger = true
-            if index < bytes.count, bytes[index] == UInt8(ascii: "e") || bytes[index] == UInt8(ascii: "E") {
-                isInteger = false
-                index += 1
-                if index < bytes.count, bytes[index] == UInt8(ascii: "+") || bytes[index] == UInt8(ascii: "-") { index += 1 }
-                guard digits() > 0 else { throw malformed("invalid number") }
-            }
-            let digitsStart = start + (bytes[start] == UInt8(ascii: "-") ? 1 : 0)
-            if isInteger, index - start == integerDigits + (digitsStart - start), integerDigits <= 18 {
+            let scanned = try scanNumber()
+            let negative = scanned.digitsStart > start
+            if scanned.isPlainInteger, index - scanned.digitsStart <= 18 {
                 // A plain integer of up to 18 digits cannot overflow Int64: accumulate it directly.
                 var magnitude: Int64 = 0
-                for position in digitsStart..<index { magnitude = magnitude * 10 + Int64(bytes[position] &- 48) }
-                return .integer(digitsStart > start ? -magnitude : magnitude)
+                for position in scanned.digitsStart..<index { magnitude = magnitude * 10 + Int64(bytes[position] &- 48) }
+                return .integer(negative ? -magnitude : magnitude)
             }
             let text = String(decoding: UnsafeBufferPointer(rebasing: bytes[start..<index]), as: UTF8.self)
-            if isInteger && !text.contains("."), let integer = Int64(text) { return .integer(integer) }
+            if scanned.isInteger && !text.contains("."), let integer = Int64(text) { return .integer(integer) }
             guard let double = Double(text), double.isFinite else { throw malformed("number out of range") }
             return .double(double)
+        }
+
+        /// Moves past a number, checking RFC 8259 §6's grammar
+        /// (`-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?`) without building it: what
+        /// `skipValue` needs for every numeric claim, and what `number` builds from.
+        mutating func scanNumber() throws -> (digitsStart: Int, isPlainInteger: Bool, isInteger: Bool) {
+            let count = bytes.count
+            var cursor = index
+            if cursor < count, bytes[cursor] == UInt8(ascii: "-") { cursor += 1 }
+            let digitsStart = cursor
+            while cursor < count, bytes[cursor] &- 48 < 10 { cursor += 1 }
+            let integerDigits = cursor - digitsStart
+            guard integerDigits > 0 else { throw malformed("invalid value") }
+            if integerDigits > 1, bytes[digitsStart] == UInt8(ascii: "0") { throw malformed("leading zero in number") }
+            var isPlainInteger = true
+            var isInteger = true
+            if cursor < count, bytes[cursor] == UInt8(ascii: ".") {
+                isPlainInteger = false
+                cursor += 1
+                let from = cursor
+                while cursor < count, bytes[cursor] &- 48 < 10 { cursor += 1 }
+                guard cursor > from else { throw malformed("invalid number") }
+            }
+            if cursor < count, bytes[cursor] == UInt8(ascii: "e") || bytes[cursor] == UInt8(ascii: "E") {
+                isPlainInteger = false
+                isInteger = false
+                cursor += 1
+                if cursor < count, bytes[cursor] == UInt8(ascii: "+") || bytes[cursor] == UInt8(ascii: "-") { cursor += 1 }
+                let from = cursor
+                while cursor < count, bytes[cursor] &- 48 < 10 { cursor += 1 }
+                guard cursor > from else { throw malformed("invalid number") }
+            }
+            index = cursor
+            return (digitsStart, isPlainInteger, isInteger)
         }
     }
 }
