@@ -202,6 +202,10 @@ struct WebSignInTests {
         #expect(back.query["error"] == "apple_unavailable")
         #expect(try broker.count("SELECT count(*) FROM apple_identities WHERE given_name = 'Grace' AND client_id = 'com.example.web'") == 1)
         #expect(try broker.count("SELECT count(*) FROM web_authorizations WHERE apple_sub IS NOT NULL") == 1)
+        // One sign-in, one outcome: saving the user afterwards is not a second login.
+        let metrics = try broker.get("/metrics").bodyText
+        #expect(metrics.contains(#"login_requests_total{outcome="apple_unavailable"} 1"#))
+        #expect(!metrics.contains(#"login_requests_total{outcome="success"}"#), "\(metrics)")
     }
 
     @Test("only return_to URLs registered for the client id are accepted: no open redirect")

@@ -59,6 +59,16 @@ public final class LoginService: Sendable {
         }
     }
 
+    /// Saves the verified user of a sign-in whose code exchange already failed (and was
+    /// counted as that failure): the web callback keeps the name Apple sends only once.
+    /// Not counted in `login_requests_total`, so one sign-in is one outcome.
+    func keepUserAfterFailedExchange(_ request: LoginRequest) throws -> LoginResponse {
+        var request = request
+        request.authorizationCode = nil
+        request.redirectURI = nil
+        return try perform(request)
+    }
+
     private func perform(_ request: LoginRequest) throws -> LoginResponse {
         try request.validate()
         let identity: AppleIdentity

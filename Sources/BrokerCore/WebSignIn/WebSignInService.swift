@@ -109,9 +109,9 @@ final class WebSignInService: Sendable {
             if Self.exchangeFailures.contains(problem.code) {
                 // The token verified but the code could not be exchanged: still keep the user
                 // and the name Apple will not send again; the app can simply retry.
-                request.authorizationCode = nil
-                request.redirectURI = nil
-                if let saved = try? login.login(request) { try? store.recordSub(state: state, sub: saved.appleSub) }
+                if let saved = try? login.keepUserAfterFailedExchange(request) {
+                    try? store.recordSub(state: state, sub: saved.appleSub)
+                }
             }
             return finish(problem.code, [("error", problem.code)])
         }
