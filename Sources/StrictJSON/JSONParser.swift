@@ -167,7 +167,14 @@ enum JSONParser {
             case UInt8(ascii: "\""):
                 if plainString() == nil { _ = try string() }  // escapes or non-ASCII: the full check
             case UInt8(ascii: "-"), UInt8(ascii: "0")...UInt8(ascii: "9"):
-                _ = try scanNumber()
+                let start = index
+                let scanned = try scanNumber()
+                if !scanned.isPlainInteger || index - scanned.digitsStart > 18 {
+                    // Fractions, exponents and long integers may be out of range (5e322),
+                    // which only building them finds; short plain integers cannot be.
+                    index = start
+                    _ = try number()
+                }
             default:
                 _ = try value(depth: 1)
             }

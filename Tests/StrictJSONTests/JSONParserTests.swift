@@ -74,6 +74,11 @@ struct JSONParserTests {
             #"{"a":tru}"#, #"{"a":1,}"#, #"{"a" 1}"#, #"{} x"#, "[1]", #""s""#, "{", "", " { } ",
             "{\"a\":\"\u{1}\"}", #"{"deep":"# + String(repeating: "[", count: 40) + String(repeating: "]", count: 40) + "}",
         ]
+        // Numbers the view skips must be refused exactly when building them fails (found by
+        // fuzz-request-json: the view once accepted 5.0e322, which is no finite Double).
+        cases += [#"{"a":5.0e322}"#, #"{"a":-1e309}"#, #"{"a":1e308}"#, #"{"a":0.5}"#, #"{"a":-0}"#,
+                  #"{"a":123456789012345678901234567890}"#, "{\"a\":1" + String(repeating: "0", count: 400) + "}",
+                  #"{"a":999999999999999999}"#, #"{"a":-9223372036854775808}"#]
         // Over the linear limit of 32 members: distinct names, then one repeated at the end.
         let many = (0..<40).map { #""m\#($0)":\#($0)"# }
         cases.append("{" + many.joined(separator: ",") + "}")
