@@ -22,6 +22,7 @@ runFuzzer { input in
         // The byte-comparing string check must agree with comparing built Strings.
         let strings = Array(strict.values.compactMap(\.stringValue).prefix(3)) + ["https://appleid.apple.com", "K"]
         for name in strict.keys {
+            precondition(view[name] == strict[name], "the view finds another member than the dictionary")
             for expected in strings {
                 precondition(
                     view.isString(name, equalTo: expected) == (strict[name]?.stringValue == expected),

@@ -214,16 +214,12 @@ public final class AsymmetricKey: @unchecked Sendable {
     /// signature check, and building a fresh `EVP_DigestVerify` context each time cost
     /// twice the RSA operation itself.
     public func verifySHA256(signature: some Collection<UInt8>, message: some Collection<UInt8>) -> Bool {
-        verifySHA256(signature: signature, digest: SHA256.hash(message))
+        withContiguousBytes(signature) { verifySHA256(signature: $0, digest: SHA256.hash(message)) }
     }
 
     /// `verifySHA256(signature:message:)` for a message already hashed with SHA-256 (a JWS
-    /// verifier hashes the signing input while it still holds the token's bytes).
-    public func verifySHA256(signature: some Collection<UInt8>, digest: [UInt8]) -> Bool {
-        withContiguousBytes(signature) { verifySHA256(signature: $0, digest: digest) }
-    }
-
-    /// Not generic, for the same reason as `SHA256.hash(_: UnsafeBufferPointer<UInt8>)`.
+    /// verifier hashes the signing input while it still holds the token's bytes). Not
+    /// generic, for the same reason as `SHA256.hash(_: UnsafeBufferPointer<UInt8>)`.
     public func verifySHA256(signature: UnsafeRawBufferPointer, digest: [UInt8]) -> Bool {
         guard digest.count == SHA256.byteCount else { return false }
         guard let context = verifyContexts.withLock({ $0.popLast() }) ?? VerifyContext(key: self) else {

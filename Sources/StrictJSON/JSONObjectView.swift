@@ -54,9 +54,7 @@ public struct JSONObjectView: Sendable {
 
     /// The member's value, or nil when the object has no member of that name.
     public subscript(name: String) -> JSONValue? {
-        var name = name
-        let found = name.withUTF8 { index(of: $0, key: Self.key($0)) }
-        guard let found else { return nil }
+        guard let found = position(of: name) else { return nil }
         // The text was checked when the view was made, so this cannot fail.
         return try? JSONParser.value(in: bytes, at: members[found].value)
     }
@@ -65,8 +63,7 @@ public struct JSONObjectView: Sendable {
     /// plain ASCII (then `==`'s canonical equivalence is byte equality) and the value has
     /// no escape.
     public func isString(_ name: String, equalTo expected: String) -> Bool {
-        var name = name
-        guard let found = name.withUTF8({ index(of: $0, key: Self.key($0)) }) else { return false }
+        guard let found = position(of: name) else { return false }
         let range = members[found].value
         var expected = expected
         let plain = bytes.withUnsafeBufferPointer { buffer in
@@ -119,6 +116,16 @@ public struct JSONObjectView: Sendable {
             nameSet = Set(members.map { self.text(of: $0.name) })
         }
         return true
+    }
+
+    /// The member named `name` as a dictionary key would find it: by bytes, and when either
+    /// side is not plain ASCII also by canonical equivalence (`"\u{212A}"` finds `"K"`).
+    private func position(of name: String) -> Int? {
+        var name = name
+        let (found, ascii) = name.withUTF8 { (index(of: $0, key: Self.key($0)), !$0.contains { $0 >= 0x80 }) }
+        if let found { return found }
+        guard hasDecodedName || !ascii else { return nil }
+        return members.firstIndex { text(of: $0.name) == name }
     }
 
     private func text(of name: Name) -> String {

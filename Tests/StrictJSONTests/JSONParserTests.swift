@@ -113,6 +113,15 @@ struct JSONParserTests {
         #expect(view.isString("escaped", equalTo: "https://appleid.apple.com"))
         #expect(view.isString("kelvin", equalTo: "K"))  // U+212A is canonically K, as String == says
         #expect(!view.isString("n", equalTo: "1"))
+
+        // Names are found as a dictionary finds its keys: by canonical equivalence too.
+        for text in [#"{"K":1}"#, "{\"e\u{301}\":1}", #"{"é":1,"a":2}"#, #"{"é":1}"#] {
+            let strict = try JSONValue.parseObject(Array(text.utf8))
+            let view = try JSONValue.parseObjectView(Array(text.utf8))
+            for name in ["K", "\u{212A}", "\u{E9}", "e\u{301}", "a", "e"] {
+                #expect(view[name] == strict[name], "\(text) [\(name)]")
+            }
+        }
     }
 
     @Test("serialization is compact, sorted and round-trips through the parser")
