@@ -209,30 +209,29 @@ public final class AsymmetricKey: @unchecked Sendable {
     /// Verifies a SHA-256 signature: PKCS#1 v1.5 for RSA, DER ECDSA for EC. Never throws:
     /// every failure, malformed input included, is `false`.
     ///
-    /// The message is hashed with a pre-fetched SHA-256 and checked with `EVP_PKEY_verify`
-    /// on a context initialised once per key and thread of use: this is every login's
-    /// signature check, and building a fresh `EVP_DigestVerify` context each time cost
-    /// twice the RSA operation itself.
+    /// Hashing and checking run on contexts initialised once per key and thread of use
+    /// (`VerifyContext`): this is every login's signature check, and building a fresh
+    /// `EVP_DigestVerify` context each time cost twice the RSA operation itself.
     public func verifySHA256(signature: some Collection<UInt8>, message: some Collection<UInt8>) -> Bool {
-        withContiguousBytes(signature) { verifySHA256(signature: $0, digest: SHA256.hash(message)) }
+        withContiguousBytes(signature) { signature in
+            withContiguousBytes(message) { verifySHA256(signature: signature, message: $0) }
+        }
     }
 
-    /// `verifySHA256(signature:message:)` for a message already hashed with SHA-256 (a JWS
-    /// verifier hashes the signing input while it still holds the token's bytes). Not
-    /// generic, for the same reason as `SHA256.hash(_: UnsafeBufferPointer<UInt8>)`.
-    public func verifySHA256(signature: UnsafeRawBufferPointer, digest: [UInt8]) -> Bool {
-        guard digest.count == SHA256.byteCount else { return false }
+    /// `verifySHA256(signature:message:)` on memory the caller holds (a JWS verifier passes
+    /// the token's own bytes). Not generic, for the same reason as
+    /// `SHA256.hash(_: UnsafeBufferPointer<UInt8>)`.
+    public func verifySHA256(signature: UnsafeRawBufferPointer, message: UnsafeRawBufferPointer) -> Bool {
         guard let context = verifyContexts.withLock({ $0.popLast() }) ?? VerifyContext(key: self) else {
             ERR_clear_error()
             return false
         }
-        let result = EVP_PKEY_verify(
-            context.pointer, signature.baseAddress?.assumingMemoryBound(to: UInt8.self), signature.count, digest, digest.count)
-        if result != 1 { ERR_clear_error() }
+        let verified = context.verifySHA256(signature: signature, message: message)
+        if !verified { ERR_clear_error() }
         verifyContexts.withLock { contexts in
             if contexts.count < 64 { contexts.append(context) }
         }
-        return result == 1
+        return verified
     }
 
     // MARK: Helpers
@@ -368,13 +367,20 @@ final class ParameterBuilder {
     }
 }
 
-/// Owns one `EVP_PKEY_CTX` set up for SHA-256 signature verification with a key.
-/// Not safe for concurrent use: `AsymmetricKey` hands each to one caller at a time.
+/// Owns one `EVP_PKEY_CTX` set up for SHA-256 signature verification with a key, and one
+/// `EVP_MD_CTX` to hash the message with (reused: a fresh one per message costs a third of
+/// hashing a token). Not safe for concurrent use: `AsymmetricKey` hands each to one caller
+/// at a time.
 final class VerifyContext: @unchecked Sendable {
     let pointer: OpaquePointer
+    let hash: OpaquePointer
 
     init?(key: AsymmetricKey) {
         guard let context = EVP_PKEY_CTX_new_from_pkey(nil, key.pointer, nil) else { return nil }
+        guard let hash = EVP_MD_CTX_new() else {
+            EVP_PKEY_CTX_free(context)
+            return nil
+        }
         var ok = EVP_PKEY_verify_init(context) == 1
         if ok, case .rsa = key.kind {
             ok = EVP_PKEY_CTX_set_rsa_padding(context, RSA_PKCS1_PADDING) == 1
@@ -382,10 +388,30 @@ final class VerifyContext: @unchecked Sendable {
         ok = ok && EVP_PKEY_CTX_set_signature_md(context, FetchedAlgorithms.sha256) == 1
         guard ok else {
             EVP_PKEY_CTX_free(context)
+            EVP_MD_CTX_free(hash)
             return nil
         }
         pointer = context
+        self.hash = hash
     }
 
-    deinit { EVP_PKEY_CTX_free(pointer) }
+    deinit {
+        EVP_PKEY_CTX_free(pointer)
+        EVP_MD_CTX_free(hash)
+    }
+
+    /// Hashes `message` into a digest on the stack and checks `signature` over it.
+    func verifySHA256(signature: UnsafeRawBufferPointer, message: UnsafeRawBufferPointer) -> Bool {
+        var digest: (UInt64, UInt64, UInt64, UInt64) = (0, 0, 0, 0)
+        return withUnsafeMutableBytes(of: &digest) { digest in
+            let output = digest.baseAddress!.assumingMemoryBound(to: UInt8.self)
+            var length: UInt32 = 0
+            guard EVP_DigestInit_ex2(hash, FetchedAlgorithms.sha256, nil) == 1,
+                EVP_DigestUpdate(hash, message.baseAddress, message.count) == 1,
+                EVP_DigestFinal_ex(hash, output, &length) == 1, Int(length) == digest.count
+            else { return false }
+            return EVP_PKEY_verify(
+                pointer, signature.baseAddress?.assumingMemoryBound(to: UInt8.self), signature.count, output, digest.count) == 1
+        }
+    }
 }

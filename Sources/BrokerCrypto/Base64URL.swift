@@ -11,6 +11,13 @@ public enum Base64URL {
         for (index, character) in alphabet.enumerated() { table[Int(character)] = UInt8(index) }
         return table
     }()
+    /// For each position in a group of four characters, the character's six bits already
+    /// shifted into place in the 24-bit group, or `invalidBit` for a character outside
+    /// the alphabet: a group is four loads and three ORs.
+    private static let shiftedValues: [UInt32] = (0..<4).flatMap { position in
+        values.map { $0 == 0xFF ? invalidBit : UInt32($0) << (6 * (3 - position)) }
+    }
+    private static let invalidBit: UInt32 = 1 << 31
 
     public static func encode(_ bytes: [UInt8]) -> String {
         bytes.withUnsafeBufferPointer { encode(buffer: $0) }
@@ -71,50 +78,58 @@ public enum Base64URL {
     }
 
     public static func decode(buffer input: UnsafeBufferPointer<UInt8>) -> [UInt8]? {
-        let count = input.count
-        if count % 4 == 1 { return nil }
-        let outputCount = count / 4 * 3 + (count % 4 == 0 ? 0 : count % 4 - 1)
-        guard count > 0, let source = input.baseAddress else { return [] }
+        guard let outputCount = decodedCount(encodedCount: input.count) else { return nil }
         var valid = true
         let output = [UInt8](unsafeUninitializedCapacity: outputCount) { output, initialized in
-            values.withUnsafeBufferPointer { table in
-                let table = table.baseAddress!
-                var target = output.baseAddress!
-                var i = 0
-                // Invalid characters map to 0xFF: OR every lookup together and test the
-                // high bit once at the end, so the loop has no branch but its own.
-                var invalid: UInt8 = 0
-                let whole = count & ~3
-                while i < whole {
-                    let a = table[Int(source[i])], b = table[Int(source[i + 1])]
-                    let c = table[Int(source[i + 2])], d = table[Int(source[i + 3])]
-                    invalid |= a | b | c | d
-                    let value = UInt32(a) << 18 | UInt32(b) << 12 | UInt32(c) << 6 | UInt32(d)
-                    target[0] = UInt8(truncatingIfNeeded: value >> 16)
-                    target[1] = UInt8(truncatingIfNeeded: value >> 8)
-                    target[2] = UInt8(truncatingIfNeeded: value)
-                    target += 3
-                    i += 4
-                }
-                let rest = count - i
-                if rest > 0 {
-                    let a = table[Int(source[i])], b = table[Int(source[i + 1])]
-                    let c = rest == 3 ? table[Int(source[i + 2])] : 0
-                    invalid |= a | b | c
-                    let value = UInt32(a) << 18 | UInt32(b) << 12 | UInt32(c) << 6
-                    target[0] = UInt8(truncatingIfNeeded: value >> 16)
-                    // Leftover bits must be zero (RFC 4648 §3.5 canonical encoding).
-                    if rest == 2 {
-                        if value & 0xFFFF != 0 { valid = false }
-                    } else {
-                        target[1] = UInt8(truncatingIfNeeded: value >> 8)
-                        if value & 0xFF != 0 { valid = false }
-                    }
-                }
-                if invalid & 0x80 != 0 { valid = false }
-                initialized = valid ? outputCount : 0
-            }
+            valid = decode(buffer: input, into: output)
+            initialized = valid ? outputCount : 0
         }
         return valid ? output : nil
+    }
+
+    /// How many bytes `encodedCount` characters decode to; nil when no canonical unpadded
+    /// encoding has that length.
+    public static func decodedCount(encodedCount count: Int) -> Int? {
+        count % 4 == 1 ? nil : count / 4 * 3 + (count % 4 == 0 ? 0 : count % 4 - 1)
+    }
+
+    /// Decodes into `output`, which must hold exactly `decodedCount(encodedCount: input.count)`
+    /// bytes; false for anything that is not canonical unpadded base64url. For a caller that
+    /// decodes into memory of its own (a signature onto the stack) instead of a new array.
+    public static func decode(buffer input: UnsafeBufferPointer<UInt8>, into output: UnsafeMutableBufferPointer<UInt8>) -> Bool {
+        let count = input.count
+        guard decodedCount(encodedCount: count) == output.count else { return false }
+        guard count > 0, let source = input.baseAddress, var target = output.baseAddress else { return true }
+        return shiftedValues.withUnsafeBufferPointer { tables in
+            let first = tables.baseAddress!, second = first + 256, third = first + 512, fourth = first + 768
+            // OR every group together and test `invalidBit` once at the end, so the loop
+            // has no branch but its own.
+            var invalid: UInt32 = 0
+            var i = 0
+            let whole = count & ~3
+            while i < whole {
+                let value = first[Int(source[i])] | second[Int(source[i + 1])] | third[Int(source[i + 2])] | fourth[Int(source[i + 3])]
+                invalid |= value
+                target[0] = UInt8(truncatingIfNeeded: value >> 16)
+                target[1] = UInt8(truncatingIfNeeded: value >> 8)
+                target[2] = UInt8(truncatingIfNeeded: value)
+                target += 3
+                i += 4
+            }
+            let rest = count - i
+            if rest > 0 {
+                let value = first[Int(source[i])] | second[Int(source[i + 1])] | (rest == 3 ? third[Int(source[i + 2])] : 0)
+                invalid |= value
+                target[0] = UInt8(truncatingIfNeeded: value >> 16)
+                // Leftover bits must be zero (RFC 4648 §3.5 canonical encoding).
+                if rest == 2 {
+                    if value & 0xFFFF != 0 { return false }
+                } else {
+                    target[1] = UInt8(truncatingIfNeeded: value >> 8)
+                    if value & 0xFF != 0 { return false }
+                }
+            }
+            return invalid & Self.invalidBit == 0
+        }
     }
 }

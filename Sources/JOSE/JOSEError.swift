@@ -39,6 +39,9 @@ public struct JOSEError: Error, Hashable, Sendable, CustomStringConvertible {
 }
 
 extension JOSEError {
+    /// A part of a compact JWS is not canonical unpadded base64url.
+    static let notBase64URL = JOSEError(.malformed, "a part is not canonical unpadded base64url")
+
     /// Parses a strict JSON object, reporting failure as `malformed`.
     static func parsingObject(_ bytes: [UInt8]) throws -> [String: JSONValue] {
         try parsing { try JSONValue.parseObject(bytes) }

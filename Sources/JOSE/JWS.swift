@@ -89,17 +89,39 @@ public struct JWSVerifier: Sendable {
     /// Parses once, lets `selectKey` choose a trusted key from the (not yet verified)
     /// header, and verifies with it. `selectKey` may throw its own errors (an unknown kid).
     public func verify(_ token: String, selectKey: (JWSHeader) throws -> JWK) throws -> VerifiedJWS {
-        let parts = try Parts(token, maximumBytes: maximumBytes, headers: headers)
-        try check(parts.header)
-        let key = try selectKey(parts.header)
-        guard key.canVerify else { throw JOSEError(.keyNotFound, "the key may not verify signatures") }
-        return try verify(parts, key: key)
+        try Self.withParts(of: token, maximumBytes: maximumBytes) { parts in
+            // Every part must be well-formed before a key is chosen, so a malformed token is
+            // called malformed whatever its kid; the payload array is kept on success.
+            guard let payload = Base64URL.decode(buffer: parts.encodedPayload),
+                let signatureCount = Base64URL.decodedCount(encodedCount: parts.encodedSignature.count)
+            else { throw JOSEError.notBase64URL }
+            // The signature is only read here: decode it onto the stack, not into an array.
+            return try withUnsafeTemporaryAllocation(of: UInt8.self, capacity: signatureCount) { signature in
+                guard Base64URL.decode(buffer: parts.encodedSignature, into: signature) else { throw JOSEError.notBase64URL }
+                let header = try parts.header(cache: headers)
+                try check(header)
+                let key = try selectKey(header)
+                guard key.canVerify else { throw JOSEError(.keyNotFound, "the key may not verify signatures") }
+                // The header's algorithm is accepted (`check`), so a key of the same one is too.
+                guard let algorithm = key.algorithm, algorithm == header.knownAlgorithm else {
+                    guard let algorithm = key.algorithm, allowedAlgorithms.contains(algorithm) else {
+                        throw JOSEError(.keyNotFound, "the key has no accepted algorithm")
+                    }
+                    throw JOSEError(.algorithmMismatch, "header alg \(header.algorithm) does not match the key's \(algorithm.rawValue)")
+                }
+                let signingInput = UnsafeRawBufferPointer(parts.signingInput)
+                guard algorithm.verify(signature: UnsafeRawBufferPointer(signature), signingInput: signingInput, key: key.key) else {
+                    throw JOSEError(.signatureInvalid, "the signature does not verify")
+                }
+                return VerifiedJWS(header: header, payload: payload, keyID: key.keyID)
+            }
+        }
     }
 
     /// The header of a compact JWS, decoded but **not verified**: only for choosing which
     /// trusted key to verify it with (as a server picks the team key named by `kid`).
     public func unverifiedHeader(_ token: String) throws -> JWSHeader {
-        try Parts(token, maximumBytes: maximumBytes).header
+        try Self.withParts(of: token, maximumBytes: maximumBytes) { try $0.header(cache: nil) }
     }
 
     private func check(_ header: JWSHeader) throws {
@@ -111,50 +133,34 @@ public struct JWSVerifier: Sendable {
         }
     }
 
-    private func verify(_ parts: Parts, key: JWK) throws -> VerifiedJWS {
-        guard let algorithm = key.algorithm, allowedAlgorithms.contains(algorithm) else {
-            throw JOSEError(.keyNotFound, "the key has no accepted algorithm")
+    /// Splits `token` into its three encoded parts, read in place from the token's own UTF-8
+    /// storage (no copy: this runs for every login), and hands them to `body`.
+    private static func withParts<T>(of token: String, maximumBytes: Int, _ body: (Parts) throws -> T) throws -> T {
+        guard token.utf8.count <= maximumBytes else {
+            throw JOSEError(.tooLarge, "the token exceeds \(maximumBytes) bytes")
         }
-        guard algorithm == parts.header.knownAlgorithm else {
-            throw JOSEError(.algorithmMismatch, "header alg \(parts.header.algorithm) does not match the key's \(algorithm.rawValue)")
-        }
-        guard algorithm.verify(signature: parts.signature, digest: parts.signingInputDigest, key: key.key) else {
-            throw JOSEError(.signatureInvalid, "the signature does not verify")
-        }
-        return VerifiedJWS(header: parts.header, payload: parts.payload, keyID: key.keyID)
+        var token = token
+        return try token.withUTF8 { try body(Parts(splitting: $0)) }
     }
 
-    /// The decoded pieces of a compact JWS, and the SHA-256 of its signing input.
+    /// The three encoded parts of a compact JWS, pointing into the token's bytes (valid only
+    /// inside `withParts`).
     struct Parts {
-        let header: JWSHeader
-        let payload: [UInt8]
-        let signature: [UInt8]
-        let signingInputDigest: [UInt8]
+        let encodedHeader: UnsafeBufferPointer<UInt8>
+        let encodedPayload: UnsafeBufferPointer<UInt8>
+        let encodedSignature: UnsafeBufferPointer<UInt8>
+        /// `header.payload`, what the signature covers.
+        let signingInput: UnsafeBufferPointer<UInt8>
 
-        init(_ token: String, maximumBytes: Int, headers: JWSHeaderCache? = nil) throws {
-            guard token.utf8.count <= maximumBytes else {
-                throw JOSEError(.tooLarge, "the token exceeds \(maximumBytes) bytes")
-            }
-            // The token's own UTF-8 storage, not a copy: this runs for every login.
-            var token = token
-            (header, payload, signature, signingInputDigest) = try token.withUTF8 { utf8 in
-                guard let firstDot = Self.dot(in: utf8, from: 0), let secondDot = Self.dot(in: utf8, from: firstDot + 1),
-                    Self.dot(in: utf8, from: secondDot + 1) == nil
-                else { throw JOSEError(.malformed, "a compact JWS has three dot-separated parts") }
-                guard firstDot > 0 else { throw JOSEError(.malformed, "the header is empty") }
-                guard let payload = Base64URL.decode(buffer: UnsafeBufferPointer(rebasing: utf8[(firstDot + 1)..<secondDot])),
-                    let signature = Base64URL.decode(buffer: UnsafeBufferPointer(rebasing: utf8[(secondDot + 1)...]))
-                else { throw JOSEError(.malformed, "a part is not canonical unpadded base64url") }
-                let encodedHeader = UnsafeBufferPointer(rebasing: utf8[..<firstDot])
-                let header: JWSHeader
-                if let known = headers?.header(for: encodedHeader) {
-                    header = known
-                } else {
-                    header = try Self.header(encodedHeader)
-                    headers?.remember(header, for: encodedHeader)
-                }
-                return (header, payload, signature, SHA256.hash(UnsafeBufferPointer(rebasing: utf8[..<secondDot])))
-            }
+        init(splitting utf8: UnsafeBufferPointer<UInt8>) throws {
+            guard let firstDot = Self.dot(in: utf8, from: 0), let secondDot = Self.dot(in: utf8, from: firstDot + 1),
+                Self.dot(in: utf8, from: secondDot + 1) == nil
+            else { throw JOSEError(.malformed, "a compact JWS has three dot-separated parts") }
+            guard firstDot > 0 else { throw JOSEError(.malformed, "the header is empty") }
+            encodedHeader = UnsafeBufferPointer(rebasing: utf8[..<firstDot])
+            encodedPayload = UnsafeBufferPointer(rebasing: utf8[(firstDot + 1)..<secondDot])
+            encodedSignature = UnsafeBufferPointer(rebasing: utf8[(secondDot + 1)...])
+            signingInput = UnsafeBufferPointer(rebasing: utf8[..<secondDot])
         }
 
         /// The index of the next "." at or after `start` (memchr: a token is ~1 KB to scan).
@@ -165,18 +171,20 @@ public struct JWSVerifier: Sendable {
             return UnsafeRawPointer(found) - UnsafeRawPointer(base)
         }
 
-        static func header(_ encoded: UnsafeBufferPointer<UInt8>) throws -> JWSHeader {
-            guard let bytes = Base64URL.decode(buffer: encoded) else {
-                throw JOSEError(.malformed, "a part is not canonical unpadded base64url")
-            }
+        /// The decoded header, from `cache` when it holds these exact bytes.
+        func header(cache: JWSHeaderCache?) throws -> JWSHeader {
+            if let known = cache?.header(for: encodedHeader) { return known }
+            guard let bytes = Base64URL.decode(buffer: encodedHeader) else { throw JOSEError.notBase64URL }
             let members = try JOSEError.parsingObject(bytes)
             guard let algorithm = members["alg"]?.stringValue else {
                 throw JOSEError(.malformed, "the header lacks a string alg")
             }
             if let kid = members["kid"], kid.stringValue == nil { throw JOSEError(.malformed, "kid is not a string") }
-            return JWSHeader(
+            let header = JWSHeader(
                 algorithm: algorithm, keyID: members["kid"]?.stringValue, type: members["typ"]?.stringValue,
                 members: members)
+            cache?.remember(header, for: encodedHeader)
+            return header
         }
     }
 }

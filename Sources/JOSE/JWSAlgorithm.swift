@@ -29,17 +29,21 @@ public enum JWSAlgorithm: String, Sendable, CaseIterable {
     /// Verifies a JWS signature. ES256 signatures must be exactly 64 bytes (RFC 7518 §3.4);
     /// they are converted to DER for OpenSSL, which checks 0 < r, s < n.
     public func verify(signature: [UInt8], signingInput: some Collection<UInt8>, key: AsymmetricKey) -> Bool {
-        verify(signature: signature, digest: SHA256.hash(signingInput), key: key)
+        let signingInput = Array(signingInput)
+        return signature.withUnsafeBytes { signature in
+            signingInput.withUnsafeBytes { verify(signature: signature, signingInput: $0, key: key) }
+        }
     }
 
-    /// `verify(signature:signingInput:key:)` with the signing input's SHA-256 digest.
-    func verify(signature: [UInt8], digest: [UInt8], key: AsymmetricKey) -> Bool {
+    /// `verify(signature:signingInput:key:)` on memory the caller holds: the verifier passes
+    /// the token's own bytes and a signature decoded onto the stack.
+    func verify(signature: UnsafeRawBufferPointer, signingInput: UnsafeRawBufferPointer, key: AsymmetricKey) -> Bool {
         switch (self, key.kind) {
         case (.rs256, .rsa):
-            return signature.withUnsafeBytes { key.verifySHA256(signature: $0, digest: digest) }
+            return key.verifySHA256(signature: signature, message: signingInput)
         case (.es256, .ecP256):
-            guard signature.count == 64, let der = try? ECDSASignature.der(fromRaw: signature) else { return false }
-            return der.withUnsafeBytes { key.verifySHA256(signature: $0, digest: digest) }
+            guard signature.count == 64, let der = try? ECDSASignature.der(fromRaw: Array(signature)) else { return false }
+            return der.withUnsafeBytes { key.verifySHA256(signature: $0, message: signingInput) }
         default:
             return false
         }

@@ -43,6 +43,35 @@ struct CryptoTests {
         #expect(throws: CryptoError.self) { try AsymmetricKey.privateKey(pem: "-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----") }
     }
 
+    @Test("a key's reused verification contexts answer every check on its own merits, from many threads")
+    func reusedVerifyContexts() async throws {
+        let rsa = try AsymmetricKey.generateRSA()
+        let (modulus, exponent) = try rsa.rsaComponents()
+        let publicKey = try AsymmetricKey.rsaPublicKey(modulus: modulus, exponent: exponent)
+        let messages = (0..<8).map { Array("message \($0)".utf8) }
+        let signatures = try messages.map { try rsa.signSHA256($0) }
+        // Each context hashes with its own reused digest state: a failed check, a truncated
+        // signature or an empty message must leave nothing behind for the next caller.
+        let results = await withTaskGroup(of: Bool.self) { group in
+            for worker in 0..<4 {
+                group.addTask {
+                    var correct = true
+                    for round in 0..<200 {
+                        let index = (worker + round) % messages.count
+                        let other = (index + 1) % messages.count
+                        correct = correct && publicKey.verifySHA256(signature: signatures[index], message: messages[index])
+                        correct = correct && !publicKey.verifySHA256(signature: signatures[other], message: messages[index])
+                        correct = correct && !publicKey.verifySHA256(signature: signatures[index].dropLast(), message: messages[index])
+                        correct = correct && !publicKey.verifySHA256(signature: signatures[index], message: [UInt8]())
+                    }
+                    return correct
+                }
+            }
+            return await group.reduce(into: [Bool]()) { $0.append($1) }
+        }
+        #expect(results == [true, true, true, true])
+    }
+
     @Test("raw r‖s and DER convert both ways; other lengths are refused")
     func ecdsaEncoding() throws {
         let raw = [UInt8](repeating: 0, count: 31) + [1] + [UInt8](repeating: 0x7F, count: 32)

@@ -146,4 +146,31 @@ struct Base64URLTests {
             #expect(Base64URL.decode(bad) == nil, "\(bad)")
         }
     }
+
+    @Test("decoding into caller memory needs exactly the decoded length and answers as decoding to an array does")
+    func intoBuffer() {
+        for text in ["Zm9vYmFy", "Zm9vYmE", "Zm9vYg", "Zh", "Zm9v YmFy", "+/8", ""] {
+            let utf8 = Array(text.utf8)
+            guard let count = Base64URL.decodedCount(encodedCount: utf8.count) else {
+                #expect(utf8.count % 4 == 1, "\(text)")
+                continue
+            }
+            var output = [UInt8](repeating: 0, count: count)
+            let decoded = utf8.withUnsafeBufferPointer { input in
+                output.withUnsafeMutableBufferPointer { Base64URL.decode(buffer: input, into: $0) }
+            }
+            #expect(decoded == (Base64URL.decode(text) != nil), "\(text)")
+            if decoded { #expect(output == Base64URL.decode(text), "\(text)") }
+            // One byte too many or too few is refused, not overrun or left half-written.
+            for wrong in [count + 1, max(count - 1, 0)] where wrong != count {
+                var other = [UInt8](repeating: 0, count: wrong)
+                let accepted = utf8.withUnsafeBufferPointer { input in
+                    other.withUnsafeMutableBufferPointer { Base64URL.decode(buffer: input, into: $0) }
+                }
+                #expect(!accepted, "\(text) into \(wrong) bytes")
+            }
+        }
+        #expect(Base64URL.decodedCount(encodedCount: 5) == nil)
+        #expect(Base64URL.decodedCount(encodedCount: 342) == 256)  // an RS256 signature
+    }
 }
