@@ -18,11 +18,9 @@ enum JSONParser {
     }
 
     /// The value at `range` of text `parseView` accepted.
-    static func value(in bytes: [UInt8], at range: Range<Int>) throws -> JSONValue {
-        try bytes.withUnsafeBufferPointer { buffer in
-            var scanner = Scanner(bytes: UnsafeBufferPointer(rebasing: buffer[range]))
-            return try scanner.value(depth: 1)
-        }
+    static func value(in buffer: UnsafeBufferPointer<UInt8>, at range: Range<Int>) throws -> JSONValue {
+        var scanner = Scanner(bytes: UnsafeBufferPointer(rebasing: buffer[range]))
+        return try scanner.value(depth: 1)
     }
 
     private static func scan<T>(_ bytes: [UInt8], _ read: (inout Scanner) throws -> T) throws -> T {
@@ -146,17 +144,10 @@ enum JSONParser {
         /// JWT names and most values are), moves past it and returns its contents' range;
         /// otherwise stays put and returns nil, for `string()` to check in full.
         private mutating func plainString() -> Range<Int>? {
-            var cursor = index + 1
-            while cursor < bytes.count {
-                let byte = bytes[cursor]
-                if byte == UInt8(ascii: "\"") {
-                    defer { index = cursor + 1 }
-                    return index + 1..<cursor
-                }
-                if byte == UInt8(ascii: "\\") || byte < 0x20 || byte >= 0x80 { return nil }
-                cursor += 1
-            }
-            return nil
+            let end = PlainText.end(in: bytes, from: index + 1)
+            guard end < bytes.count, bytes[end] == UInt8(ascii: "\"") else { return nil }
+            defer { index = end + 1 }
+            return index + 1..<end
         }
 
         /// Checks one value without building it (strings and numbers, the usual claims);
@@ -207,7 +198,7 @@ enum JSONParser {
         mutating func string() throws -> String {
             index += 1
             let start = index
-            var cursor = start
+            var cursor = PlainText.end(in: bytes, from: start)  // past the plain ASCII run at once
             var ascii = true
             while cursor < bytes.count {
                 let byte = bytes[cursor]

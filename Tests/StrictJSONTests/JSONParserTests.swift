@@ -71,6 +71,7 @@ struct JSONParserTests {
             #"{"aud":"a","aud":"b"}"#, #"{"aud":"a","\u0061ud":"b"}"#, #"{"\u0061ud":"a"}"#, #"{"x":{"k":1,"k":2}}"#,
             #"{"é":1,"e\u0301":2}"#, #"{"é":1,"\u00e9":2}"#, #"{"K":1,"\u212a":2}"#, "{\"\u{212A}\":1,\"K\":2}", #"{"s":"\ud83c"}"#, #"{"s":"a\u0000b","t":"\n"}"#,
             #"{"abcdefgh1":1,"abcdefgh2":2}"#, #"{"abcdefgh1":1,"abcdefgh1":2}"#, #"{"a":01}"#, #"{"a":-0.5e3,"b":[{}]}"#,
+            #"{"t":true,"f":false,"z":null,"e":"","u":"é€","q":"a\"b","s":" x ","i":-12,"o":{"p":"é"}}"#,
             #"{"a":tru}"#, #"{"a":1,}"#, #"{"a" 1}"#, #"{} x"#, "[1]", #""s""#, "{", "", " { } ",
             "{\"a\":\"\u{1}\"}", #"{"deep":"# + String(repeating: "[", count: 40) + String(repeating: "]", count: 40) + "}",
         ]
@@ -96,6 +97,29 @@ struct JSONParserTests {
         }
         // Invalid UTF-8 inside a value the view only skims is still refused.
         #expect(throws: JSONParseError.self) { try JSONValue.parseObjectView([0x7B, 0x22, 0x61, 0x22, 0x3A, 0x22, 0xC3, 0x28, 0x22, 0x7D]) }
+    }
+
+    @Test("the eight-bytes-at-a-time scan stops exactly where a byte-by-byte scan does")
+    func plainTextScan() {
+        // Every byte value at every position of buffers up to 20 long (the word loop and the
+        // byte tail both), after a plain prefix and before a later special byte.
+        for count in 0...20 {
+            for position in 0..<max(count, 1) where position < count {
+                for value in 0...255 {
+                    var bytes = [UInt8](repeating: UInt8(ascii: "a"), count: count)
+                    bytes[position] = UInt8(value)
+                    if position + 1 < count { bytes[count - 1] = UInt8(ascii: "\"") }
+                    let expected = bytes.firstIndex(where: PlainText.isSpecial) ?? count
+                    for start in [0, min(position, 3)] where start <= position {
+                        let found = bytes.withUnsafeBufferPointer { PlainText.end(in: $0, from: start) }
+                        #expect(found == expected, "count \(count), byte \(value) at \(position), from \(start)")
+                    }
+                }
+            }
+        }
+        #expect(PlainText.isSpecial(UInt8(ascii: "\"")) && PlainText.isSpecial(UInt8(ascii: "\\")))
+        #expect(PlainText.isSpecial(0x1F) && PlainText.isSpecial(0x80) && PlainText.isSpecial(0xA2) && PlainText.isSpecial(0xDC))
+        #expect(!PlainText.isSpecial(0x20) && !PlainText.isSpecial(0x7F) && !PlainText.isSpecial(UInt8(ascii: "/")))
     }
 
     @Test("isString(_:equalTo:) answers as comparing the built String does, escapes and canonical equivalence included")

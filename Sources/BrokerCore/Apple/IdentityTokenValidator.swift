@@ -33,9 +33,14 @@ public struct IdentityTokenValidator: Sendable {
     public var maximumAge: TimeInterval = 600
     public var now: @Sendable () -> Date = Date.init
 
+    /// `clientIDs` as a list when there are a handful (the usual deployment): comparing
+    /// with each costs less than hashing the audience on every login.
+    private let fewClientIDs: [String]?
+
     public init(verifier: AppleTokenVerifier, clientIDs: Set<String>, leeway: TimeInterval = 60, maximumAge: TimeInterval = 600) {
         self.verifier = verifier
         self.clientIDs = clientIDs
+        fewClientIDs = clientIDs.count <= 8 ? clientIDs.sorted() : nil
         self.leeway = leeway
         self.maximumAge = maximumAge
     }
@@ -48,14 +53,14 @@ public struct IdentityTokenValidator: Sendable {
         -> AppleIdentity
     {
         let claims = try verifier.verifyView(token)
-        guard claims.isString("iss", equalTo: Self.issuer) else {
+        guard claims.isString(Claim.iss, equalTo: Self.issuer) else {
             throw TokenRejection("token_issuer_invalid", "iss must be \(Self.issuer)")
         }
         func accepts(_ audience: String) -> Bool {
-            clientIDs.contains(audience) && (clientIDHint == nil || audience == clientIDHint)
+            (fewClientIDs?.contains(audience) ?? clientIDs.contains(audience)) && (clientIDHint == nil || audience == clientIDHint)
         }
         let clientID: String?
-        switch claims["aud"] {
+        switch claims[Claim.aud] {
         case .string(let value): clientID = accepts(value) ? value : nil
         case .array(let values): clientID = values.lazy.compactMap(\.stringValue).first(where: accepts)
         default: throw TokenRejection.malformed("aud is missing")
@@ -63,31 +68,31 @@ public struct IdentityTokenValidator: Sendable {
         guard let clientID else {
             throw TokenRejection("token_audience_invalid", "aud is not one of this service's client ids")
         }
-        guard let expires = claims["exp"]?.integerValue else { throw TokenRejection.malformed("exp is missing") }
-        guard let issuedAt = claims["iat"]?.integerValue else { throw TokenRejection.malformed("iat is missing") }
+        guard let expires = claims[Claim.exp]?.integerValue else { throw TokenRejection.malformed("exp is missing") }
+        guard let issuedAt = claims[Claim.iat]?.integerValue else { throw TokenRejection.malformed("iat is missing") }
         let current = now().timeIntervalSince1970
         guard TimeInterval(expires) + leeway >= current else { throw TokenRejection("token_expired", "the token has expired") }
         guard TimeInterval(issuedAt) - leeway <= current else {
             throw TokenRejection("token_not_yet_valid", "iat is in the future")
         }
-        if let notBefore = claims["nbf"] {
+        if let notBefore = claims[Claim.nbf] {
             guard let value = notBefore.integerValue else { throw TokenRejection.malformed("nbf is not a number") }
             guard TimeInterval(value) - leeway <= current else { throw TokenRejection("token_not_yet_valid", "nbf is in the future") }
         }
         if checkAge, current - TimeInterval(issuedAt) > maximumAge {
             throw TokenRejection("token_too_old", "the token was issued more than \(Int(maximumAge)) s ago")
         }
-        guard let sub = claims["sub"]?.stringValue, !sub.isEmpty else { throw TokenRejection.malformed("sub is missing") }
+        guard let sub = claims[Claim.sub]?.stringValue, !sub.isEmpty else { throw TokenRejection.malformed("sub is missing") }
 
         if let rawNonce {
-            switch claims["nonce"] {
+            switch claims[Claim.nonce] {
             case .string(let nonce):
                 guard ConstantTime.equals(Array(nonce.utf8), Array(SHA256.hexHash(rawNonce).utf8)) else {
                     throw TokenRejection("nonce_mismatch", "nonce is not the hex SHA-256 of raw_nonce")
                 }
             case nil:
                 // Apple says nonce_supported=false means the platform could not carry one.
-                guard claims["nonce_supported"]?.lenientBoolValue == false else {
+                guard claims[Claim.nonceSupported]?.lenientBoolValue == false else {
                     throw TokenRejection("nonce_missing", "the token carries no nonce")
                 }
             default:
@@ -95,9 +100,9 @@ public struct IdentityTokenValidator: Sendable {
             }
         }
 
-        let email = claims["email"]?.stringValue
+        let email = claims[Claim.email]?.stringValue
         let realUserStatus: String? =
-            switch claims["real_user_status"]?.integerValue {
+            switch claims[Claim.realUserStatus]?.integerValue {
             case 0: "unsupported"
             case 1: "unknown"
             case 2: "likely_real"
@@ -105,10 +110,27 @@ public struct IdentityTokenValidator: Sendable {
             }
         return AppleIdentity(
             sub: sub, clientID: clientID, email: email,
-            emailVerified: claims["email_verified"]?.lenientBoolValue,
-            isPrivateEmail: claims["is_private_email"]?.lenientBoolValue ?? (email == nil ? nil : false),
-            realUserStatus: realUserStatus, transferSub: claims["transfer_sub"]?.stringValue,
+            emailVerified: claims[Claim.emailVerified]?.lenientBoolValue,
+            isPrivateEmail: claims[Claim.isPrivateEmail]?.lenientBoolValue ?? (email == nil ? nil : false),
+            realUserStatus: realUserStatus, transferSub: claims[Claim.transferSub]?.stringValue,
             issuedAt: Date(timeIntervalSince1970: TimeInterval(issuedAt)),
             expiresAt: Date(timeIntervalSince1970: TimeInterval(expires)))
+    }
+
+    /// The claims read, prepared once as lookup names.
+    private enum Claim {
+        static let iss: JSONObjectView.MemberName = "iss"
+        static let aud: JSONObjectView.MemberName = "aud"
+        static let exp: JSONObjectView.MemberName = "exp"
+        static let iat: JSONObjectView.MemberName = "iat"
+        static let nbf: JSONObjectView.MemberName = "nbf"
+        static let sub: JSONObjectView.MemberName = "sub"
+        static let nonce: JSONObjectView.MemberName = "nonce"
+        static let nonceSupported: JSONObjectView.MemberName = "nonce_supported"
+        static let email: JSONObjectView.MemberName = "email"
+        static let emailVerified: JSONObjectView.MemberName = "email_verified"
+        static let isPrivateEmail: JSONObjectView.MemberName = "is_private_email"
+        static let realUserStatus: JSONObjectView.MemberName = "real_user_status"
+        static let transferSub: JSONObjectView.MemberName = "transfer_sub"
     }
 }
