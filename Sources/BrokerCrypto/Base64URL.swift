@@ -99,9 +99,12 @@ public enum Base64URL {
     public static func decode(buffer input: UnsafeBufferPointer<UInt8>, into output: UnsafeMutableBufferPointer<UInt8>) -> Bool {
         let count = input.count
         guard decodedCount(encodedCount: count) == output.count else { return false }
-        guard count > 0, let source = input.baseAddress, var target = output.baseAddress else { return true }
+        guard count > 0, let source = input.baseAddress, let start = output.baseAddress else { return true }
         return shiftedValues.withUnsafeBufferPointer { tables in
             let first = tables.baseAddress!, second = first + 256, third = first + 512, fourth = first + 768
+            // Declared inside the closure: a captured variable lives in memory, and every
+            // byte stored could alias it, so the loop reloaded and rewrote it each group.
+            var target = start
             // OR every group together and test `invalidBit` once at the end, so the loop
             // has no branch but its own.
             var invalid: UInt32 = 0
