@@ -6,29 +6,58 @@ import StrictJSON
 /// Parsing refuses what must not be trusted: RSA moduli under 2048 bits, public exponents
 /// that are even or below 3, EC points not on P-256, other curves and key types.
 public struct JWK: Sendable {
-    public let keyType: String
-    public let keyID: String?
-    /// `use`, if present (`sig` or `enc`).
-    public let use: String?
-    /// `key_ops`, if present.
-    public let keyOperations: [String]?
-    /// `alg` as written in the JWK, if present.
-    public let declaredAlgorithm: String?
-    public let key: AsymmetricKey
+    /// The members, in one immutable object: a JWK is copied out of the key cache for every
+    /// token verified, and copying one reference costs less than copying each member.
+    private final class Storage: Sendable {
+        let keyType: String
+        let keyID: String?
+        let use: String?
+        let keyOperations: [String]?
+        let declaredAlgorithm: String?
+        let key: AsymmetricKey
+        let algorithm: JWSAlgorithm?
+        let canVerify: Bool
 
+        init(keyType: String, keyID: String?, use: String?, keyOperations: [String]?, declaredAlgorithm: String?, key: AsymmetricKey) {
+            self.keyType = keyType
+            self.keyID = keyID
+            self.use = use
+            self.keyOperations = keyOperations
+            self.declaredAlgorithm = declaredAlgorithm
+            self.key = key
+            algorithm = JWK.algorithm(of: key, declared: declaredAlgorithm)
+            canVerify = JWK.canVerify(use: use, operations: keyOperations, algorithm: algorithm)
+        }
+    }
+
+    private let storage: Storage
+
+    public var keyType: String { storage.keyType }
+    public var keyID: String? { storage.keyID }
+    /// `use`, if present (`sig` or `enc`).
+    public var use: String? { storage.use }
+    /// `key_ops`, if present.
+    public var keyOperations: [String]? { storage.keyOperations }
+    /// `alg` as written in the JWK, if present.
+    public var declaredAlgorithm: String? { storage.declaredAlgorithm }
+    public var key: AsymmetricKey { storage.key }
     /// The algorithm this key verifies and signs with: its declared `alg` when that is one we
     /// support and fits the key, otherwise the one implied by the key type; nil when the
     /// declared `alg` is anything else (the key is then unusable rather than reinterpreted).
-    public var algorithm: JWSAlgorithm? {
-        guard let implied = JWSAlgorithm(for: key) else { return nil }
-        guard let declaredAlgorithm else { return implied }
-        return declaredAlgorithm == implied.rawValue ? implied : nil
-    }
-
+    /// Worked out once, with `canVerify`: both are read for every token verified.
+    public var algorithm: JWSAlgorithm? { storage.algorithm }
     /// Whether the key may verify signatures: `use` is absent or `sig`, `key_ops` absent or
     /// containing `verify`, and its algorithm is supported.
-    public var canVerify: Bool {
-        (use == nil || use == "sig") && (keyOperations?.contains("verify") ?? true) && algorithm != nil
+    public var canVerify: Bool { storage.canVerify }
+
+    fileprivate static func algorithm(of key: AsymmetricKey, declared: String?) -> JWSAlgorithm? {
+        guard let implied = JWSAlgorithm(for: key) else { return nil }
+        guard let declared else { return implied }
+        return declared == implied.rawValue ? implied : nil
+    }
+
+    fileprivate static func canVerify(use: String?, operations: [String]?, algorithm: JWSAlgorithm?) -> Bool {
+        (use == nil || use == "sig") && (operations?.contains("verify") ?? true) && algorithm != nil
     }
 
     /// Parses one JWK from JSON text.
@@ -49,10 +78,10 @@ public struct JWK: Sendable {
             return decoded
         }
         guard let keyType = try member("kty") else { throw JOSEError(.invalidKey, "JWK lacks kty") }
-        self.keyType = keyType
-        keyID = try member("kid")
-        use = try member("use")
-        declaredAlgorithm = try member("alg")
+        let keyID = try member("kid")
+        let use = try member("use")
+        let declaredAlgorithm = try member("alg")
+        let keyOperations: [String]?
         if let operations = object["key_ops"] {
             guard let list = operations.arrayValue?.compactMap(\.stringValue), list.count == operations.arrayValue?.count else {
                 throw JOSEError(.invalidKey, "JWK key_ops is not a list of strings")
@@ -61,6 +90,7 @@ public struct JWK: Sendable {
         } else {
             keyOperations = nil
         }
+        let key: AsymmetricKey
         do {
             switch keyType {
             case "RSA":
@@ -95,19 +125,20 @@ public struct JWK: Sendable {
         } catch let error as CryptoError {
             throw JOSEError(.invalidKey, "JWK key material rejected: \(error.reason)")
         }
+        storage = Storage(
+            keyType: keyType, keyID: keyID, use: use, keyOperations: keyOperations, declaredAlgorithm: declaredAlgorithm, key: key)
     }
 
     /// Wraps an existing key.
     public init(key: AsymmetricKey, keyID: String?, use: String? = "sig") {
-        self.key = key
-        self.keyID = keyID
-        self.use = use
-        self.keyOperations = nil
-        self.declaredAlgorithm = JWSAlgorithm(for: key)?.rawValue
-        switch key.kind {
-        case .rsa: keyType = "RSA"
-        case .ecP256: keyType = "EC"
-        }
+        let keyType =
+            switch key.kind {
+            case .rsa: "RSA"
+            case .ecP256: "EC"
+            }
+        storage = Storage(
+            keyType: keyType, keyID: keyID, use: use, keyOperations: nil, declaredAlgorithm: JWSAlgorithm(for: key)?.rawValue,
+            key: key)
     }
 
     /// The public JWK as a JSON object (what `/auth/keys` publishes).

@@ -5,8 +5,10 @@ import Glibc
 import StrictJSON
 import Synchronization
 
-/// The protected header of a JWS, as far as this service reads it.
-public struct JWSHeader: Sendable {
+/// The protected header of a JWS, as far as this service reads it. Immutable; a class, so
+/// the verifier's cache and every verified token share one copy (passing it on is one
+/// reference count, not one per member).
+public final class JWSHeader: Sendable {
     public let algorithm: String
     public let keyID: String?
     public let type: String?

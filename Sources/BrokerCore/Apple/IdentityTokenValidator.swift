@@ -53,14 +53,15 @@ public struct IdentityTokenValidator: Sendable {
         -> AppleIdentity
     {
         let claims = try verifier.verifyView(token)
-        guard claims.isString(Claim.iss, equalTo: Self.issuer) else {
+        let claim = Self.claimNames
+        guard claims.isString(claim.iss, equalTo: Self.issuer) else {
             throw TokenRejection("token_issuer_invalid", "iss must be \(Self.issuer)")
         }
         func accepts(_ audience: String) -> Bool {
             (fewClientIDs?.contains(audience) ?? clientIDs.contains(audience)) && (clientIDHint == nil || audience == clientIDHint)
         }
         let clientID: String?
-        switch claims[Claim.aud] {
+        switch claims[claim.aud] {
         case .string(let value): clientID = accepts(value) ? value : nil
         case .array(let values): clientID = values.lazy.compactMap(\.stringValue).first(where: accepts)
         default: throw TokenRejection.malformed("aud is missing")
@@ -68,31 +69,31 @@ public struct IdentityTokenValidator: Sendable {
         guard let clientID else {
             throw TokenRejection("token_audience_invalid", "aud is not one of this service's client ids")
         }
-        guard let expires = claims[Claim.exp]?.integerValue else { throw TokenRejection.malformed("exp is missing") }
-        guard let issuedAt = claims[Claim.iat]?.integerValue else { throw TokenRejection.malformed("iat is missing") }
+        guard let expires = claims[claim.exp]?.integerValue else { throw TokenRejection.malformed("exp is missing") }
+        guard let issuedAt = claims[claim.iat]?.integerValue else { throw TokenRejection.malformed("iat is missing") }
         let current = now().timeIntervalSince1970
         guard TimeInterval(expires) + leeway >= current else { throw TokenRejection("token_expired", "the token has expired") }
         guard TimeInterval(issuedAt) - leeway <= current else {
             throw TokenRejection("token_not_yet_valid", "iat is in the future")
         }
-        if let notBefore = claims[Claim.nbf] {
+        if let notBefore = claims[claim.nbf] {
             guard let value = notBefore.integerValue else { throw TokenRejection.malformed("nbf is not a number") }
             guard TimeInterval(value) - leeway <= current else { throw TokenRejection("token_not_yet_valid", "nbf is in the future") }
         }
         if checkAge, current - TimeInterval(issuedAt) > maximumAge {
             throw TokenRejection("token_too_old", "the token was issued more than \(Int(maximumAge)) s ago")
         }
-        guard let sub = claims[Claim.sub]?.stringValue, !sub.isEmpty else { throw TokenRejection.malformed("sub is missing") }
+        guard let sub = claims[claim.sub]?.stringValue, !sub.isEmpty else { throw TokenRejection.malformed("sub is missing") }
 
         if let rawNonce {
-            switch claims[Claim.nonce] {
+            switch claims[claim.nonce] {
             case .string(let nonce):
                 guard ConstantTime.equals(Array(nonce.utf8), Array(SHA256.hexHash(rawNonce).utf8)) else {
                     throw TokenRejection("nonce_mismatch", "nonce is not the hex SHA-256 of raw_nonce")
                 }
             case nil:
                 // Apple says nonce_supported=false means the platform could not carry one.
-                guard claims[Claim.nonceSupported]?.lenientBoolValue == false else {
+                guard claims[claim.nonceSupported]?.lenientBoolValue == false else {
                     throw TokenRejection("nonce_missing", "the token carries no nonce")
                 }
             default:
@@ -100,9 +101,9 @@ public struct IdentityTokenValidator: Sendable {
             }
         }
 
-        let email = claims[Claim.email]?.stringValue
+        let email = claims[claim.email]?.stringValue
         let realUserStatus: String? =
-            switch claims[Claim.realUserStatus]?.integerValue {
+            switch claims[claim.realUserStatus]?.integerValue {
             case 0: "unsupported"
             case 1: "unknown"
             case 2: "likely_real"
@@ -110,27 +111,29 @@ public struct IdentityTokenValidator: Sendable {
             }
         return AppleIdentity(
             sub: sub, clientID: clientID, email: email,
-            emailVerified: claims[Claim.emailVerified]?.lenientBoolValue,
-            isPrivateEmail: claims[Claim.isPrivateEmail]?.lenientBoolValue ?? (email == nil ? nil : false),
-            realUserStatus: realUserStatus, transferSub: claims[Claim.transferSub]?.stringValue,
+            emailVerified: claims[claim.emailVerified]?.lenientBoolValue,
+            isPrivateEmail: claims[claim.isPrivateEmail]?.lenientBoolValue ?? (email == nil ? nil : false),
+            realUserStatus: realUserStatus, transferSub: claims[claim.transferSub]?.stringValue,
             issuedAt: Date(timeIntervalSince1970: TimeInterval(issuedAt)),
             expiresAt: Date(timeIntervalSince1970: TimeInterval(expires)))
     }
 
-    /// The claims read, prepared once as lookup names.
-    private enum Claim {
-        static let iss: JSONObjectView.MemberName = "iss"
-        static let aud: JSONObjectView.MemberName = "aud"
-        static let exp: JSONObjectView.MemberName = "exp"
-        static let iat: JSONObjectView.MemberName = "iat"
-        static let nbf: JSONObjectView.MemberName = "nbf"
-        static let sub: JSONObjectView.MemberName = "sub"
-        static let nonce: JSONObjectView.MemberName = "nonce"
-        static let nonceSupported: JSONObjectView.MemberName = "nonce_supported"
-        static let email: JSONObjectView.MemberName = "email"
-        static let emailVerified: JSONObjectView.MemberName = "email_verified"
-        static let isPrivateEmail: JSONObjectView.MemberName = "is_private_email"
-        static let realUserStatus: JSONObjectView.MemberName = "real_user_status"
-        static let transferSub: JSONObjectView.MemberName = "transfer_sub"
+    /// The claims read, prepared once as lookup names; one value, so reading them costs one
+    /// lazy-global check per token rather than one per name.
+    private struct ClaimNames: Sendable {
+        let iss: JSONObjectView.MemberName = "iss"
+        let aud: JSONObjectView.MemberName = "aud"
+        let exp: JSONObjectView.MemberName = "exp"
+        let iat: JSONObjectView.MemberName = "iat"
+        let nbf: JSONObjectView.MemberName = "nbf"
+        let sub: JSONObjectView.MemberName = "sub"
+        let nonce: JSONObjectView.MemberName = "nonce"
+        let nonceSupported: JSONObjectView.MemberName = "nonce_supported"
+        let email: JSONObjectView.MemberName = "email"
+        let emailVerified: JSONObjectView.MemberName = "email_verified"
+        let isPrivateEmail: JSONObjectView.MemberName = "is_private_email"
+        let realUserStatus: JSONObjectView.MemberName = "real_user_status"
+        let transferSub: JSONObjectView.MemberName = "transfer_sub"
     }
+    private static let claimNames = ClaimNames()
 }
