@@ -368,9 +368,9 @@ final class ParameterBuilder {
 }
 
 /// Owns one `EVP_PKEY_CTX` set up for SHA-256 signature verification with a key, and one
-/// `EVP_MD_CTX` to hash the message with (reused: a fresh one per message costs a third of
-/// hashing a token). Not safe for concurrent use: `AsymmetricKey` hands each to one caller
-/// at a time.
+/// `EVP_MD_CTX` to hash the message with (reused: a fresh one per message costs about a
+/// quarter of hashing a token). Not safe for concurrent use: `AsymmetricKey` hands each to
+/// one caller at a time.
 final class VerifyContext: @unchecked Sendable {
     let pointer: OpaquePointer
     let hash: OpaquePointer
