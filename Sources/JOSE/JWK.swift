@@ -25,8 +25,9 @@ public struct JWK: Sendable {
             self.keyOperations = keyOperations
             self.declaredAlgorithm = declaredAlgorithm
             self.key = key
-            algorithm = JWK.algorithm(of: key, declared: declaredAlgorithm)
-            canVerify = JWK.canVerify(use: use, operations: keyOperations, algorithm: algorithm)
+            let implied = JWSAlgorithm(for: key)
+            algorithm = declaredAlgorithm == nil || declaredAlgorithm == implied?.rawValue ? implied : nil
+            canVerify = (use == nil || use == "sig") && (keyOperations?.contains("verify") ?? true) && algorithm != nil
         }
     }
 
@@ -49,16 +50,6 @@ public struct JWK: Sendable {
     /// Whether the key may verify signatures: `use` is absent or `sig`, `key_ops` absent or
     /// containing `verify`, and its algorithm is supported.
     public var canVerify: Bool { storage.canVerify }
-
-    fileprivate static func algorithm(of key: AsymmetricKey, declared: String?) -> JWSAlgorithm? {
-        guard let implied = JWSAlgorithm(for: key) else { return nil }
-        guard let declared else { return implied }
-        return declared == implied.rawValue ? implied : nil
-    }
-
-    fileprivate static func canVerify(use: String?, operations: [String]?, algorithm: JWSAlgorithm?) -> Bool {
-        (use == nil || use == "sig") && (operations?.contains("verify") ?? true) && algorithm != nil
-    }
 
     /// Parses one JWK from JSON text.
     public init(json: [UInt8]) throws {

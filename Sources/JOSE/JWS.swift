@@ -104,11 +104,10 @@ public struct JWSVerifier: Sendable {
                 try check(header)
                 let key = try selectKey(header)
                 guard key.canVerify else { throw JOSEError(.keyNotFound, "the key may not verify signatures") }
-                // The header's algorithm is accepted (`check`), so a key of the same one is too.
-                guard let algorithm = key.algorithm, algorithm == header.knownAlgorithm else {
-                    guard let algorithm = key.algorithm, allowedAlgorithms.contains(algorithm) else {
-                        throw JOSEError(.keyNotFound, "the key has no accepted algorithm")
-                    }
+                guard let algorithm = key.algorithm, allowedAlgorithms.contains(algorithm) else {
+                    throw JOSEError(.keyNotFound, "the key has no accepted algorithm")
+                }
+                guard algorithm == header.knownAlgorithm else {
                     throw JOSEError(.algorithmMismatch, "header alg \(header.algorithm) does not match the key's \(algorithm.rawValue)")
                 }
                 let signingInput = UnsafeRawBufferPointer(parts.signingInput)

@@ -91,22 +91,8 @@ public struct JSONObjectView: Sendable {
 
     /// The value whose checked text is at `range`.
     private func value(at range: Range<Int>) -> JSONValue? {
-        bytes.withUnsafeBufferPointer { buffer in
-            // Strings without escapes or non-ASCII bytes, and literals, are read off the
-            // checked text directly; anything else goes through the parser.
-            let text = UnsafeBufferPointer(rebasing: buffer[range])
-            switch text[0] {
-            case UInt8(ascii: "\""):
-                let contents = UnsafeBufferPointer(rebasing: text[1..<(text.count - 1)])
-                if PlainText.isPlain(contents) { return .string(String(decoding: contents, as: UTF8.self)) }
-            case UInt8(ascii: "t"): return .bool(true)
-            case UInt8(ascii: "f"): return .bool(false)
-            case UInt8(ascii: "n"): return .null
-            default: break
-            }
-            // The text was checked when the view was made, so this cannot fail.
-            return try? JSONParser.value(in: buffer, at: range)
-        }
+        // The text was checked when the view was made, so this cannot fail.
+        bytes.withUnsafeBufferPointer { try? JSONParser.value(in: $0, at: range) }
     }
 
     /// `self[name]?.stringValue == expected`, without building a String when both are
@@ -181,16 +167,8 @@ public struct JSONObjectView: Sendable {
     /// The member named `name` as a dictionary key would find it: by bytes, and when either
     /// side is not plain ASCII also by canonical equivalence (`"\u{212A}"` finds `"K"`).
     private func position(of name: MemberName) -> Int? {
-        let found = members.withUnsafeBufferPointer { members -> Int? in
-            // Most names are decided by the key alone; the bytes are read only past seven.
-            for position in members.indices where members[position].key == name.key {
-                if name.utf8.count <= 7 { return position }
-                let same = bytes.withUnsafeBufferPointer { source in
-                    name.utf8.withUnsafeBufferPointer { hasName(members[position].name, $0, in: source) }
-                }
-                if same { return position }
-            }
-            return nil
+        let found = bytes.withUnsafeBufferPointer { source in
+            name.utf8.withUnsafeBufferPointer { index(of: $0, key: name.key, in: source) }
         }
         if let found { return found }
         guard hasDecodedName || !name.isASCII else { return nil }

@@ -104,7 +104,7 @@ struct JSONParserTests {
         // Every byte value at every position of buffers up to 20 long (the word loop and the
         // byte tail both), after a plain prefix and before a later special byte.
         for count in 0...20 {
-            for position in 0..<max(count, 1) where position < count {
+            for position in 0..<count {
                 for value in 0...255 {
                     var bytes = [UInt8](repeating: UInt8(ascii: "a"), count: count)
                     bytes[position] = UInt8(value)

@@ -33,14 +33,9 @@ public struct IdentityTokenValidator: Sendable {
     public var maximumAge: TimeInterval = 600
     public var now: @Sendable () -> Date = Date.init
 
-    /// `clientIDs` as a list when there are a handful (the usual deployment): comparing
-    /// with each costs less than hashing the audience on every login.
-    private let fewClientIDs: [String]?
-
     public init(verifier: AppleTokenVerifier, clientIDs: Set<String>, leeway: TimeInterval = 60, maximumAge: TimeInterval = 600) {
         self.verifier = verifier
         self.clientIDs = clientIDs
-        fewClientIDs = clientIDs.count <= 8 ? clientIDs.sorted() : nil
         self.leeway = leeway
         self.maximumAge = maximumAge
     }
@@ -58,7 +53,7 @@ public struct IdentityTokenValidator: Sendable {
             throw TokenRejection("token_issuer_invalid", "iss must be \(Self.issuer)")
         }
         func accepts(_ audience: String) -> Bool {
-            (fewClientIDs?.contains(audience) ?? clientIDs.contains(audience)) && (clientIDHint == nil || audience == clientIDHint)
+            clientIDs.contains(audience) && (clientIDHint == nil || audience == clientIDHint)
         }
         let clientID: String?
         switch claims[claim.aud] {
