@@ -6,7 +6,7 @@
 //   C bridges      CMicroHTTPD, CLibpq, COpenSSL, CCurl (system libraries) + CBrokerShims (variadic calls)
 //   Foundations    Observability (logs, metrics), StrictJSON (a strict JSON reader/writer),
 //                  BrokerCrypto (OpenSSL), JOSE (JWS/JWK), PostgresClient (libpq),
-//                  ProcessRunner (posix_spawn), EmbeddedPostgres (a private cluster), HTTPServer (libmicrohttpd), HTTPClient (libcurl)
+//                  ProcessRunner (posix_spawn), CommandArguments (command lines), EmbeddedPostgres (a private cluster), HTTPServer (libmicrohttpd), HTTPClient (libcurl)
 //   Product        BrokerCore (configuration, storage, API, workers, CLI) and the thin `appleid-broker` executable
 //   Simulator      AppleSimulator + `apple-sim`: appleid.apple.com on loopback
 import PackageDescription
@@ -44,6 +44,7 @@ let package = Package(
         .target(name: "BrokerCrypto", dependencies: ["COpenSSL"], swiftSettings: swiftSettings),
         .target(name: "PostgresClient", dependencies: ["CLibpq", "Observability"], swiftSettings: swiftSettings),
         .target(name: "ProcessRunner", swiftSettings: swiftSettings),
+        .target(name: "CommandArguments", swiftSettings: swiftSettings),
         .target(
             name: "EmbeddedPostgres",
             dependencies: ["PostgresClient", "ProcessRunner", "Observability"],
@@ -63,7 +64,7 @@ let package = Package(
             name: "BrokerCore",
             dependencies: [
                 "Observability", "BrokerCrypto", "StrictJSON", "JOSE", "PostgresClient", "EmbeddedPostgres", "HTTPServer",
-                "HTTPClient",
+                "HTTPClient", "CommandArguments",
             ],
             swiftSettings: swiftSettings,
             plugins: ["EmbedResources"]
@@ -73,7 +74,7 @@ let package = Package(
         // MARK: The Apple simulator: appleid.apple.com on loopback, for development and tests
         .target(
             name: "AppleSimulator",
-            dependencies: ["BrokerCrypto", "JOSE", "StrictJSON", "HTTPServer", "HTTPClient", "Observability"],
+            dependencies: ["BrokerCrypto", "JOSE", "StrictJSON", "HTTPServer", "HTTPClient", "Observability", "CommandArguments"],
             swiftSettings: swiftSettings
         ),
         .executableTarget(name: "apple-sim", dependencies: ["AppleSimulator"], swiftSettings: swiftSettings),
@@ -116,7 +117,9 @@ let package = Package(
         ),
         .testTarget(
             name: "BrokerCoreTests",
-            dependencies: ["BrokerCore", "AppleSimulator", "JOSE", "StrictJSON", "BrokerCrypto", "TestSupport", "ProcessRunner"],
+            dependencies: ["BrokerCore", "AppleSimulator", "JOSE", "StrictJSON", "BrokerCrypto", "TestSupport", "ProcessRunner",
+                "CommandArguments",
+            ],
             swiftSettings: swiftSettings
         ),
     ]

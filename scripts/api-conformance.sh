@@ -6,8 +6,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MAX_EXAMPLES=${1:-25}
-export WORK=${WORK:-${TMPDIR:-/tmp}/appleid-broker-conformance}
-export SIM_PORT=${SIM_PORT:-18600} BROKER_PORT=${BROKER_PORT:-18601}
+# A directory and ports of this run's own (scripts/lib/stack.sh picks free ports).
+export WORK=${WORK:-$(mktemp -d "${TMPDIR:-/tmp}/appleid-broker-conformance.XXXXXX")}
 BIN=$(swift build --show-bin-path)
 [ -x "$BIN/appleid-broker" ] && [ -x "$BIN/apple-sim" ] || swift build
 # shellcheck source=lib/stack.sh
@@ -34,3 +34,5 @@ echo "== schemathesis: $MAX_EXAMPLES examples per operation against 127.0.0.1:$B
 "$TOOLS_VENV/bin/st" --config-file schemathesis.toml run "http://127.0.0.1:$BROKER_PORT/openapi.json" \
   --header "Authorization: Bearer $API_KEY" --max-examples "$MAX_EXAMPLES" \
   --seed "${SCHEMATHESIS_SEED:-$RANDOM}" --no-color --report junit --report-dir "$WORK/report"
+stop_all
+rm -rf "$WORK"

@@ -39,9 +39,10 @@ if [ "$AB" = 1 ] && [ -d "$ROOT/../shared/peers" ]; then
   # minted up to an hour before use (so the maximum token age is relaxed for this run).
   export DATABASE_URL="host=$PGHOST port=$PGPORT user=postgres dbname=appleid_broker_ab"
   export APPLE_CLIENT_IDS=$AUDIENCE APPLE_BASE_URL=${JWKS_URL%/auth/keys} APPLE_TOKEN_MAX_AGE_SECONDS=7200
-  export BROKER_LISTEN=127.0.0.1:18402
+  AB_PORT=$(free_port)
+  export BROKER_LISTEN=127.0.0.1:$AB_PORT
   AB_KEY=$("$BIN/appleid-broker" api-keys create --name ab --scopes login 2>/dev/null)
-  SVC_CMD="$BIN/appleid-broker serve" SVC_PORT=18402 SVC_PATH=/v1/apple/login API_KEY=$AB_KEY \
+  SVC_CMD="$BIN/appleid-broker serve" SVC_PORT=$AB_PORT SVC_PATH=/v1/apple/login API_KEY=$AB_KEY \
     "$peers/bench_ab.sh" "$AB_ROUNDS" "$DUR" "$CONNS" | tee "$WORK/ab.txt" | grep -E "^round|ratio|WARNING" || true
   AB_RATIO=$(awk '/median throughput ratio/{print $7}' "$WORK/ab.txt")
   AB_CPU=$(awk '/median throughput ratio/{print $NF}' "$WORK/ab.txt")

@@ -9,7 +9,7 @@
 : "${COUNT:=20000}"
 : "${CONCURRENCY:=16}"
 : "${RATE:=300}"
-: "${RECEIVER_PORT:=18409}"
+: "${RECEIVER_PORT:=$(free_port)}"
 "$ROOT/scripts/bootstrap.sh" test
 build_release
 RECEIVER_PID=

@@ -39,14 +39,35 @@ import pwd
 import random
 import shutil
 import signal
+import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.error
 import urllib.request
 
-SIM_PORT, BROKER_PORT, RECEIVER_PORTS, PG_PORT = 18500, 18501, (18502, 18503), 18504
+
+
+def free_ports(count):
+    """Ports nobody listens on now, so that two runs (or a run beside `make run`) never collide.
+    All are held open together while picking, so the kernel hands out distinct ones."""
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
+SIM_PORT, BROKER_PORT, RECEIVER_A, RECEIVER_B = free_ports(4)
+RECEIVER_PORTS = (RECEIVER_A, RECEIVER_B)
+# The cluster listens on a Unix socket in the run's own directory only: its port names the
+# socket file and cannot collide with another run's.
+PG_PORT = 5432
 CLIENT_ID = "com.example.app"
 START = time.monotonic()
 
@@ -98,11 +119,13 @@ class PostgresCluster:
         return f"host={self.socket_dir} port={PG_PORT} user=postgres dbname=postgres"
 
     def query(self, sql):
-        """Rows of a query as lists of strings (psql -At)."""
+        """Rows of a query as lists of strings (psql -At). The SQL goes through standard input:
+        the invariant queries list every acknowledged sub and jti, which grows with the machine's
+        speed, and one command-line argument is capped at 128 KiB."""
         result = subprocess.run(
             ["psql", "-h", self.socket_dir, "-p", str(PG_PORT), "-U", "postgres", "-d", "postgres", "-qAtX",
-             "-F", "\t", "-v", "ON_ERROR_STOP=1", "-c", sql],
-            check=True, capture_output=True, text=True)
+             "-F", "\t", "-v", "ON_ERROR_STOP=1", "-f", "-"],
+            input=sql, check=True, capture_output=True, text=True)
         return [line.split("\t") for line in result.stdout.splitlines() if line]
 
 
@@ -306,11 +329,11 @@ def kill_and_restart(broker, number):
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--bin", required=True, help="directory holding appleid-broker and apple-sim")
-    parser.add_argument("--work", default="/tmp/appleid-broker-resilience")
+    parser.add_argument("--work", help="a fresh directory of its own when not given")
     parser.add_argument("--load-seconds", type=int, default=75)
     parser.add_argument("--settle-seconds", type=int, default=240)
     options = parser.parse_args()
-    work = options.work
+    work = options.work or tempfile.mkdtemp(prefix="appleid-broker-resilience.")
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
     os.chmod(work, 0o755)
@@ -432,6 +455,8 @@ def main():
         print(f"resilience: {len(failures)} invariant(s) violated; logs in {work}", file=sys.stderr)
         sys.exit(1)
     print("resilience: every invariant holds")
+    if not options.work:
+        shutil.rmtree(work, ignore_errors=True)
 
 
 def check_invariants(postgres, ledger, receivers, subscriptions, replayed_not_duplicate):

@@ -1,4 +1,5 @@
 import BrokerCrypto
+import CommandArguments
 import Foundation
 import Glibc
 import HTTPClient
@@ -6,25 +7,40 @@ import Observability
 
 /// The `apple-sim` command line: serve the simulator, or drive a running one.
 public enum AppleSimulatorCommand {
-    static let usage = """
-        usage: apple-sim <command> [options]
-
-          serve [--listen 127.0.0.1:8090] [--team TEAMID --key-id KEYID --key FILE.p8 --client-ids a,b]
-                          play appleid.apple.com on loopback until SIGTERM/SIGINT
-          mint-token --client-id ID [--sub SUB] [--raw-nonce N] [--email E] [--real-user-status 0|1|2]
-                     [--booleans-as-strings] [--with-code] [--format json|env] [--url http://127.0.0.1:8090]
-                          print a fresh identity token (and code) as JSON, or as shell
-                          assignments ID_TOKEN=… SUB=… EMAIL=… CODE=… for `eval` (--format env)
-          notify --to URL --type TYPE --sub SUB --client-id ID [--url …]
-                          sign and POST a server-to-server notification (types: email-disabled,
-                          email-enabled, consent-revoked, account-delete)
-          rotate-keys [--retire] [--url …]
-                          add a signing key (and stop publishing the old ones with --retire)
-          faults [--latency-ms N] [--error-rate 0.3] [--timeout-rate R] [--invalid-grant] [--url …]
-                          set fault injection
-          revocations [--url …]
-                          print every /auth/revoke call so far
-        """
+    /// Every command and the options it takes; anything else is refused.
+    static let commands = CommandTable(
+        program: "apple-sim",
+        commands: [
+            CommandSpec(
+                ["serve"], "[--listen 127.0.0.1:8090] [--team TEAMID --key-id KEYID --key FILE.p8 --client-ids a,b]",
+                summary: "play appleid.apple.com on loopback until SIGTERM/SIGINT",
+                options: ["listen", "team", "key-id", "key", "client-ids"]),
+            CommandSpec(
+                ["mint-token"],
+                "--client-id ID [--sub SUB] [--raw-nonce N] [--email E] [--real-user-status 0|1|2] "
+                    + "[--booleans-as-strings] [--with-code] [--format json|env] [--url URL]",
+                summary: "print a fresh identity token (and code) as JSON, or as shell\n"
+                    + "assignments ID_TOKEN=… SUB=… EMAIL=… CODE=… for `eval` (--format env)",
+                options: ["client-id", "sub", "raw-nonce", "email", "real-user-status", "format", "url"],
+                flags: ["booleans-as-strings", "with-code"]),
+            CommandSpec(
+                ["notify"], "--to URL --type TYPE --sub SUB --client-id ID [--url URL]",
+                summary: "sign and POST a server-to-server notification (types: email-disabled,\n"
+                    + "email-enabled, consent-revoked, account-delete)",
+                options: ["to", "type", "sub", "client-id", "url"]),
+            CommandSpec(
+                ["rotate-keys"], "[--retire] [--url URL]",
+                summary: "add a signing key (and stop publishing the old ones with --retire)", options: ["url"],
+                flags: ["retire"]),
+            CommandSpec(
+                ["faults"], "[--latency-ms N] [--error-rate 0.3] [--timeout-rate R] [--invalid-grant] [--url URL]",
+                summary: "set fault injection", options: ["latency-ms", "error-rate", "timeout-rate", "url"],
+                flags: ["invalid-grant"]),
+            CommandSpec(["revocations"], "[--url URL]", summary: "print every /auth/revoke call so far", options: ["url"]),
+        ],
+        footer: """
+            --url is the running simulator's address: http://127.0.0.1:8090 unless APPLE_SIM_URL says otherwise.
+            """)
 
     public static func main() -> Never {
         var blocked = sigset_t()
@@ -32,33 +48,27 @@ public enum AppleSimulatorCommand {
         sigaddset(&blocked, SIGTERM)
         sigaddset(&blocked, SIGINT)
         pthread_sigmask(SIG_BLOCK, &blocked, nil)
-        exit(run(Array(CommandLine.arguments.dropFirst())))
+        exit(run(Array(CommandLine.arguments.dropFirst()), environment: ProcessInfo.processInfo.environment))
     }
 
-    static func run(_ arguments: [String]) -> Int32 {
-        guard let command = arguments.first else {
-            print(usage)
+    static func run(_ arguments: [String], environment: [String: String] = [:]) -> Int32 {
+        let parsed: ParsedArguments
+        do {
+            switch try commands.parse(arguments) {
+            case .help, .version, .group:
+                print(commands.usage)
+                return 0
+            case .run(let arguments):
+                parsed = arguments
+            }
+        } catch {
+            printError("\(error)")
             return 2
         }
-        var options: [String: String] = [:]
-        var flags = Set<String>()
-        var index = 1
-        while index < arguments.count {
-            let name = arguments[index]
-            guard name.hasPrefix("--") else {
-                printError("unexpected argument \(name)\n\n\(usage)")
-                return 2
-            }
-            let key = String(name.dropFirst(2))
-            if index + 1 < arguments.count, !arguments[index + 1].hasPrefix("--") {
-                options[key] = arguments[index + 1]
-                index += 2
-            } else {
-                flags.insert(key)
-                index += 1
-            }
-        }
-        let url = options["url"] ?? "http://127.0.0.1:8090"
+        let options = parsed.options
+        let flags = parsed.flags
+        let command = parsed.command.words[0]
+        let url = options["url"] ?? environment["APPLE_SIM_URL"].flatMap { $0.isEmpty ? nil : $0 } ?? "http://127.0.0.1:8090"
         do {
             switch command {
             case "serve":
@@ -94,14 +104,11 @@ public enum AppleSimulatorCommand {
                 return try call(url + "/sim/faults", method: "PUT", body: body)
             case "revocations":
                 return try call(url + "/sim/revocations", method: "GET", body: nil)
-            case "help", "--help", "-h":
-                print(usage)
-                return 0
             default:
-                throw Usage("unknown command \(command)")
+                preconditionFailure("\(command) is in the table but has no handler")
             }
         } catch let usageError as Usage {
-            printError("\(usageError.text)\n\n\(usage)")
+            printError("\(parsed.usageError(usageError.text))")
             return 2
         } catch {
             printError("error: \(error)")

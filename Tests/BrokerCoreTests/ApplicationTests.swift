@@ -1,4 +1,5 @@
 import BrokerCore
+import CommandArguments
 import EmbeddedPostgres
 import Foundation
 import HTTPClient
@@ -95,6 +96,54 @@ struct CommandLineTests {
         #expect(serve.stderr.contains("TOKEN_ENCRYPTION_KEY:"))
     }
 
+    @Test("every command refuses an option it does not know: exit 2, which option, the command's usage line")
+    func unknownOptionsRefused() throws {
+        let environment = try TestEnvironment.variables(database: try TestPostgres.freshDatabase())
+        for command in BrokerCommand.commands.commands {
+            for extra in [["--no-such-option", "x"], ["--no-such-flag"], ["--no-such-option=x"]] {
+                let result = try BrokerExecutable.run(command.words + extra, environment: environment)
+                let name = command.words.joined(separator: " ")
+                #expect(result.status == 2, "\(name) \(extra): \(result.stderr)")
+                #expect(result.stderr.contains("\(name): unknown option \(extra[0].split(separator: "=")[0])"), "\(result.stderr)")
+                #expect(result.stderr.contains("usage: appleid-broker \(name)"), "\(result.stderr)")
+                #expect(result.stdout.isEmpty)
+            }
+        }
+        // The case that used to print a key as if --client-ids meant something: no key is made.
+        let limited = try BrokerExecutable.run(
+            ["api-keys", "create", "--name", "x", "--scopes", "read", "--client-ids", "com.example.other"], environment: environment)
+        #expect(limited.status == 2)
+        #expect(limited.stderr.contains("unknown option --client-ids"))
+        let listed = try BrokerExecutable.run(["api-keys", "list", "--json"], environment: environment)
+        #expect((try JSONSerialization.jsonObject(with: Data(listed.stdout.utf8)) as? [Any])?.isEmpty == true)
+        // A value missing, a flag given one, a stray operand.
+        let missing = try BrokerExecutable.run(["api-keys", "create", "--scopes", "read", "--name"], environment: environment)
+        #expect(missing.status == 2 && missing.stderr.contains("option --name needs a value"))
+        let flagValue = try BrokerExecutable.run(["api-keys", "list", "--json=yes"], environment: environment)
+        #expect(flagValue.status == 2 && flagValue.stderr.contains("option --json takes no value"))
+        let stray = try BrokerExecutable.run(["api-keys", "revoke", "a", "b"], environment: environment)
+        #expect(stray.status == 2 && stray.stderr.contains("unexpected argument 'b'"))
+    }
+
+    @Test("--version prints the version; a command group alone lists its commands")
+    func versionAndGroups() throws {
+        let environment = try TestEnvironment.variables(database: try TestPostgres.freshDatabase())
+        for arguments in [["--version"], ["version"]] {
+            let version = try BrokerExecutable.run(arguments, environment: environment)
+            #expect(version.status == 0)
+            #expect(version.stdout == "appleid-broker \(BrokerCommand.version)\n")
+        }
+        let group = try BrokerExecutable.run(["api-keys"], environment: environment)
+        #expect(group.status == 0, "\(group.stderr)")
+        for subcommand in ["create", "list", "revoke"] {
+            #expect(group.stdout.contains("appleid-broker api-keys \(subcommand)"))
+        }
+        let unknown = try BrokerExecutable.run(["api-keys", "frob"], environment: environment)
+        #expect(unknown.status == 2 && unknown.stderr.contains("unknown api-keys command 'frob'"))
+        let help = try BrokerExecutable.run(["--help"], environment: environment)
+        #expect(help.status == 0 && help.stdout.contains("healthcheck"))
+    }
+
     @Test("serve stops gracefully on SIGTERM")
     func serveStopsOnSIGTERM() throws {
         var environment = try TestEnvironment.variables(database: try TestPostgres.freshDatabase())
@@ -114,8 +163,15 @@ struct CommandLineTests {
             Thread.sleep(forTimeInterval: 0.05)
         }
         #expect(ready)
+        // The container healthcheck: 0 while /readyz answers 200, from BROKER_LISTEN alone
+        // (a wildcard address is asked on loopback).
+        let healthy = try BrokerExecutable.run(["healthcheck"], environment: ["BROKER_LISTEN": "0.0.0.0:\(port)"])
+        #expect(healthy.status == 0, "\(healthy.stderr)")
         process.send(SIGTERM)
         #expect(process.wait() == 0)
+        let stopped = try BrokerExecutable.run(["healthcheck"], environment: ["BROKER_LISTEN": "127.0.0.1:\(port)"])
+        #expect(stopped.status == 1)
+        #expect(stopped.stderr.contains("unhealthy"))
         let text = (try? String(contentsOfFile: log, encoding: .utf8)) ?? ""
         #expect(text.contains("appleid-broker stopped"))
     }

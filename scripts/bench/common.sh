@@ -9,6 +9,10 @@ trap 'echo "$(basename "$0"): stopped: \"$BASH_COMMAND\" failed (line $LINENO); 
 : "${DUR:=15s}"
 # shellcheck source=../lib/stack.sh
 source "$(dirname "${BASH_SOURCE[0]}")/../lib/stack.sh"
+# One benchmark at a time per work directory: a second one would share its cluster, and its
+# figures would be taken while another heavy job runs.
+exec 9> "$WORK/.lock"
+flock -n 9 || { echo "$(basename "$0"): another benchmark is using $WORK; wait for it or set WORK" >&2; exit 1; }
 RESULTS=$ROOT/bench-results
 PG_BIN=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)
 HZ=$(getconf CLK_TCK)

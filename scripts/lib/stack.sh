@@ -4,8 +4,13 @@
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 : "${WORK:=${TMPDIR:-/tmp}/appleid-broker-stack}"
-: "${SIM_PORT:=18400}"
-: "${BROKER_PORT:=18401}"
+# A port nobody listens on now (the kernel's pick), so that a test run beside `make run`, or two
+# runs on one machine, never collide on a fixed port.
+free_port() {
+  python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+: "${SIM_PORT:=$(free_port)}"
+: "${BROKER_PORT:=$(free_port)}"
 : "${API_SCOPES:=login,read,compliance,events,admin}"
 BIN=${BIN:-}
 mkdir -p "$WORK"

@@ -1,16 +1,17 @@
+import CommandArguments
 import Foundation
 import Observability
 
 /// `appleid-broker api-keys create|list|revoke`.
 enum APIKeysCommand {
-    static func run(_ subcommand: String, _ arguments: Arguments, environment: [String: String]) throws -> Int32 {
-        switch subcommand {
+    static func run(_ arguments: ParsedArguments, environment: [String: String]) throws -> Int32 {
+        switch arguments.command.words[1] {
         case "create":
             let name = try arguments.required("name")
             let scopeText = try arguments.required("scopes")
             guard let scopes = Scope.parseList(scopeText) else {
-                throw Arguments.UsageError(
-                    description: "--scopes takes a comma list of " + Scope.allCases.map(\.rawValue).joined(separator: ", "))
+                throw arguments.usageError(
+                    "--scopes takes a comma list of " + Scope.allCases.map(\.rawValue).joined(separator: ", "))
             }
             let secret = try BrokerCommand.withDatabase(environment) { database in
                 try APIKeyStore(pool: database.pool).create(name: name, scopes: scopes).secret
@@ -34,8 +35,7 @@ enum APIKeysCommand {
             }
             return 0
         case "revoke":
-            guard arguments.positional.count == 3 else { throw Arguments.UsageError(description: "api-keys revoke needs the key ID") }
-            let id = arguments.positional[2]
+            let id = arguments.operands[0]
             let revoked = try BrokerCommand.withDatabase(environment) { try APIKeyStore(pool: $0.pool).revoke(id: id) }
             if revoked {
                 BrokerCommand.printError("revoked \(id)")
@@ -44,7 +44,7 @@ enum APIKeysCommand {
             BrokerCommand.printError("no active API key with id \(id)")
             return 1
         default:
-            throw Arguments.UsageError(description: "unknown api-keys command '\(subcommand)'")
+            preconditionFailure("api-keys \(arguments.command.words[1]) has no handler")
         }
     }
 }

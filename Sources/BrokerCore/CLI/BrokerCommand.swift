@@ -1,3 +1,4 @@
+import CommandArguments
 import Foundation
 import Glibc
 import Observability
@@ -5,35 +6,53 @@ import Observability
 /// The `appleid-broker` command line: `serve`, `migrate`, `api-keys …` (and more as the
 /// service grows). `main.swift` only calls `BrokerCommand.main()`.
 public enum BrokerCommand {
-    static let usage = """
-        usage: appleid-broker <command> [options]
+    /// Every command, its options and its line in the usage text: the parser refuses any
+    /// option a command does not list here.
+    public static let commands = CommandTable(
+        program: "appleid-broker",
+        commands: [
+            CommandSpec(
+                ["serve"], "[--roles api,notifications,deletion,dispatch,sweep]",
+                summary: "run the service until SIGTERM/SIGINT", options: ["roles"]),
+            CommandSpec(["migrate"], summary: "apply pending database migrations and exit"),
+            CommandSpec(
+                ["healthcheck"], "[--url http://127.0.0.1:8080/readyz]",
+                summary: "exit 0 when the broker on BROKER_LISTEN (or --url) answers /readyz with 200;\n"
+                    + "for container healthchecks (needs no shell)",
+                options: ["url"]),
+            CommandSpec(
+                ["api-keys", "create"], "--name NAME --scopes login,read[,compliance,events,admin]",
+                summary: "create an API key; prints the key as the only line on stdout", options: ["name", "scopes"]),
+            CommandSpec(["api-keys", "list"], "[--json]", flags: ["json"]),
+            CommandSpec(["api-keys", "revoke"], "ID", operands: 1...1),
+            CommandSpec(
+                ["delete-user"], "(--user-id ID | --apple-sub SUB) --reason TEXT [--requested-by NAME]",
+                summary: "request a cascaded deletion (revokes at Apple, then purges);\nprints the deletion id",
+                options: ["user-id", "apple-sub", "reason", "requested-by"]),
+            CommandSpec(
+                ["deletions", "list"], "[--state requested|revoking|purging|done|failed] [--limit 100] [--json]",
+                options: ["state", "limit"], flags: ["json"]),
+            CommandSpec(["deletions", "retry"], "ID", summary: "queue a failed deletion again", operands: 1...1),
+            CommandSpec(
+                ["transfer", "export"], "--recipient-team TEAMID --out FILE [--client-id ID] [--rate 10]",
+                summary: "team transfer, sending side: a transfer_sub per user from\n"
+                    + "Apple, written to FILE; resumable (rerun the same command)",
+                options: ["recipient-team", "out", "client-id", "rate"]),
+            CommandSpec(
+                ["transfer", "import"], "--in FILE [--client-id ID] [--rate 10]",
+                summary: "receiving side: each transfer_sub exchanged for the new sub\n"
+                    + "and linked to its user; prints a report; resumable",
+                options: ["in", "client-id", "rate"]),
+            CommandSpec(["version"], summary: "print the version (also --version)"),
+        ],
+        footer: """
+            Configuration comes from environment variables; see README.md. With DATABASE_URL
+            unset, commands use the embedded PostgreSQL in $BROKER_DATA_DIR/postgres.
+            """)
 
-        commands:
-          serve [--roles api,notifications,deletion,dispatch,sweep]
-                                run the service until SIGTERM/SIGINT
-          migrate               apply pending database migrations and exit
-          api-keys create --name NAME --scopes login,read[,compliance,events,admin]
-                                create an API key; prints the key as the only line on stdout
-          api-keys list [--json]
-          api-keys revoke ID
-          delete-user (--user-id ID | --apple-sub SUB) --reason TEXT [--requested-by NAME]
-                                request a cascaded deletion (revokes at Apple, then purges);
-                                prints the deletion id
-          deletions list [--state requested|revoking|purging|done|failed] [--json]
-          deletions retry ID    queue a failed deletion again
-          transfer export --recipient-team TEAMID --out FILE [--client-id ID] [--rate 10]
-                                team transfer, sending side: a transfer_sub per user from
-                                Apple, written to FILE; resumable (rerun the same command)
-          transfer import --in FILE [--client-id ID] [--rate 10]
-                                receiving side: each transfer_sub exchanged for the new sub
-                                and linked to its user; prints a report; resumable
-          version
+    static var usage: String { commands.usage }
 
-        Configuration comes from environment variables; see README.md. With DATABASE_URL
-        unset, commands use the embedded PostgreSQL in $BROKER_DATA_DIR/postgres.
-        """
-
-    static let version = "0.1.0"
+    public static let version = "0.1.0"
 
     /// Runs the command named by the process arguments and exits with its status.
     public static func main() -> Never {
@@ -45,45 +64,48 @@ public enum BrokerCommand {
 
     /// Runs one command; returns the exit status (0 success, 1 failure, 2 usage or configuration error).
     public static func run(_ arguments: [String], environment: [String: String]) -> Int32 {
-        let parsed: Arguments
         do {
-            parsed = try Arguments(arguments)
-        } catch {
-            printError("\(error)\n\n\(usage)")
-            return 2
-        }
-        let words = parsed.positional
-        if parsed.flags.contains("help") || words.first == "help" || words.isEmpty {
-            print(usage)
-            return words.isEmpty && !parsed.flags.contains("help") ? 2 : 0
-        }
-        do {
-            switch (words[0], words.count > 1 ? words[1] : nil) {
-            case ("version", _):
+            let parsed: ParsedArguments
+            switch try commands.parse(arguments) {
+            case .help:
+                print(usage)
+                return 0
+            case .version:
                 print("appleid-broker \(version)")
                 return 0
-            case ("serve", _):
+            case .group(let group):
+                print(commands.groupUsage(group))
+                return 0
+            case .run(let arguments):
+                parsed = arguments
+            }
+            switch parsed.command.words.joined(separator: " ") {
+            case "serve":
                 return try ServeCommand.run(parsed, environment: environment)
-            case ("migrate", _):
+            case "migrate":
                 return try withDatabase(environment) { database in
                     _ = database
                     printError("migrations are up to date")
                     return 0
                 }
-            case ("api-keys", let sub?):
-                return try APIKeysCommand.run(sub, parsed, environment: environment)
-            case ("delete-user", _):
+            case "healthcheck":
+                return try HealthcheckCommand.run(parsed, environment: environment)
+            case "api-keys create", "api-keys list", "api-keys revoke":
+                return try APIKeysCommand.run(parsed, environment: environment)
+            case "delete-user":
                 return try DeletionCommands.deleteUser(parsed, environment: environment)
-            case ("deletions", let sub?):
-                return try DeletionCommands.run(sub, parsed, environment: environment)
-            case ("transfer", let sub?):
-                return try TransferCommands.run(sub, parsed, environment: environment)
+            case "deletions list", "deletions retry":
+                return try DeletionCommands.run(parsed, environment: environment)
+            case "transfer export", "transfer import":
+                return try TransferCommands.run(parsed, environment: environment)
+            case "version":
+                print("appleid-broker \(version)")
+                return 0
             default:
-                printError("unknown command '\(words.joined(separator: " "))'\n\n\(usage)")
-                return 2
+                preconditionFailure("command \(parsed.command.words) is in the table but has no handler")
             }
-        } catch let error as Arguments.UsageError {
-            printError("\(error)\n\n\(usage)")
+        } catch let error as UsageError {
+            printError("\(error)")
             return 2
         } catch let error as BrokerConfiguration.Invalid {
             printError("\(error)")

@@ -1,3 +1,4 @@
+import CommandArguments
 import Foundation
 import HTTPServer
 import Observability
@@ -6,21 +7,21 @@ import StrictJSON
 
 /// `appleid-broker delete-user …` and `appleid-broker deletions list|retry`.
 enum DeletionCommands {
-    static func deleteUser(_ arguments: Arguments, environment: [String: String]) throws -> Int32 {
+    static func deleteUser(_ arguments: ParsedArguments, environment: [String: String]) throws -> Int32 {
         let reason = try arguments.required("reason")
         let requestedBy = arguments.options["requested-by"] ?? environment["USER"] ?? "cli"
         let target: DeletionStore.Target
         switch (arguments.options["user-id"], arguments.options["apple-sub"]) {
         case (let id?, nil):
-            guard let uuid = UUID(canonicalText: id) else { throw Arguments.UsageError(description: "--user-id must be a UUID") }
+            guard let uuid = UUID(canonicalText: id) else { throw arguments.usageError("--user-id must be a UUID") }
             target = .user(uuid)
         case (nil, let sub?):
             target = .appleSub(sub)
         default:
-            throw Arguments.UsageError(description: "give exactly one of --user-id and --apple-sub")
+            throw arguments.usageError("give exactly one of --user-id and --apple-sub")
         }
         guard let teamID = environment["APPLE_TEAM_ID"] ?? (target.isUser ? "" : nil) else {
-            throw Arguments.UsageError(description: "--apple-sub needs APPLE_TEAM_ID (subs are team-scoped)")
+            throw arguments.usageError("--apple-sub needs APPLE_TEAM_ID (subs are team-scoped)")
         }
         return try BrokerCommand.withDatabase(environment) { database in
             let service = DeletionService(store: DeletionStore(pool: database.pool, teamID: teamID), wake: {})
@@ -39,16 +40,19 @@ enum DeletionCommands {
         }
     }
 
-    static func run(_ subcommand: String, _ arguments: Arguments, environment: [String: String]) throws -> Int32 {
+    static func run(_ arguments: ParsedArguments, environment: [String: String]) throws -> Int32 {
         try BrokerCommand.withDatabase(environment) { database in
             let store = DeletionStore(pool: database.pool, teamID: environment["APPLE_TEAM_ID"] ?? "")
-            switch subcommand {
+            switch arguments.command.words[1] {
             case "list":
                 let state = arguments.options["state"]
                 if let state, !DeletionRoutes.states.contains(state) {
-                    throw Arguments.UsageError(description: "--state must be one of \(DeletionRoutes.states.sorted().joined(separator: ", "))")
+                    throw arguments.usageError("--state must be one of \(DeletionRoutes.states.sorted().joined(separator: ", "))")
                 }
-                let records = try store.list(state: state, limit: Int(arguments.options["limit"] ?? "100") ?? 100)
+                guard let limit = Int(arguments.options["limit"] ?? "100"), (1...10_000).contains(limit) else {
+                    throw arguments.usageError("--limit must be a number from 1 to 10000")
+                }
+                let records = try store.list(state: state, limit: limit)
                 if arguments.flags.contains("json") {
                     print(String(decoding: JSONValue.array(records.map(\.json)).serialized(), as: UTF8.self))
                 } else {
@@ -59,17 +63,17 @@ enum DeletionCommands {
                 }
                 return 0
             case "retry":
-                guard arguments.positional.count == 3, let id = UUID(canonicalText: arguments.positional[2]) else {
-                    throw Arguments.UsageError(description: "deletions retry needs a deletion id")
+                guard let id = UUID(canonicalText: arguments.operands[0]) else {
+                    throw arguments.usageError("deletions retry needs a deletion id")
                 }
                 guard try store.retry(id, by: "cli") else {
-                    BrokerCommand.printError("no failed deletion with id \(arguments.positional[2])")
+                    BrokerCommand.printError("no failed deletion with id \(arguments.operands[0])")
                     return 1
                 }
                 BrokerCommand.printError("deletion \(id.lowercasedString) queued again")
                 return 0
             default:
-                throw Arguments.UsageError(description: "unknown deletions command '\(subcommand)'")
+                preconditionFailure("deletions \(arguments.command.words[1]) has no handler")
             }
         }
     }

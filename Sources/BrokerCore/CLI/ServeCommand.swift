@@ -1,9 +1,10 @@
+import CommandArguments
 import Foundation
 import Observability
 
 /// `appleid-broker serve`: runs the service until SIGTERM or SIGINT, then stops gracefully.
 enum ServeCommand {
-    static func run(_ arguments: Arguments, environment: [String: String]) throws -> Int32 {
+    static func run(_ arguments: ParsedArguments, environment: [String: String]) throws -> Int32 {
         var environment = environment
         if let roles = arguments.options["roles"] { environment["BROKER_ROLES"] = roles }
         let configuration = try BrokerConfiguration.load(environment: environment, requireApple: true)

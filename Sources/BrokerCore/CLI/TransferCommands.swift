@@ -1,3 +1,4 @@
+import CommandArguments
 import Foundation
 import HTTPClient
 import Observability
@@ -6,20 +7,18 @@ import Synchronization
 /// `appleid-broker transfer export --recipient-team TEAMID --out FILE` and
 /// `appleid-broker transfer import --in FILE` (see `TeamTransfer`).
 enum TransferCommands {
-    static func run(_ subcommand: String, _ arguments: Arguments, environment: [String: String]) throws -> Int32 {
-        guard subcommand == "export" || subcommand == "import" else {
-            throw Arguments.UsageError(description: "unknown transfer command '\(subcommand)'")
-        }
+    static func run(_ arguments: ParsedArguments, environment: [String: String]) throws -> Int32 {
+        let subcommand = arguments.command.words[1]
         let path = try arguments.required(subcommand == "export" ? "out" : "in")
         let recipient = subcommand == "export" ? try arguments.required("recipient-team") : ""
         let configuration = try BrokerConfiguration.load(environment: environment, requireApple: true)
         guard let settings = configuration.apple else { return 2 }
         let clientID = arguments.options["client-id"] ?? settings.clientIDs[0]
         guard settings.clientIDs.contains(clientID) else {
-            throw Arguments.UsageError(description: "--client-id must be one of APPLE_CLIENT_IDS")
+            throw arguments.usageError("--client-id must be one of APPLE_CLIENT_IDS")
         }
         guard let rate = Double(arguments.options["rate"] ?? "10"), rate >= 0, rate.isFinite else {
-            throw Arguments.UsageError(description: "--rate must be calls per second (0: no limit)")
+            throw arguments.usageError("--rate must be calls per second (0: no limit)")
         }
 
         // Ctrl-C or SIGTERM: finish the current user, write down progress, report, exit 130.
