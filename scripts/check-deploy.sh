@@ -2,7 +2,8 @@
 # Checks the deployment files against what they describe: Kubernetes manifests against the
 # Kubernetes API schemas (kubernetes-validate, strict), the alert rules with promtool, and
 # every setting the manifests and docker-compose.yml pass against the configuration the
-# broker reads and the README documents. Called by scripts/test.sh.
+# broker reads and the README documents; then runs the container healthchecks against a live
+# broker as the runtime image runs them (dash). Called by scripts/test.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=lib/tools-venv.sh
@@ -18,3 +19,16 @@ promtool test rules deploy/prometheus/alerts.test.yml
 
 echo "== settings in the deployment files" >&2
 "$TOOLS_VENV/bin/python" scripts/check-deploy.py
+
+echo "== container healthchecks against a live broker, as the runtime image runs them (dash)" >&2
+BIN=$(swift build --show-bin-path)
+[ -x "$BIN/appleid-broker" ] && [ -x "$BIN/apple-sim" ] || swift build >&2
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/appleid-broker-healthcheck.XXXXXX")
+# shellcheck source=lib/stack.sh
+source scripts/lib/stack.sh
+trap 'stop_all; rm -rf "$WORK"' EXIT
+start_stack
+"$TOOLS_VENV/bin/python" scripts/check-healthchecks.py "$BIN" "$BROKER_PORT" up
+kill -TERM "$BROKER_PID" && wait "$BROKER_PID" || true
+BROKER_PID=
+"$TOOLS_VENV/bin/python" scripts/check-healthchecks.py "$BIN" "$BROKER_PORT" down
