@@ -3,8 +3,10 @@ bench.json (with the machine and commit, so runs can be compared), prints them a
 with the goals, and draws bench.png: throughput and p50/p99 latency per component.
 
     python scripts/bench-report.py bench-results
-Exits non-zero when a figure is missing; a goal not met is reported, not fatal (figures
-from a noisy machine are still figures)."""
+A partial run (ONLY=crypto, or a benchmark that was not run) reports what was measured:
+components without a result file are listed as not measured, and so are the goals that
+need them. A goal not met is reported, not fatal (figures from a noisy machine are still
+figures)."""
 
 import json
 import os
@@ -14,32 +16,56 @@ import sys
 from datetime import datetime, timezone
 
 
+class Missing(dict):
+    """A result file that is not there: every figure read from it is None."""
+
+    def __getitem__(self, key):
+        return None
+
+    def get(self, key, default=None):
+        return default
+
+
 def load(results, name):
+    """A benchmark's figures, with the time they were written; Missing() when not measured."""
     path = os.path.join(results, f"{name}.json")
-    with open(path) as handle:
-        return json.load(handle)
+    try:
+        with open(path) as handle:
+            figures = json.load(handle)
+    except FileNotFoundError:
+        return Missing()
+    figures["_written"] = datetime.fromtimestamp(os.path.getmtime(path), timezone.utc).isoformat(timespec="seconds")
+    return figures
+
+
+def ratio(numerator, denominator):
+    return None if numerator is None or not denominator else numerator / denominator
 
 
 def main():
     results = sys.argv[1]
-    crypto, login, notifications, deletion, webhooks = (
-        load(results, name) for name in ("crypto", "login", "notifications", "deletion", "webhooks"))
+    names = ("crypto", "login", "notifications", "deletion", "webhooks")
+    crypto, login, notifications, deletion, webhooks = (load(results, name) for name in names)
+    missing = [name for name, figures in zip(names, (crypto, login, notifications, deletion, webhooks))
+               if isinstance(figures, Missing)]
     components = [
-        # name, throughput, unit, p50, p99, peak RSS
-        ("login", login["requests_per_second"], "logins/s", login["p50_ms"], login["p99_ms"], login["broker_peak_rss_mib"]),
+        # name, throughput, unit, p50, p99, peak RSS, written at
+        ("login", login["requests_per_second"], "logins/s", login["p50_ms"], login["p99_ms"], login["broker_peak_rss_mib"],
+         login["_written"]),
         ("notifications", notifications["notifications_per_second"], "notifications/s", notifications["p50_ms"],
-         notifications["p99_ms"], notifications["broker_peak_rss_mib"]),
+         notifications["p99_ms"], notifications["broker_peak_rss_mib"], notifications["_written"]),
         ("deletion", deletion["deletions_per_second"], "deletions/s", deletion["p50_ms"], deletion["p99_ms"],
-         deletion["broker_peak_rss_mib"]),
+         deletion["broker_peak_rss_mib"], deletion["_written"]),
         ("webhooks", webhooks["deliveries_per_second"], "deliveries/s", webhooks["p50_ms"], webhooks["p99_ms"],
-         webhooks["broker_peak_rss_mib"]),
+         webhooks["broker_peak_rss_mib"], webhooks["_written"]),
     ]
+    components = [c for c in components if c[1] is not None]
     ab = login.get("ab_throughput_ratio_vs_go_peer")
-    peak_rss = max(c[5] for c in components)
+    peak_rss = max((c[5] for c in components if c[5] is not None), default=None)
     goals = [
         ("login >= 1.3x the Go peer (interleaved A/B)", ab, 1.3),
         ("login >= 0.5 of pgbench on the same upsert",
-         login["requests_per_second"] / login["pgbench_same_upsert_tps"], 0.5),
+         ratio(login["requests_per_second"], login["pgbench_same_upsert_tps"]), 0.5),
         ("notifications >= 0.6 of pgbench on the same apply", notifications["ratio_to_pgbench_apply"], 0.6),
         ("JWT verify >= 0.8 of openssl speed rsa2048, one core", crypto["ratio_to_openssl"], 0.8),
         ("broker peak RSS <= 100 MiB under load", peak_rss, 100),
@@ -60,8 +86,10 @@ def main():
         "commit": commit,
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
         "components": [
-            {"name": c[0], "throughput_per_s": c[1], "unit": c[2], "p50_ms": c[3], "p99_ms": c[4], "broker_peak_rss_mib": c[5]}
+            {"name": c[0], "throughput_per_s": c[1], "unit": c[2], "p50_ms": c[3], "p99_ms": c[4], "broker_peak_rss_mib": c[5],
+             "written_at": c[6]}
             for c in components],
+        "not_measured": missing,
         "references": {
             "pgbench_login_upsert_tps": login["pgbench_same_upsert_tps"],
             "pgbench_notification_apply_tps": notifications["pgbench_same_apply_tps"],
@@ -76,16 +104,18 @@ def main():
             "ab_cpu_efficiency_ratio_vs_go_peer": login.get("ab_cpu_efficiency_ratio_vs_go_peer"),
         },
         "goals": [{"goal": g[0], "value": g[1], "bound": g[2], "met": met(g)} for g in goals],
-        "details": {"crypto": crypto, "login": login, "notifications": notifications, "deletion": deletion,
-                    "webhooks": webhooks},
+        "details": {name: figures for name, figures in zip(names, (crypto, login, notifications, deletion, webhooks))
+                    if not isinstance(figures, Missing)},
     }
     with open(os.path.join(results, "bench.json"), "w") as handle:
         json.dump(summary, handle, indent=2)
 
     print(f"\n== appleid-broker benchmarks ({summary['taken_at']}, commit {commit}, {os.cpu_count()} CPUs)")
-    print(f"{'component':<15}{'throughput':>12}  {'unit':<16}{'p50 ms':>9}{'p99 ms':>9}{'peak RSS MiB':>14}")
+    print(f"{'component':<15}{'throughput':>12}  {'unit':<16}{'p50 ms':>9}{'p99 ms':>9}{'peak RSS MiB':>14}  measured at")
     for c in components:
-        print(f"{c[0]:<15}{c[1]:>12.1f}  {c[2]:<16}{c[3]:>9}{c[4]:>9}{c[5]:>14}")
+        print(f"{c[0]:<15}{c[1]:>12.1f}  {c[2]:<16}{c[3]!s:>9}{c[4]!s:>9}{c[5]!s:>14}  {c[6]}")
+    if missing:
+        print(f"not measured (no result file in {results}): {', '.join(missing)}")
     refs = summary["references"]
     print(f"references: pgbench login upsert {refs['pgbench_login_upsert_tps']} tps, notification apply "
           f"{refs['pgbench_notification_apply_tps']} tps, webhook claim+record {refs['pgbench_webhook_delivery_tps']} tps; "
@@ -99,8 +129,14 @@ def main():
         value = "-" if goal["value"] is None else f"{goal['value']:.2f}"
         print(f"  {state:<13}{goal['goal']:<58}{value}")
 
+    if not components:
+        print(f"written: {os.path.join(results, 'bench.json')} (no component figures: no chart)")
+        return
     import matplotlib
     matplotlib.use("Agg")
+    if not components:
+        print(f"written: {os.path.join(results, 'bench.json')} (no component figures: no chart)")
+        return
     import matplotlib.pyplot as plt
 
     names = [c[0] for c in components]

@@ -2,7 +2,8 @@
 # Runs appleid-broker on this machine: installs missing Debian packages, builds (release),
 # and starts the service with an embedded PostgreSQL. Without Apple settings in the
 # environment it runs a local demo: it creates demo credentials in .appleid-broker/demo
-# and points the broker at the Apple simulator on 127.0.0.1:8090.
+# and points the broker at the Apple simulator on 127.0.0.1:8090 (APPLE_SIM_LISTEN moves it;
+# BROKER_LISTEN moves the broker from 127.0.0.1:8080).
 # Stop with Ctrl-C (SIGINT) or SIGTERM.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -31,13 +32,15 @@ if [ -z "${APPLE_CLIENT_IDS:-}" ]; then
   export APPLE_TEAM_ID=DEMOTEAM01 APPLE_KEY_ID=DEMOKEY001
   export APPLE_PRIVATE_KEY_PATH="$demo/AuthKey_DEMOKEY001.p8"
   export APPLE_CLIENT_IDS="com.example.app,com.example.web"
-  export APPLE_BASE_URL="${APPLE_BASE_URL:-http://127.0.0.1:8090}"
+  # The simulator's address: APPLE_SIM_LISTEN moves it (scripts/tour.sh does when 8090 is taken).
+  sim_listen="${APPLE_SIM_LISTEN:-127.0.0.1:8090}"
+  export APPLE_BASE_URL="${APPLE_BASE_URL:-http://$sim_listen}"
   export TOKEN_ENCRYPTION_KEY="$(cat "$demo/token-encryption-key")"
   # Web sign-in through the broker for the Services ID, ending at an app's page on :3000.
   export BROKER_PUBLIC_URL="${BROKER_PUBLIC_URL:-http://${BROKER_LISTEN:-127.0.0.1:8080}}"
   export APPLE_WEB_RETURN_URLS="${APPLE_WEB_RETURN_URLS:-com.example.web=http://localhost:3000/apple/done}"
   echo "== demo mode: Apple settings from $demo; the Apple simulator plays appleid.apple.com" >&2
-  "$bin/apple-sim" serve --listen 127.0.0.1:8090 --team "$APPLE_TEAM_ID" --key-id "$APPLE_KEY_ID" \
+  "$bin/apple-sim" serve --listen "$sim_listen" --team "$APPLE_TEAM_ID" --key-id "$APPLE_KEY_ID" \
     --key "$APPLE_PRIVATE_KEY_PATH" --client-ids "$APPLE_CLIENT_IDS" &
   simulator=$!
   trap 'kill "$simulator" 2>/dev/null || true' EXIT

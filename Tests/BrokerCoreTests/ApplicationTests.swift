@@ -147,7 +147,7 @@ struct CommandLineTests {
     @Test("serve stops gracefully on SIGTERM")
     func serveStopsOnSIGTERM() throws {
         var environment = try TestEnvironment.variables(database: try TestPostgres.freshDatabase())
-        let port = 20_000 + Int.random(in: 0..<20_000)
+        let port = FreePort.next()
         environment["BROKER_LISTEN"] = "127.0.0.1:\(port)"
         environment["BROKER_LOG_LEVEL"] = "notice"
         let log = NSTemporaryDirectory() + "abk-serve-\(UUID().uuidString).log"
@@ -174,5 +174,117 @@ struct CommandLineTests {
         #expect(stopped.stderr.contains("unhealthy"))
         let text = (try? String(contentsOfFile: log, encoding: .utf8)) ?? ""
         #expect(text.contains("appleid-broker stopped"))
+    }
+}
+
+/// `serve` on the embedded cluster (no `DATABASE_URL`): stopping the broker stops the cluster
+/// unless another process still uses it, and then whoever ends last stops it.
+@Suite("Embedded PostgreSQL on shutdown")
+struct EmbeddedShutdownTests {
+    /// A data directory the cluster's account can reach, and the environment to use it.
+    static func embeddedEnvironment() throws -> (environment: [String: String], dataDirectory: String) {
+        let dataDirectory = "/tmp/abk-embedded-\(UUID().uuidString.prefix(8))"
+        try FileManager.default.createDirectory(atPath: dataDirectory, withIntermediateDirectories: true)
+        chmod(dataDirectory, 0o755)
+        var environment = try TestEnvironment.variables(database: try TestPostgres.freshDatabase())
+        environment["DATABASE_URL"] = nil
+        environment["BROKER_DATA_DIR"] = dataDirectory
+        environment["BROKER_LOG_LEVEL"] = "notice"
+        return (environment, dataDirectory)
+    }
+
+    /// The postmaster's pid while it runs, from its pid file.
+    static func postmaster(_ dataDirectory: String) -> pid_t? {
+        guard let text = try? String(contentsOfFile: dataDirectory + "/postgres/postmaster.pid", encoding: .utf8),
+            let pid = text.split(separator: "\n").first.flatMap({ pid_t($0) }), kill(pid, 0) == 0
+        else { return nil }
+        return pid
+    }
+
+    /// Starts `serve` with these arguments on a free port; returns it once /readyz answers 200.
+    static func serve(
+        _ arguments: [String], environment: [String: String], log: String
+    ) throws -> (process: ChildProcess, port: Int) {
+        var environment = environment
+        let port = FreePort.next()
+        environment["BROKER_LISTEN"] = "127.0.0.1:\(port)"
+        let process = try ChildProcess.start(BrokerExecutable.path, ["serve"] + arguments, environment: environment, output: .file(log))
+        let client = CurlTransport()
+        for _ in 0..<600 {
+            if (try? client.send(.init(url: "http://127.0.0.1:\(port)/readyz", timeout: .seconds(1))))?.status == 200 {
+                return (process, port)
+            }
+            Thread.sleep(forTimeInterval: 0.05)
+        }
+        process.send(SIGKILL)
+        throw TestFailure("serve never became ready: \((try? String(contentsOfFile: log, encoding: .utf8)) ?? "")")
+    }
+
+    struct TestFailure: Error, CustomStringConvertible {
+        let description: String
+        init(_ description: String) { self.description = description }
+    }
+
+    @Test("SIGTERM stops the cluster after every role opened its connections (listener, pool, dispatcher)")
+    func stopsItsCluster() throws {
+        let (environment, dataDirectory) = try Self.embeddedEnvironment()
+        defer { try? FileManager.default.removeItem(atPath: dataDirectory) }
+        // Three rounds on one data directory: the old shutdown lost the race now and then.
+        for round in 1...3 {
+            let log = dataDirectory + "/serve-\(round).log"
+            let (broker, port) = try Self.serve([], environment: environment, log: log)
+            defer { broker.send(SIGKILL) }
+            let postmaster = try #require(Self.postmaster(dataDirectory))
+            // Every role at work: a key made and revoked by the CLI (a NOTIFY the listener gets),
+            // a webhook subscription (the dispatcher), API calls (the pool).
+            let created = try BrokerExecutable.run(
+                ["api-keys", "create", "--name", "r\(round)", "--scopes", "read,events,admin"], environment: environment)
+            #expect(created.status == 0, "\(created.stderr)")
+            let key = created.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+            let client = CurlTransport()
+            let subscribed = try client.send(
+                .init(
+                    method: "POST", url: "http://127.0.0.1:\(port)/v1/webhook-subscriptions",
+                    headers: [("Authorization", "Bearer \(key)"), ("Content-Type", "application/json")],
+                    body: Array(#"{"url":"http://127.0.0.1:9/hook","topics":["*"]}"#.utf8)))
+            #expect(subscribed.status == 201, "\(subscribed.bodyText)")
+            let other = try BrokerExecutable.run(["api-keys", "create", "--name", "gone", "--scopes", "read"], environment: environment)
+            let listed = try BrokerExecutable.run(["api-keys", "list", "--json"], environment: environment)
+            let keys = try JSONSerialization.jsonObject(with: Data(listed.stdout.utf8)) as? [[String: Any]] ?? []
+            if let id = keys.first(where: { $0["name"] as? String == "gone" })?["id"] as? String {
+                #expect(try BrokerExecutable.run(["api-keys", "revoke", id], environment: environment).status == 0)
+            }
+            #expect(other.status == 0)
+            // The CLI runs above found the broker connected: they left the cluster running.
+            #expect(Self.postmaster(dataDirectory) == postmaster)
+
+            broker.send(SIGTERM)
+            #expect(broker.wait() == 0)
+            let text = (try? String(contentsOfFile: log, encoding: .utf8)) ?? ""
+            #expect(!text.contains("leaving the embedded PostgreSQL running"), "round \(round): \(text)")
+            #expect(Self.postmaster(dataDirectory) == nil, "round \(round): postmaster \(postmaster) still running")
+        }
+    }
+
+    @Test("another process on the cluster keeps it running; the one that ends last stops it")
+    func lastOneStopsIt() throws {
+        let (environment, dataDirectory) = try Self.embeddedEnvironment()
+        defer { try? FileManager.default.removeItem(atPath: dataDirectory) }
+        let (first, _) = try Self.serve([], environment: environment, log: dataDirectory + "/first.log")
+        defer { first.send(SIGKILL) }
+        let postmaster = try #require(Self.postmaster(dataDirectory))
+        // A second command on the same cluster, holding its connections: a sweep-only worker.
+        let (second, _) = try Self.serve(["--roles", "sweep"], environment: environment, log: dataDirectory + "/second.log")
+        defer { second.send(SIGKILL) }
+
+        first.send(SIGTERM)
+        #expect(first.wait() == 0)
+        let firstLog = (try? String(contentsOfFile: dataDirectory + "/first.log", encoding: .utf8)) ?? ""
+        #expect(firstLog.contains("leaving the embedded PostgreSQL running"))
+        #expect(Self.postmaster(dataDirectory) == postmaster)
+
+        second.send(SIGTERM)
+        #expect(second.wait() == 0)
+        #expect(Self.postmaster(dataDirectory) == nil, "the last process left postmaster \(postmaster) running")
     }
 }

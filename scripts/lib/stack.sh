@@ -4,11 +4,8 @@
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 : "${WORK:=${TMPDIR:-/tmp}/appleid-broker-stack}"
-# A port nobody listens on now (the kernel's pick), so that a test run beside `make run`, or two
-# runs on one machine, never collide on a fixed port.
-free_port() {
-  python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-}
+# shellcheck source=ports.sh
+source "$ROOT/scripts/lib/ports.sh"
 : "${SIM_PORT:=$(free_port)}"
 : "${BROKER_PORT:=$(free_port)}"
 : "${API_SCOPES:=login,read,compliance,events,admin}"
@@ -20,9 +17,18 @@ chmod a+x "$WORK"
 SIM_PID=
 BROKER_PID=
 stop_all() {
+  local had_broker=$BROKER_PID
   [ -n "$BROKER_PID" ] && kill -TERM "$BROKER_PID" 2>/dev/null && wait "$BROKER_PID" 2>/dev/null || true
   [ -n "$SIM_PID" ] && kill -TERM "$SIM_PID" 2>/dev/null && wait "$SIM_PID" 2>/dev/null || true
   BROKER_PID=; SIM_PID=
+  # The broker stops its embedded PostgreSQL when nothing else uses it: none may be left behind.
+  local master
+  master=$(head -1 "$WORK/data/postgres/postmaster.pid" 2>/dev/null || true)
+  if [ -n "$had_broker" ] && [ -n "$master" ] && kill -0 "$master" 2>/dev/null; then
+    echo "$(basename "$0"): the embedded PostgreSQL (pid $master) outlived the broker; see $WORK/broker.log" >&2
+    kill -TERM "$master" 2>/dev/null || true
+    return 1
+  fi
 }
 
 wait_http() {  # wait_http URL

@@ -9,17 +9,15 @@ public final class Database: Sendable {
     public let connection: PostgresConfiguration
     public let pool: PostgresPool
     private let embedded: EmbeddedPostgres?
-    private let startedEmbedded: Bool
     private let logger: Logger
 
     private init(
-        connection: PostgresConfiguration, pool: PostgresPool, embedded: EmbeddedPostgres?, startedEmbedded: Bool,
+        connection: PostgresConfiguration, pool: PostgresPool, embedded: EmbeddedPostgres?,
         logger: Logger
     ) {
         self.connection = connection
         self.pool = pool
         self.embedded = embedded
-        self.startedEmbedded = startedEmbedded
         self.logger = logger
     }
 
@@ -30,7 +28,7 @@ public final class Database: Sendable {
     ) throws -> Database {
         var embedded: EmbeddedPostgres?
         var started = false
-        let connection: PostgresConfiguration
+        var connection: PostgresConfiguration
         if let url = configuration.databaseURL {
             connection = try PostgresConfiguration(connectionString: url)
         } else {
@@ -41,6 +39,9 @@ public final class Database: Sendable {
             embedded = cluster
             connection = cluster.connectionConfiguration
         }
+        // Every connection of this process carries its pid, so that `close()` can tell its own
+        // backends from other processes' (and operators can see who is connected).
+        connection.applicationName = "appleid-broker[\(getpid())]"
         do {
             let deadline = ContinuousClock.now + waitForServer
             while true {
@@ -61,20 +62,40 @@ public final class Database: Sendable {
         poolConfiguration.acquireTimeout = .milliseconds(configuration.databaseAcquireTimeoutMilliseconds)
         let pool = PostgresPool(configuration: poolConfiguration, logger: logger.labelled("postgres"))
         return Database(
-            connection: connection, pool: pool, embedded: embedded, startedEmbedded: started, logger: logger)
+            connection: connection, pool: pool, embedded: embedded, logger: logger)
     }
 
-    /// Closes the pool and stops the embedded cluster if this process started it and no
-    /// other process (a CLI command, a second broker) is still connected to it.
+    /// Closes the pool and stops the embedded cluster unless another process (a CLI command,
+    /// a second broker) is still connected to it: whoever uses the cluster last stops it,
+    /// whether or not it started it.
+    ///
+    /// Call after everything else holding a connection (listener, workers, server) has
+    /// stopped. A backend leaves `pg_stat_activity` a moment after its client disconnects,
+    /// so this waits (up to 3 s) for this process's own backends to end, and counts only
+    /// those of other processes: counting right away saw our own closing connections as
+    /// "other clients" and left the cluster running.
     public func close() {
         pool.close()
-        guard startedEmbedded, let embedded else { return }
-        let others = (try? PostgresConnection(configuration: connection).query(
-            """
-            SELECT count(*) FROM pg_stat_activity
-            WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()
-            """
-        ).single().decode(Int.self, 0)) ?? 0
+        guard let embedded, embedded.isRunning() else { return }
+        var probeConfiguration = connection
+        probeConfiguration.applicationName = "appleid-broker shutdown check"
+        guard let probe = try? PostgresConnection(configuration: probeConfiguration) else { return }
+        let ours = connection.applicationName
+        func count(_ mine: Bool) -> Int {
+            (try? probe.query(
+                """
+                SELECT count(*) FROM pg_stat_activity
+                WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()
+                  AND (application_name = \(ours)) = \(mine)
+                """
+            ).single().decode(Int.self, 0)) ?? 0
+        }
+        let deadline = ContinuousClock.now + .seconds(3)
+        while count(true) > 0 && ContinuousClock.now < deadline {
+            Thread.sleep(forTimeInterval: 0.02)
+        }
+        let others = count(false)
+        withExtendedLifetime(probe) {}
         if others > 0 {
             logger.notice("leaving the embedded PostgreSQL running: other clients are connected", [("clients", String(others))])
             return
