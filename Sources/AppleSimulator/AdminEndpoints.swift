@@ -52,10 +52,13 @@ enum AdminEndpoints {
     struct ConsentRevocation: Codable {
         var teamID: String?
         var sub: String
+        /// Only this client id's app group; absent: every app of the team.
+        var clientID: String?
 
         enum CodingKeys: String, CodingKey {
             case teamID = "team_id"
             case sub
+            case clientID = "client_id"
         }
     }
 
@@ -127,7 +130,14 @@ enum AdminEndpoints {
         }
         router.post("/sim/consent/revoke") { request in
             let revocation = try request.decodeJSON(ConsentRevocation.self)
-            return .json(["revoked": simulator.revokeConsent(teamID: revocation.teamID, sub: revocation.sub)])
+            return .json([
+                "revoked": simulator.revokeConsent(teamID: revocation.teamID, sub: revocation.sub, clientID: revocation.clientID)
+            ])
+        }
+        router.on(.put, "/sim/app-groups") { request in
+            let groups = try request.decodeJSON([[String]].self)
+            simulator.setAppGroups(groups)
+            return .json(["groups": groups.count])
         }
         router.post("/sim/keys/rotate") { _ in
             .json(["kid": try simulator.rotateKeys()])

@@ -12,8 +12,8 @@ enum AppleEndpoints {
     static func register(on router: inout Router, simulator: AppleSimulator) {
         router.get("/auth/keys") { _ in
             try simulator.withFaults("keys") {
-                return HTTPResponse(
-                    status: 200, headers: ["Content-Type": "application/json"], body: try simulator.keySet.publicJSON())
+                let body = simulator.faults.emptyKeySet ? Array(#"{"keys":[]}"#.utf8) : try simulator.keySet.publicJSON()
+                return HTTPResponse(status: 200, headers: ["Content-Type": "application/json"], body: body)
             }
         }
         router.post("/auth/token") { request in
@@ -139,6 +139,7 @@ extension AppleSimulator {
         do {
             let fields = try form(request)
             let team = try authenticateClient(fields)
+            if faults.forceInvalidClient { throw AppleError("invalid_client") }
             let clientID = fields["client_id"]!
             switch fields["grant_type"] {
             case "authorization_code":
@@ -195,11 +196,17 @@ extension AppleSimulator {
 
     private func refreshGrant(_ fields: [String: String], team: Team, clientID: String) throws -> HTTPResponse {
         guard let refreshToken = fields["refresh_token"] else { throw AppleError("invalid_request") }
-        if faults.forceInvalidGrant { throw AppleError("invalid_grant", "The token has expired or has been revoked.") }
+        let faults = self.faults
+        let revokedAnswer =
+            faults.revokedGrantError == "invalid_request"
+            ? AppleError("invalid_request", "The user has revoked authorization for the client.")
+            : AppleError("invalid_grant", "The token has expired or has been revoked.")
+        if faults.forceInvalidGrant { throw revokedAnswer }
         let grant: Grant = try state.withLock { state in
-            guard let grant = state.grants[refreshToken], grant.kind == "refresh_token", !grant.revoked,
+            guard let grant = state.grants[refreshToken], grant.kind == "refresh_token",
                 grant.teamID == team.teamID, grant.clientID == clientID
             else { throw AppleError("invalid_grant", "The token has expired or has been revoked.") }
+            if grant.revoked { throw revokedAnswer }
             return grant
         }
         guard let user = user(teamID: grant.teamID, sub: grant.sub) else { throw AppleError("invalid_grant") }
@@ -238,7 +245,15 @@ extension AppleSimulator {
                     } else if grant.revoked {
                         record.outcome = "already_revoked"
                     } else {
-                        state.grants[token]?.revoked = true
+                        // Revoking ends the user's authorization of the whole app group: its
+                        // other tokens stop refreshing too (§10.3).
+                        let primary = state.primaryAppIDs[clientID] ?? clientID
+                        for (other, candidate) in state.grants
+                        where candidate.teamID == grant.teamID && candidate.sub == grant.sub
+                            && (state.primaryAppIDs[candidate.clientID] ?? candidate.clientID) == primary
+                        {
+                            state.grants[other]?.revoked = true
+                        }
                     }
                 } else {
                     record.outcome = "unknown_token"

@@ -64,6 +64,8 @@ public final class AppleSimulator: Sendable {
         var revocations: [RevocationRecord] = []
         var statistics = EndpointStatistics()
         var faults = FaultSettings()
+        /// Client id → its group's primary App ID (`setAppGroups`); an id in no group is its own.
+        var primaryAppIDs: [String: String] = [:]
     }
 
     let state: Mutex<State>
@@ -95,6 +97,23 @@ public final class AppleSimulator: Sendable {
             team.clientIDs.formUnion(clientIDs)
             state.teams[teamID] = team
         }
+    }
+
+    /// Groups client ids under primary App IDs, as Apple does (each array: the primary first).
+    /// Grouped apps share one authorization: a notification's `aud` is the group's primary,
+    /// revoking one token ends the group's authorization, and consent is revoked per group.
+    public func setAppGroups(_ groups: [[String]]) {
+        state.withLock { state in
+            state.primaryAppIDs = [:]
+            for group in groups where !group.isEmpty {
+                for clientID in group { state.primaryAppIDs[clientID] = group[0] }
+            }
+        }
+    }
+
+    /// The primary App ID of a client id's group.
+    public func primaryAppID(of clientID: String) -> String {
+        state.withLock { $0.primaryAppIDs[clientID] ?? clientID }
     }
 
     /// The public JWK Set served at `/auth/keys`.
@@ -235,11 +254,16 @@ public final class AppleSimulator: Sendable {
 
     /// Revokes every grant of a user (as when they stop using Sign in with Apple in Settings).
     @discardableResult
-    public func revokeConsent(teamID: String? = nil, sub: String) -> Int {
+    /// The user stops using Sign in with Apple for an app group (`clientID`'s; nil: every app
+    /// of the team). Returns how many tokens died.
+    public func revokeConsent(teamID: String? = nil, sub: String, clientID: String? = nil) -> Int {
         let team = teamID ?? defaultTeamID
         return state.withLock { state in
             var count = 0
-            for (token, grant) in state.grants where grant.teamID == team && grant.sub == sub && !grant.revoked {
+            let primary = clientID.map { state.primaryAppIDs[$0] ?? $0 }
+            for (token, grant) in state.grants where grant.teamID == team && grant.sub == sub && !grant.revoked
+                && (primary == nil || (state.primaryAppIDs[grant.clientID] ?? grant.clientID) == primary)
+            {
                 state.grants[token]?.revoked = true
                 count += 1
             }

@@ -74,7 +74,9 @@ extension AppleSimulator {
         if let isPrivateEmail = request.isPrivateEmail { event["is_private_email"] = .string(isPrivateEmail ? "true" : "false") }
         let eventsJSON = JSONValue.object(event)
         var claims: [String: JSONValue] = [
-            "iss": .string(request.issuer ?? Self.issuer), "aud": .string(request.clientID), "iat": .integer(now),
+            // Apple names the group's primary App ID (forum 655485; protocol reference §10.2).
+            "iss": .string(request.issuer ?? Self.issuer), "aud": .string(primaryAppID(of: request.clientID)),
+            "iat": .integer(now),
             "jti": .string(jti),
             "events": request.eventsAsObject == true
                 ? eventsJSON : .string(String(decoding: eventsJSON.serialized(), as: UTF8.self)),

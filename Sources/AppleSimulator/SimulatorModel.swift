@@ -114,8 +114,15 @@ public struct FaultSettings: Sendable, Codable, Equatable {
     /// Share of answers that stall for `timeoutMilliseconds` and then fail.
     public var timeoutRate: Double = 0
     public var timeoutMilliseconds: Int = 15_000
-    /// Answer every refresh-token grant (and revoke-verification refresh) with invalid_grant.
+    /// Answer every refresh-token grant (and revoke-verification refresh) as a revoked grant.
     public var forceInvalidGrant: Bool = false
+    /// How a refresh of a revoked grant is answered: `invalid_grant`, or `invalid_request`
+    /// ("The user has revoked authorization for the client", as TN3107 lists it).
+    public var revokedGrantError: String = "invalid_grant"
+    /// Answer every token call with invalid_client (a wrong key, key id or team id).
+    public var forceInvalidClient: Bool = false
+    /// Serve `/auth/keys` as `{"keys":[]}`.
+    public var emptyKeySet: Bool = false
     /// Which endpoints the faults hit: `token`, `revoke`, `keys`, `migration`, `authorize`. Empty: all.
     public var endpoints: [String] = []
 
@@ -129,6 +136,9 @@ public struct FaultSettings: Sendable, Codable, Equatable {
         case timeoutRate = "timeout_rate"
         case timeoutMilliseconds = "timeout_ms"
         case forceInvalidGrant = "invalid_grant"
+        case revokedGrantError = "revoked_grant_error"
+        case forceInvalidClient = "invalid_client"
+        case emptyKeySet = "empty_key_set"
         case endpoints
     }
 
@@ -141,6 +151,9 @@ public struct FaultSettings: Sendable, Codable, Equatable {
         timeoutRate = try container.decodeIfPresent(Double.self, forKey: .timeoutRate) ?? 0
         timeoutMilliseconds = try container.decodeIfPresent(Int.self, forKey: .timeoutMilliseconds) ?? 15_000
         forceInvalidGrant = try container.decodeIfPresent(Bool.self, forKey: .forceInvalidGrant) ?? false
+        revokedGrantError = try container.decodeIfPresent(String.self, forKey: .revokedGrantError) ?? "invalid_grant"
+        forceInvalidClient = try container.decodeIfPresent(Bool.self, forKey: .forceInvalidClient) ?? false
+        emptyKeySet = try container.decodeIfPresent(Bool.self, forKey: .emptyKeySet) ?? false
         endpoints = try container.decodeIfPresent([String].self, forKey: .endpoints) ?? []
     }
 }

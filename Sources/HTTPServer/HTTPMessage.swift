@@ -114,8 +114,10 @@ public struct HTTPRequest: Sendable {
 
     /// The body as a JSON object, read strictly (duplicate member names are refused).
     /// - Throws: 415 `unsupported_media_type`, 400 `invalid_json` (also for a non-object).
-    public func jsonObject() throws -> JSONObjectReader {
-        try requireJSONContentType()
+    /// - Parameter anyContentType: read the body as JSON whatever its `Content-Type` says
+    ///   (Apple's notifications: their content type is not documented, the JWS is the proof).
+    public func jsonObject(anyContentType: Bool = false) throws -> JSONObjectReader {
+        if !anyContentType { try requireJSONContentType() }
         guard !body.isEmpty else {
             throw Problem(status: 400, code: "invalid_json", title: "Invalid JSON body", detail: "the body is empty")
         }

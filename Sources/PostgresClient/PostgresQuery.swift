@@ -107,6 +107,21 @@ extension Data: PostgresEncodable {
     public var postgresBind: PostgresBind { .bytes(Array(self)) }
 }
 
+/// Strings bound to a `text[]` parameter (in PostgreSQL's array literal form, every element
+/// quoted so commas, braces, quotes and backslashes in values stay inside their element).
+public struct PostgresTextArray: PostgresEncodable, Hashable {
+    public var elements: [String]
+
+    public init(_ elements: [String]) { self.elements = elements }
+
+    public var postgresBind: PostgresBind {
+        let quoted = elements.map { element in
+            "\"" + element.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "\"", with: "\\\"") + "\""
+        }
+        return .text("{" + quoted.joined(separator: ",") + "}")
+    }
+}
+
 /// JSON text bound to a `json`/`jsonb` parameter, or read from one.
 public struct PostgresJSON: PostgresEncodable, PostgresDecodable, Hashable {
     public var text: String

@@ -42,6 +42,53 @@ struct ConfigurationTests {
         #expect(configuration.roles.count == BrokerConfiguration.Role.allCases.count)
     }
 
+    @Test("APPLE_APP_GROUPS: unset one group of every client id; primary=member lists; loners; problems named")
+    func appGroups() throws {
+        let key = try TestEnvironment.privateKeyFile()
+        let base = [
+            "APPLE_TEAM_ID": "TEAMID1234", "APPLE_KEY_ID": "KEYID12345", "APPLE_PRIVATE_KEY_PATH": key,
+            "APPLE_CLIENT_IDS": "com.example.app,com.example.web,com.example.mac,com.other.app",
+            "TOKEN_ENCRYPTION_KEY": String(repeating: "A", count: 43) + "=",
+        ]
+        let unset = try #require(try BrokerConfiguration.load(environment: base, requireApple: true).apple?.appGroups)
+        #expect(unset.groups.count == 1)
+        #expect(unset.group(of: "com.other.app").primary == "com.example.app")
+
+        let grouped = try #require(
+            try BrokerConfiguration.load(
+                environment: base.merging(["APPLE_APP_GROUPS": "com.example.app=com.example.web, com.example.mac; com.other.app"]) { $1 },
+                requireApple: true
+            ).apple?.appGroups)
+        #expect(grouped.group(of: "com.example.web").primary == "com.example.app")
+        #expect(grouped.group(of: "com.example.mac").clientIDs == ["com.example.app", "com.example.web", "com.example.mac"])
+        #expect(grouped.group(of: "com.other.app").clientIDs == ["com.other.app"])
+        #expect(grouped.group(of: "com.unknown").clientIDs == ["com.unknown"], "an unknown id is a group of its own")
+        // A client id in no group is a group of its own.
+        let partial = try #require(
+            try BrokerConfiguration.load(
+                environment: base.merging(["APPLE_APP_GROUPS": "com.example.app=com.example.web"]) { $1 }, requireApple: true
+            ).apple?.appGroups)
+        #expect(partial.group(of: "com.example.mac").primary == "com.example.mac")
+        // A primary outside APPLE_CLIENT_IDS may name a group (a web-only deployment).
+        let webOnly = try #require(
+            try BrokerConfiguration.load(
+                environment: base.merging(["APPLE_APP_GROUPS": "com.example.ios=com.example.web"]) { $1 }, requireApple: true
+            ).apple?.appGroups)
+        #expect(webOnly.allClientIDs.contains("com.example.ios"))
+
+        for (value, message) in [
+            ("com.example.app=com.nowhere", "com.nowhere is not one of APPLE_CLIENT_IDS"),
+            ("com.example.app=com.example.web;com.example.mac=com.example.web", "com.example.web is in more than one group"),
+            ("=com.example.web", "expected primary=member,member"),
+            ("com.lonely", "com.lonely is not one of APPLE_CLIENT_IDS"),
+        ] {
+            let error = #expect(throws: BrokerConfiguration.Invalid.self) {
+                try BrokerConfiguration.load(environment: base.merging(["APPLE_APP_GROUPS": value]) { $1 }, requireApple: true)
+            }
+            #expect(error?.problems.contains { $0.hasPrefix("APPLE_APP_GROUPS:") && $0.contains(message) } == true, "\(value): \(error?.problems ?? [])")
+        }
+    }
+
     @Test("web sign-in needs both settings, registered client ids and acceptable URLs")
     func webSignIn() throws {
         let key = try TestEnvironment.privateKeyFile()

@@ -306,7 +306,10 @@ struct LoginTests {
         }
         #expect(try state(userID) == "authorized")
         try broker.pool.query(
-            "SELECT broker_revoke_consent(id, now(), 'test') FROM apple_identities WHERE user_id = \(UUID(uuidString: userID)!)")
+            """
+            SELECT broker_revoke_consent(id, \(TestBroker.clientID), '{com.example.app,com.example.web}', now(), 'test')
+            FROM apple_identities WHERE user_id = \(UUID(uuidString: userID)!)
+            """)
         #expect(try state(userID) == "revoked")
         #expect(try broker.login(["identity_token": try broker.mint { $0.sub = minted.sub }.idToken]).status == 200)
         #expect(try state(userID) == "authorized")
@@ -341,11 +344,11 @@ struct LoginTests {
         #expect(broker.simulator.revokeConsent(teamID: TestBroker.teamID, sub: revoked.sub) > 0)
         try broker.pool.query("UPDATE apple_tokens SET next_validation_at = now()")
         for _ in 0..<100 where try broker.count("SELECT count(*) FROM apple_tokens WHERE last_validated_at IS NOT NULL") < 1
-            || broker.count("SELECT count(*) FROM apple_identities WHERE consent = 'revoked'") < 1
+            || broker.count("SELECT count(*) FROM apple_grants WHERE consent = 'revoked'") < 1
         {
             Thread.sleep(forTimeInterval: 0.1)
         }
-        #expect(try broker.count("SELECT count(*) FROM apple_identities WHERE consent = 'revoked'") == 1)
+        #expect(try broker.count("SELECT count(*) FROM apple_grants WHERE consent = 'revoked'") == 1)
         #expect(try broker.count("SELECT count(*) FROM apple_tokens") == 1, "the dead token is deleted, the live one kept")
         #expect(try broker.count("SELECT count(*) FROM apple_tokens WHERE last_validated_at IS NOT NULL AND next_validation_at > now() + interval '20 hours'") == 1)
         let event = try broker.pool.query("SELECT payload::text FROM outbox_events WHERE type = 'consent.revoked'").single()

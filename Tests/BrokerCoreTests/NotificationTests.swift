@@ -30,7 +30,14 @@ struct NotificationTests {
     }
 
     private func identity(_ broker: TestBroker, _ sub: String) throws -> PostgresRow {
-        try broker.pool.query("SELECT email_forwarding, consent FROM apple_identities WHERE sub = \(sub)").single()
+        // No grant row: the defaults (forwarding enabled, consent active).
+        try broker.pool.query(
+            """
+            SELECT COALESCE(g.email_forwarding, 'enabled'), COALESCE(g.consent, 'active')
+            FROM apple_identities i LEFT JOIN apple_grants g ON g.identity_id = i.id AND g.app_id = \(TestBroker.clientID)
+            WHERE i.sub = \(sub)
+            """
+        ).single()
     }
 
     private func events(_ broker: TestBroker, _ type: String) throws -> Int {

@@ -41,6 +41,18 @@ struct PostgresConnectionTests {
         #expect(throws: PostgresError.self) { try row.decode(String.self, "missing") }
     }
 
+    @Test("a text[] parameter keeps every element whole: commas, braces, quotes, backslashes, NULL-looking text")
+    func textArrays() throws {
+        let connection = try PostgresConnection(configuration: try TestPostgres.freshDatabase())
+        let elements = ["com.example.app", "a,b", "{x}", "say \"hi\"", "back\\slash", "NULL", "", "Zoë 🍏"]
+        let rows = try connection.query("SELECT x FROM unnest(\(PostgresTextArray(elements))::text[]) WITH ORDINALITY AS u(x, n) ORDER BY n")
+        #expect(try rows.map { try $0.decode(String.self, 0) } == elements)
+        let empty = try connection.query("SELECT cardinality(\(PostgresTextArray([]))::text[])").single()
+        #expect(try empty.decode(Int.self, 0) == 0)
+        let match = try connection.query("SELECT 'a,b' = ANY (\(PostgresTextArray(elements))::text[])").single()
+        #expect(try match.decode(Bool.self, 0))
+    }
+
     @Test("timestamps with non-UTC offsets decode to the same instant")
     func decodesOffsets() throws {
         let connection = try PostgresConnection(configuration: try TestPostgres.freshDatabase())

@@ -14,6 +14,30 @@ public enum AppleAPIError: Error, Sendable, CustomStringConvertible {
     /// Apple answered something this client cannot read.
     case malformedResponse(String)
 
+    /// Whether Apple's answer to a refresh or revoke says the grant itself is dead: the user
+    /// revoked the app, deleted the account, or the token was revoked. Apple answers such a
+    /// refresh with `invalid_grant`, and also with `invalid_request` ("The user has revoked
+    /// authorization for the client", TN3107; forum thread 123909). Every other failure
+    /// (`invalid_client`, 5xx, timeouts) says nothing about the token and must not revoke it.
+    public var isGrantRevoked: Bool {
+        switch self {
+        case .invalidGrant: true
+        case .rejected(_, let error): error == "invalid_request"
+        default: false
+        }
+    }
+
+    /// A short, bounded name for metrics and breaker decisions.
+    public var kind: String {
+        switch self {
+        case .invalidGrant: "invalid_grant"
+        case .invalidClient: "invalid_client"
+        case .rejected(_, let error): error == "invalid_request" ? "invalid_request" : "rejected"
+        case .unavailable: "unavailable"
+        case .malformedResponse: "malformed_response"
+        }
+    }
+
     public var description: String {
         switch self {
         case .invalidGrant(let detail): "invalid_grant\(detail.map { ": \($0)" } ?? "")"

@@ -22,7 +22,10 @@ public enum AppleKeyError: Error, Sendable, Equatable {
 ///
 /// - A verification whose key is cached makes no network call.
 /// - A background thread refreshes the set every `refreshInterval`; failures keep the last
-///   good set (and are retried sooner).
+///   good set (and are retried sooner). An answer without a single usable key (an empty
+///   set, or keys we cannot verify with) is a failure too: it never replaces a good set.
+/// - An unknown `kid` while the last fetch failed is `.unavailable` (503), not `.unknownKey`
+///   (401): Apple may have rotated to a key we could not fetch.
 /// - An unknown `kid` triggers one refetch at once: one fetch in flight however many
 ///   requests wait on it, and at most one refetch per `refetchInterval` (10 s), so a flood
 ///   of forged kids cannot hammer Apple.
@@ -33,6 +36,9 @@ public final class AppleKeyCache: AppleKeyProvider {
         /// The last refetch for an unknown kid (background refreshes do not count).
         var lastRefetch: ContinuousClock.Instant?
         var inFlight: DispatchGroup?
+        /// The last fetch failed (Apple unreachable, or a set with no usable key): an unknown
+        /// kid then is "retry later", not a verdict on the token (§10.9).
+        var lastFetchFailed = false
     }
 
     private let fetch: @Sendable () throws -> JWKSet
@@ -84,9 +90,11 @@ public final class AppleKeyCache: AppleKeyProvider {
     public func key(id keyID: String) throws -> JWK {
         if let key = state.withLock({ $0.keys?.verificationKey(keyID: keyID) }) { return key }
         _ = refresh(force: false)
-        let keys = state.withLock { $0.keys }
+        let (keys, failing) = state.withLock { ($0.keys, $0.lastFetchFailed) }
         guard let keys else { throw AppleKeyError.unavailable }
-        guard let key = keys.verificationKey(keyID: keyID) else { throw AppleKeyError.unknownKey }
+        guard let key = keys.verificationKey(keyID: keyID) else {
+            throw failing ? AppleKeyError.unavailable : AppleKeyError.unknownKey
+        }
         return key
     }
 
@@ -117,13 +125,18 @@ public final class AppleKeyCache: AppleKeyProvider {
         var succeeded = false
         do {
             let keys = try fetch()
+            guard keys.keys.contains(where: \.canVerify) else {
+                throw AppleAPIError.malformedResponse("the key set holds no usable key")
+            }
             state.withLock {
                 $0.keys = keys
                 $0.fetchedAt = ContinuousClock.now
+                $0.lastFetchFailed = false
             }
             fetches.increment("success")
             succeeded = true
         } catch {
+            state.withLock { $0.lastFetchFailed = true }
             fetches.increment("failure")
             logger.warning("fetching Apple's keys failed; keeping the last good set", [("error", "\(error)")])
         }

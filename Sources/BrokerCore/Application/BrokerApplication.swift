@@ -37,6 +37,7 @@ public final class BrokerApplication: Sendable {
         self.configuration = configuration
         self.logger = logger
         database = try Database.open(configuration, logger: logger)
+        try GrantAlignment.align(database.pool, groups: appleSettings.appGroups)
         metrics = MetricsRegistry()
         let pool = database.pool
         apiKeys = APIKeyAuthenticator(
@@ -103,8 +104,9 @@ public final class BrokerApplication: Sendable {
             let login = LoginService(
                 validator: validator, apple: apple, pool: pool, tokenKeys: tokenKeys, teamID: appleSettings.teamID,
                 settings: configuration.login, validationIntervalSeconds: configuration.sweep.validationIntervalSeconds,
-                retry: retry, metrics: metrics, eventsWritten: eventsWritten)
-            LoginRoutes.register(on: &router, login: login, users: UserDirectory(pool: pool), keys: apiKeys)
+                retry: retry, metrics: metrics, groups: appleSettings.appGroups, eventsWritten: eventsWritten)
+            LoginRoutes.register(
+                on: &router, login: login, users: UserDirectory(pool: pool, groups: appleSettings.appGroups), keys: apiKeys)
             EventRoutes.register(
                 on: &router, subscriptions: subscriptions, feed: EventFeed(pool: pool), keys: apiKeys,
                 wakeDispatcher: eventsWritten)
@@ -121,7 +123,8 @@ public final class BrokerApplication: Sendable {
         }
         if configuration.roles.contains(.notifications) {
             let receiver = NotificationReceiver(
-                verifier: verifier, clientIDs: Set(appleSettings.clientIDs), teamID: appleSettings.teamID,
+                verifier: verifier, clientIDs: Set(appleSettings.clientIDs), groups: appleSettings.appGroups,
+                teamID: appleSettings.teamID,
                 leeway: TimeInterval(configuration.login.tokenLeewaySeconds), pool: pool, metrics: metrics,
                 logger: logger.labelled("notifications"), onDeletionRequested: wakeDeletions, eventsWritten: eventsWritten)
             let perAddress = RateLimiter(
@@ -147,8 +150,8 @@ public final class BrokerApplication: Sendable {
         }
         if configuration.roles.contains(.sweep) {
             let sweep = RefreshTokenSweep(
-                pool: pool, apple: apple, tokenKeys: tokenKeys, settings: configuration.sweep, metrics: metrics,
-                logger: logger.labelled("refresh-sweep"))
+                pool: pool, apple: apple, tokenKeys: tokenKeys, settings: configuration.sweep,
+                groups: appleSettings.appGroups, metrics: metrics, logger: logger.labelled("refresh-sweep"))
             workers.append(
                 WorkerGroup(
                     name: "refresh-sweep", lanes: configuration.sweep.concurrency,

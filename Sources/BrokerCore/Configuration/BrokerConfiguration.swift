@@ -175,6 +175,9 @@ public struct BrokerConfiguration: Sendable {
         public var validationIntervalSeconds = 86_400
         /// `BROKER_SWEEP_CONCURRENCY`: refresh calls to Apple in parallel.
         public var concurrency = 4
+        /// `BROKER_SWEEP_BREAKER_SECONDS`: how long the sweep pauses when a run of tokens
+        /// fails with one and the same non-verdict error (such as `invalid_client`).
+        public var breakerPauseSeconds = 900
     }
 
     /// The parts of the service a process can run (`serve --roles`).
@@ -275,6 +278,8 @@ public struct BrokerConfiguration: Sendable {
         sweep.validationIntervalSeconds =
             reader.integer("BROKER_REFRESH_VALIDATION_SECONDS", in: 1...(30 * 86_400)) ?? sweep.validationIntervalSeconds
         sweep.concurrency = reader.integer("BROKER_SWEEP_CONCURRENCY", in: 1...64) ?? sweep.concurrency
+        sweep.breakerPauseSeconds =
+            reader.integer("BROKER_SWEEP_BREAKER_SECONDS", in: 1...86_400) ?? sweep.breakerPauseSeconds
         configuration.sweep = sweep
         var deletion = DeletionSettings()
         deletion.concurrency = reader.integer("BROKER_DELETION_CONCURRENCY", in: 1...256) ?? deletion.concurrency
@@ -322,6 +327,9 @@ public struct AppleConfiguration: Sendable {
     public var privateKeyPath: String
     /// `APPLE_CLIENT_IDS`: bundle IDs and Services IDs accepted as `aud`.
     public var clientIDs: [String]
+    /// `APPLE_APP_GROUPS`: which client ids share one authorization at Apple (see `AppGroups`);
+    /// by default all of `clientIDs`, as given to `init`.
+    public var appGroups: AppGroups
     /// `APPLE_BASE_URL`: where Apple's endpoints are (a simulator in tests). The expected
     /// issuer stays `https://appleid.apple.com` whatever this says.
     public var baseURL: String = "https://appleid.apple.com"
@@ -340,6 +348,7 @@ public struct AppleConfiguration: Sendable {
         self.keyID = keyID
         self.privateKeyPath = privateKeyPath
         self.clientIDs = clientIDs
+        self.appGroups = .single(clientIDs)
         self.baseURL = baseURL
     }
 
@@ -381,9 +390,15 @@ public struct AppleConfiguration: Sendable {
         let refresh = reader.integer("APPLE_JWKS_REFRESH_SECONDS", in: 10...86_400)
         let timeout = reader.integer("APPLE_TIMEOUT_MS", in: 100...120_000)
         let attempts = reader.integer("APPLE_MAX_ATTEMPTS", in: 1...10)
+        var appGroups = AppGroups.single(clientIDs)
+        switch AppGroups.parse(reader.string("APPLE_APP_GROUPS"), clientIDs: clientIDs) {
+        case .success(let groups): appGroups = groups
+        case .failure(let problems): problems.messages.forEach { reader.problem($0) }
+        }
         guard let teamID, let keyID, let path, !clientIDs.isEmpty else { return nil }
         var apple = AppleConfiguration(
             teamID: teamID, keyID: keyID, privateKeyPath: path, clientIDs: clientIDs, baseURL: baseURL)
+        apple.appGroups = appGroups
         apple.keyIDPath = keyIDPath
         apple.keysRefreshSeconds = refresh ?? apple.keysRefreshSeconds
         apple.timeoutMilliseconds = timeout ?? apple.timeoutMilliseconds

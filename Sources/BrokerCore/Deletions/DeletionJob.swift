@@ -8,7 +8,8 @@ import PostgresClient
 /// or `failed` after `maximumAttempts`.
 ///
 /// - **Revoke**: each of the user's refresh tokens at Apple's `/auth/revoke` with the client
-///   id it was issued to; 200 and `invalid_grant` both count as revoked; 5xx, 429 (honouring
+///   id it was issued to; 200 and a dead grant (`invalid_grant`, `invalid_request`) both count
+///   as revoked; 5xx, 429 (honouring
 ///   `Retry-After`) and timeouts are retried with exponential backoff and jitter. Every call's
 ///   outcome is a step of the request. Apple-initiated deletions skip this (the tokens are
 ///   already dead); a user with no token is recorded as "nothing to revoke".
@@ -123,7 +124,8 @@ final class DeletionJob: Sendable {
             do {
                 try apple.revoke(refreshToken, clientID: token.clientID, retry: RetryPolicy(maximumAttempts: 3))
                 try store.addStep(request.id, step: "revoke", clientID: token.clientID, outcome: "revoked", tokenID: token.id)
-            } catch AppleAPIError.invalidGrant {
+            } catch let error as AppleAPIError where error.isGrantRevoked {
+                // invalid_grant or invalid_request: the grant is already dead at Apple.
                 try store.addStep(request.id, step: "revoke", clientID: token.clientID, outcome: "already_invalid", tokenID: token.id)
             } catch AppleAPIError.unavailable(let reason, let retryAfter) {
                 try store.addStep(request.id, step: "revoke", clientID: token.clientID, outcome: "retry", detail: reason)

@@ -21,7 +21,11 @@ enum LoginRoutes {
         })
         router.get("/v1/users/{id}/credential-state", keys.protect(.read) { request, _ in
             let id = try UserDirectory.userID(request)
-            return .json(["user_id": id.lowercasedString, "state": try users.credentialState(id)])
+            let clientID = request.query["client_id"]
+            if let clientID, clientID.isEmpty || clientID.utf8.count > 255 {
+                throw Problem.badRequest(code: "invalid_client_id", "client_id must be a bundle ID or Services ID")
+            }
+            return .json(["user_id": id.lowercasedString, "state": try users.credentialState(id, clientID: clientID)])
         })
     }
 }

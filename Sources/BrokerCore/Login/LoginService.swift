@@ -25,12 +25,14 @@ public final class LoginService: Sendable {
     init(
         validator: IdentityTokenValidator, apple: AppleClient, pool: PostgresPool, tokenKeys: TokenKeyRing, teamID: String,
         settings: BrokerConfiguration.LoginSettings, validationIntervalSeconds: Int, retry: RetryPolicy, metrics: MetricsRegistry,
-        eventsWritten: @escaping @Sendable () -> Void = {}
+        groups: AppGroups? = nil, eventsWritten: @escaping @Sendable () -> Void = {}
     ) {
         self.eventsWritten = eventsWritten
         self.validator = validator
         self.apple = apple
-        self.store = LoginStore(pool: pool, teamID: teamID, lastLoginResolution: settings.lastLoginResolutionSeconds)
+        self.store = LoginStore(
+            pool: pool, teamID: teamID, lastLoginResolution: settings.lastLoginResolutionSeconds,
+            groups: groups ?? .single(validator.clientIDs.sorted()))
         self.ledger = CodeExchangeLedger(pool: pool)
         self.tokenKeys = tokenKeys
         self.teamID = teamID

@@ -10,6 +10,8 @@ struct LoginStore: Sendable {
     let teamID: String
     /// Repeat logins changing nothing rewrite last_login_at only when older than this.
     let lastLoginResolution: Int
+    /// A login re-activates consent for its client id's group only.
+    var groups = AppGroups(groups: [])
 
     struct Record: Sendable {
         var outcome: String
@@ -31,7 +33,8 @@ struct LoginStore: Sendable {
         if sealedRefreshToken == nil, let record = try unchangedRepeatLogin(identity, user: user) { return record }
         let row = try pool.query(
             """
-            SELECT * FROM broker_login(\(teamID), \(identity.sub), \(identity.clientID), \(identity.email),
+            SELECT * FROM broker_login(\(teamID), \(identity.sub), \(identity.clientID),
+                \(groups.group(of: identity.clientID).primary), \(identity.email),
                 \(identity.emailVerified), \(identity.isPrivateEmail), \(identity.realUserStatus),
                 \(user?.name?.firstName), \(user?.name?.lastName), \(user?.email), \(identity.transferSub),
                 \(sealedRefreshToken?.sealed), \(sealedRefreshToken?.keyID),
@@ -53,7 +56,8 @@ struct LoginStore: Sendable {
             """
             SELECT i.user_id, i.email, i.email_verified, i.is_private_email, i.real_user_status, u.status,
                    EXISTS (SELECT 1 FROM apple_tokens t WHERE t.identity_id = i.id AND t.revoked_at IS NULL),
-                   broker_identity_unchanged(i, \(identity.clientID), \(identity.email), \(identity.emailVerified),
+                   broker_identity_unchanged(i, \(identity.clientID), \(groups.group(of: identity.clientID).primary),
+                       \(identity.email), \(identity.emailVerified),
                        \(identity.isPrivateEmail), \(identity.realUserStatus), \(user?.name?.firstName),
                        \(user?.name?.lastName), \(user?.email), \(String(lastLoginResolution) + " seconds")::interval)
             FROM apple_identities i JOIN users u ON u.id = i.user_id

@@ -6,8 +6,18 @@ import Synchronization
 
 /// Re-validates stored refresh tokens with Apple's refresh grant, each at most once per
 /// `validationIntervalSeconds` (daily by default, with jitter), so a revocation is caught
-/// even when Apple's `consent-revoked` notification never arrives: `invalid_grant` marks
-/// the identity's consent revoked and writes the same `consent.revoked` event.
+/// even when Apple's `consent-revoked` notification never arrives. A revoked grant
+/// (`invalid_grant`, or `invalid_request`: see `AppleAPIError.isGrantRevoked`) revokes the
+/// consent of that token's app group, not the user's other apps, with a `consent.revoked` event.
+///
+/// Any other failure is no verdict on the token, and Apple asks for at most one refresh a
+/// day and throttles (TN3194), so nothing is hammered:
+/// - each token backs off on its own: 10 minutes after the first failure, doubling, capped
+///   at the validation interval (`apple_tokens.validation_failures` counts them);
+/// - when `breakerThreshold` tokens in a row fail with the same error and none succeeds
+///   (one wrong key setting fails every call alike: a configuration fault, not a mass
+///   revocation), the breaker opens: the rest of the batch is put back untouched and no
+///   token is tried for `breakerPauseSeconds` (`refresh_sweep_breaker_open`).
 ///
 /// Due tokens are claimed with `FOR UPDATE SKIP LOCKED` and leased for ten minutes, so
 /// replicas and lanes share the work and a crashed worker's tokens come back on their own.
@@ -17,21 +27,51 @@ final class RefreshTokenSweep: Sendable {
     private let apple: AppleClient
     private let tokenKeys: TokenKeyRing
     private let settings: BrokerConfiguration.SweepSettings
+    private let groups: AppGroups
     private let logger: Logger
     private let outcomes: CounterFamily
+    private let breakerTrips: CounterFamily
     private let batchSize = 10
+    /// Consecutive same-error failures (and no success) that open the breaker.
+    let breakerThreshold = 3
+    /// The first retry after a failure; it doubles per consecutive failure.
+    static let backoffBaseSeconds = 600
+    /// Until when the breaker holds the sweep, if it is open.
+    private let breaker = Breaker()
+
+    /// The breaker's state, shared with the metrics collector.
+    private final class Breaker: Sendable {
+        private let openUntil = Mutex<ContinuousClock.Instant?>(nil)
+
+        var isOpen: Bool { openUntil.withLock { until in until.map { $0 > ContinuousClock.now } ?? false } }
+
+        func open(for seconds: Int) { openUntil.withLock { $0 = ContinuousClock.now + .seconds(seconds) } }
+    }
 
     init(
         pool: PostgresPool, apple: AppleClient, tokenKeys: TokenKeyRing, settings: BrokerConfiguration.SweepSettings,
-        metrics: MetricsRegistry, logger: Logger
+        groups: AppGroups = AppGroups(groups: []), metrics: MetricsRegistry, logger: Logger
     ) {
         self.pool = pool
         self.apple = apple
         self.tokenKeys = tokenKeys
         self.settings = settings
+        self.groups = groups
         self.logger = logger
         outcomes = metrics.counter(
             "refresh_token_validations_total", help: "Refresh-token re-validations by outcome.", labels: ["outcome"])
+        breakerTrips = metrics.counter(
+            "refresh_sweep_breaker_trips_total",
+            help: "Times the refresh sweep stopped because one non-verdict error (e.g. invalid_client) failed a run of tokens.",
+            labels: ["error"])
+        metrics.collect { [breaker] in
+            [
+                CollectedSample(
+                    name: "refresh_sweep_breaker_open",
+                    help: "1 while the refresh sweep is paused by its breaker (a configuration fault at Apple's end).",
+                    value: breaker.isOpen ? 1 : 0)
+            ]
+        }
     }
 
     struct DueToken: Sendable {
@@ -42,10 +82,23 @@ final class RefreshTokenSweep: Sendable {
         var keyID: String
         var teamID: String
         var sub: String
+        var failures: Int
     }
+
+    /// What one validation came to.
+    enum Verdict: Equatable {
+        case valid
+        case revoked
+        /// No verdict on the token; `kind` names the error (bounded).
+        case failed(kind: String)
+    }
+
+    /// Whether the breaker holds the sweep now.
+    var breakerIsOpen: Bool { breaker.isOpen }
 
     /// One batch: claims due tokens and validates them; true when the batch was full.
     func step() throws -> Bool {
+        guard !breakerIsOpen else { return false }
         let due = try pool.query(
             """
             WITH due AS (
@@ -56,20 +109,54 @@ final class RefreshTokenSweep: Sendable {
             UPDATE apple_tokens t SET next_validation_at = now() + interval '10 minutes'
             FROM due, apple_identities i
             WHERE t.id = due.id AND i.id = t.identity_id
-            RETURNING t.id, t.identity_id, t.client_id, t.refresh_token, t.key_id, i.team_id, i.sub
+            RETURNING t.id, t.identity_id, t.client_id, t.refresh_token, t.key_id, i.team_id, i.sub, t.validation_failures
             """
         ).map { row in
             DueToken(
                 id: try row.decode(UUID.self, 0), identityID: try row.decode(UUID.self, 1), clientID: try row.decode(String.self, 2),
                 sealed: try row.decode([UInt8].self, 3), keyID: try row.decode(String.self, 4),
-                teamID: try row.decode(String.self, 5), sub: try row.decode(String.self, 6))
+                teamID: try row.decode(String.self, 5), sub: try row.decode(String.self, 6), failures: try row.decode(Int.self, 7))
         }
         guard !due.isEmpty else { return false }
-        due.forEach(validate)
+        var run: (kind: String, count: Int)?
+        var anyVerdict = false
+        for (index, token) in due.enumerated() {
+            switch validate(token) {
+            case .valid, .revoked:
+                anyVerdict = true
+                run = nil
+            case .failed(let kind):
+                run = run?.kind == kind ? (kind, run!.count + 1) : (kind, 1)
+            }
+            if !anyVerdict, let run, run.count >= breakerThreshold {
+                openBreaker(kind: run.kind, untouched: due[(index + 1)...].map(\.id))
+                return false
+            }
+        }
         return due.count == batchSize
     }
 
-    private func validate(_ token: DueToken) {
+    /// Pauses the sweep and puts the batch's untried tokens back as they were due.
+    private func openBreaker(kind: String, untouched: [UUID]) {
+        let pause = settings.breakerPauseSeconds
+        breaker.open(for: pause)
+        breakerTrips.increment(kind)
+        logger.error(
+            "refresh sweep paused: every call failed alike, which is a fault of ours or Apple's, not a verdict on the tokens",
+            [("error", kind), ("pause_seconds", String(pause))])
+        for id in untouched {
+            _ = try? pool.query("UPDATE apple_tokens SET next_validation_at = now() WHERE id = \(id)")
+        }
+    }
+
+    /// The delay before retrying a token after its `failures`-th consecutive failure:
+    /// 10 minutes doubling, at most the validation interval.
+    static func backoffSeconds(failures: Int, validationIntervalSeconds: Int) -> Int {
+        let doubled = backoffBaseSeconds << min(max(failures - 1, 0), 20)
+        return min(doubled, validationIntervalSeconds)
+    }
+
+    private func validate(_ token: DueToken) -> Verdict {
         let refreshToken: String
         do {
             refreshToken = String(
@@ -80,30 +167,56 @@ final class RefreshTokenSweep: Sendable {
         } catch {
             outcomes.increment("undecryptable")
             logger.error("a stored refresh token cannot be decrypted", [("token_id", token.id.lowercasedString)])
-            return
+            recordFailure(token)
+            return .failed(kind: "undecryptable")
         }
         do {
             _ = try apple.refresh(refreshToken, clientID: token.clientID, retry: RetryPolicy(maximumAttempts: 2))
             let next = settings.validationIntervalSeconds + Int.random(in: 0...max(1, settings.validationIntervalSeconds / 10))
             try pool.query(
                 """
-                UPDATE apple_tokens SET last_validated_at = now(),
+                UPDATE apple_tokens SET last_validated_at = now(), validation_failures = 0,
                     next_validation_at = now() + \(String(next) + " seconds")::interval
                 WHERE id = \(token.id)
                 """)
             outcomes.increment("valid")
-        } catch AppleAPIError.invalidGrant {
+            return .valid
+        } catch let error as AppleAPIError where error.isGrantRevoked {
+            let group = groups.group(of: token.clientID)
             do {
-                try pool.query("SELECT broker_revoke_consent(\(token.identityID), now(), 'refresh_sweep')")
+                try pool.query(
+                    """
+                    SELECT broker_revoke_consent(\(token.identityID), \(group.primary), \(PostgresTextArray(group.clientIDs)),
+                        now(), 'refresh_sweep')
+                    """)
                 outcomes.increment("revoked")
-                logger.info("refresh token no longer valid: consent revoked", [("identity_id", token.identityID.lowercasedString)])
+                logger.info(
+                    "refresh token no longer valid: the app group's consent is revoked",
+                    [("identity_id", token.identityID.lowercasedString), ("client_id", group.primary), ("apple_error", error.kind)])
             } catch {
                 outcomes.increment("error")
             }
+            return .revoked
         } catch {
-            // Apple unavailable or refusing our client: the lease expires and it is retried.
+            // Apple unavailable or refusing our client: no verdict on the token. Back off.
+            let kind = (error as? AppleAPIError)?.kind ?? "error"
             outcomes.increment("error")
-            logger.warning("refresh-token validation failed", [("error", "\(error)")])
+            logger.warning("refresh-token validation failed", [("error", kind)])
+            recordFailure(token)
+            return .failed(kind: kind)
         }
+    }
+
+    /// One more consecutive failure: the token is next tried after its backoff (jittered).
+    private func recordFailure(_ token: DueToken) {
+        let failures = token.failures + 1
+        let delay = Self.backoffSeconds(failures: failures, validationIntervalSeconds: settings.validationIntervalSeconds)
+        let jittered = delay + Int.random(in: 0...max(1, delay / 10))
+        _ = try? pool.query(
+            """
+            UPDATE apple_tokens SET validation_failures = \(failures),
+                next_validation_at = now() + \(String(jittered) + " seconds")::interval
+            WHERE id = \(token.id)
+            """)
     }
 }

@@ -13,6 +13,8 @@ public struct AppleNotification: Sendable, Equatable {
     public var type: String
     public var sub: String
     public var eventTime: Date
+    /// The `aud` that matched one of ours: the group's primary App ID in Apple's notifications.
+    public var audience: String
 }
 
 /// `POST /v1/apple/notifications`: Apple's server-to-server notifications, verified before
@@ -22,6 +24,10 @@ public struct AppleNotification: Sendable, Equatable {
 /// verification is 401 and stores nothing; a database outage is 503 so Apple retries.
 public final class NotificationReceiver: Sendable {
     let verifier: AppleTokenVerifier
+    /// Which client ids share an authorization; a notification applies to its `aud`'s group.
+    let groups: AppGroups
+    /// Accepted audiences: every client id and every group's primary App ID (a web-only
+    /// deployment still receives notifications for the app's primary App ID, §10.2).
     let clientIDs: Set<String>
     let teamID: String
     let leeway: TimeInterval
@@ -35,13 +41,15 @@ public final class NotificationReceiver: Sendable {
     private let outcomes: CounterFamily
 
     init(
-        verifier: AppleTokenVerifier, clientIDs: Set<String>, teamID: String, leeway: TimeInterval, pool: PostgresPool,
+        verifier: AppleTokenVerifier, clientIDs: Set<String>, groups: AppGroups? = nil, teamID: String, leeway: TimeInterval, pool: PostgresPool,
         metrics: MetricsRegistry, logger: Logger, now: @escaping @Sendable () -> Date = Date.init,
         onDeletionRequested: @escaping @Sendable () -> Void = {}, eventsWritten: @escaping @Sendable () -> Void = {}
     ) {
         self.eventsWritten = eventsWritten
         self.verifier = verifier
-        self.clientIDs = clientIDs
+        let groups = groups ?? .single(clientIDs.sorted())
+        self.groups = groups
+        self.clientIDs = clientIDs.union(groups.allClientIDs)
         self.teamID = teamID
         self.leeway = leeway
         self.pool = pool
@@ -64,11 +72,12 @@ public final class NotificationReceiver: Sendable {
             throw problem
         }
         let outcome: String
+        let group = groups.group(of: notification.audience)
         do {
             outcome = try pool.query(
                 """
                 SELECT broker_apply_notification(\(notification.jti), \(notification.type), \(teamID),
-                    \(notification.sub), \(notification.eventTime))
+                    \(notification.sub), \(notification.eventTime), \(group.primary), \(PostgresTextArray(group.clientIDs)))
                 """
             ).single().decode(String.self, 0)
         } catch let error as PostgresError where error.isUniqueViolation {
@@ -93,7 +102,7 @@ public final class NotificationReceiver: Sendable {
 
     /// Checks the body's shape and the JWS, and decodes the event.
     func decode(_ request: HTTPRequest) throws -> AppleNotification {
-        let body = try request.jsonObject()
+        let body = try request.jsonObject(anyContentType: true)
         guard let payload = try? body.string("payload"), !payload.isEmpty else {
             throw Self.malformed("the body must be {\"payload\": \"<JWS>\"}")
         }
@@ -118,7 +127,7 @@ public final class NotificationReceiver: Sendable {
             throw Self.unverified(TokenRejection("token_issuer_invalid", "iss must be \(IdentityTokenValidator.issuer)"))
         }
         let audiences = claims["aud"]?.stringValue.map { [$0] } ?? claims["aud"]?.arrayValue?.compactMap(\.stringValue) ?? []
-        guard audiences.contains(where: clientIDs.contains) else {
+        guard let audience = audiences.first(where: clientIDs.contains) else {
             throw Self.unverified(TokenRejection("token_audience_invalid", "aud is not one of this service's client ids"))
         }
         let current = now.timeIntervalSince1970
@@ -164,7 +173,8 @@ public final class NotificationReceiver: Sendable {
             }
             eventTime = number > 100_000_000_000 ? number / 1000 : number
         }
-        return AppleNotification(jti: jti, type: type, sub: sub, eventTime: Date(timeIntervalSince1970: eventTime))
+        return AppleNotification(
+            jti: jti, type: type, sub: sub, eventTime: Date(timeIntervalSince1970: eventTime), audience: audience)
     }
 
     static func malformed(_ detail: String) -> Problem {

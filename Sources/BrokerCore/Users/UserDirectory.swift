@@ -5,6 +5,23 @@ import PostgresClient
 /// Read access to users for app backends: `GET /v1/users/{id}` and its credential state.
 struct UserDirectory: Sendable {
     let pool: PostgresPool
+    /// Which client ids share an authorization (consent is kept per group).
+    var groups = AppGroups(groups: [])
+
+    /// Consent and mail forwarding for one app group (named by its primary App ID).
+    struct AppGrant: Encodable, Sendable, Equatable {
+        var clientID: String
+        var consent: String
+        var emailForwarding: String
+        var refreshTokenStored: Bool
+
+        enum CodingKeys: String, CodingKey {
+            case clientID = "client_id"
+            case consent
+            case emailForwarding = "email_forwarding"
+            case refreshTokenStored = "refresh_token_stored"
+        }
+    }
 
     struct Identity: Encodable, Sendable {
         var appleSub: String
@@ -21,6 +38,10 @@ struct UserDirectory: Sendable {
         var transferred: Bool
         var createdAt: Date
         var lastLoginAt: Date?
+        /// Per app group: the group of `clientID`, every group with a stored refresh token, and
+        /// every group Apple told us about. `consent` and `emailForwarding` above are those
+        /// of `clientID`'s group.
+        var apps: [AppGrant]
 
         enum CodingKeys: String, CodingKey {
             case appleSub = "apple_sub"
@@ -37,6 +58,7 @@ struct UserDirectory: Sendable {
             case transferred
             case createdAt = "created_at"
             case lastLoginAt = "last_login_at"
+            case apps
         }
     }
 
@@ -57,25 +79,62 @@ struct UserDirectory: Sendable {
     /// The user with every identity (never tokens).
     func user(_ id: UUID) throws -> User? {
         guard let row = try pool.query("SELECT status, created_at FROM users WHERE id = \(id)").first else { return nil }
+        let grants = try appGrants(ofUser: id)
         let identities = try pool.query(
             """
-            SELECT sub, team_id, client_id, email, email_verified, is_private_email, email_forwarding, real_user_status,
-                   consent, given_name, family_name, transferred_at IS NOT NULL, created_at, last_login_at
+            SELECT id, sub, team_id, client_id, email, email_verified, is_private_email, real_user_status,
+                   given_name, family_name, transferred_at IS NOT NULL, created_at, last_login_at
             FROM apple_identities WHERE user_id = \(id) ORDER BY created_at
             """
         ).map { row in
-            Identity(
-                appleSub: try row.decode(String.self, 0), teamID: try row.decode(String.self, 1),
-                clientID: try row.decode(String.self, 2), email: try row.decode(String?.self, 3),
-                emailVerified: try row.decode(Bool.self, 4), isPrivateEmail: try row.decode(Bool.self, 5),
-                emailForwarding: try row.decode(String.self, 6), realUserStatus: try row.decode(String?.self, 7),
-                consent: try row.decode(String.self, 8), givenName: try row.decode(String?.self, 9),
-                familyName: try row.decode(String?.self, 10), transferred: try row.decode(Bool.self, 11),
-                createdAt: try row.decode(Date.self, 12), lastLoginAt: try row.decode(Date?.self, 13))
+            let clientID = try row.decode(String.self, 3)
+            let apps = grants[try row.decode(UUID.self, 0)].map { $0.apps(including: groups.group(of: clientID).primary) }
+                ?? [AppGrant(clientID: groups.group(of: clientID).primary, consent: "active", emailForwarding: "enabled",
+                             refreshTokenStored: false)]
+            let current = apps.first { $0.clientID == groups.group(of: clientID).primary }!
+            return Identity(
+                appleSub: try row.decode(String.self, 1), teamID: try row.decode(String.self, 2),
+                clientID: clientID, email: try row.decode(String?.self, 4),
+                emailVerified: try row.decode(Bool.self, 5), isPrivateEmail: try row.decode(Bool.self, 6),
+                emailForwarding: current.emailForwarding, realUserStatus: try row.decode(String?.self, 7),
+                consent: current.consent, givenName: try row.decode(String?.self, 8),
+                familyName: try row.decode(String?.self, 9), transferred: try row.decode(Bool.self, 10),
+                createdAt: try row.decode(Date.self, 11), lastLoginAt: try row.decode(Date?.self, 12), apps: apps)
         }
         return User(
             userID: id.lowercasedString, status: try row.decode(String.self, 0), createdAt: try row.decode(Date.self, 1),
             identities: identities)
+    }
+
+    /// What is known per identity and app group: grant rows (Apple's notifications and the
+    /// sweep's verdicts) and stored refresh tokens.
+    private struct KnownGrants {
+        var states: [String: (consent: String, emailForwarding: String)] = [:]
+        var withToken: Set<String> = []
+
+        func apps(including current: String) -> [AppGrant] {
+            let names = Set(states.keys).union(withToken).union([current])
+            return names.sorted { ($0 == current ? 0 : 1, $0) < ($1 == current ? 0 : 1, $1) }.map { name in
+                AppGrant(
+                    clientID: name, consent: states[name]?.consent ?? "active",
+                    emailForwarding: states[name]?.emailForwarding ?? "enabled", refreshTokenStored: withToken.contains(name))
+            }
+        }
+    }
+
+    private func appGrants(ofUser id: UUID) throws -> [UUID: KnownGrants] {
+        var known: [UUID: KnownGrants] = [:]
+        for row in try pool.query("SELECT identity_id, app_id, consent, email_forwarding FROM apple_grants WHERE user_id = \(id)") {
+            known[try row.decode(UUID.self, 0), default: KnownGrants()].states[try row.decode(String.self, 1)] =
+                (try row.decode(String.self, 2), try row.decode(String.self, 3))
+        }
+        for row in try pool.query(
+            "SELECT identity_id, client_id FROM apple_tokens WHERE user_id = \(id) AND revoked_at IS NULL")
+        {
+            known[try row.decode(UUID.self, 0), default: KnownGrants()].withToken.insert(
+                groups.group(of: try row.decode(String.self, 1)).primary)
+        }
+        return known
     }
 
     /// The deletion that purged this user, if one did.
@@ -84,18 +143,27 @@ struct UserDirectory: Sendable {
     }
 
     /// The server-side twin of `getCredentialState`: `authorized`, `revoked`, `transferred`,
-    /// `deleted` or `not_found`. The identity used last decides.
-    func credentialState(_ id: UUID) throws -> String {
+    /// `deleted` or `not_found`. The identity used last decides. With `clientID`, the answer
+    /// is for that client id's app group (`revoked` once Apple revoked that group's consent);
+    /// without, `authorized` while any group the identity is known in is authorized.
+    func credentialState(_ id: UUID, clientID: String? = nil) throws -> String {
         if let row = try pool.query(
             """
-            SELECT i.consent, i.transferred_at IS NOT NULL, u.status FROM users u
+            SELECT i.id, i.client_id, i.transferred_at IS NOT NULL, u.status FROM users u
             JOIN apple_identities i ON i.user_id = u.id WHERE u.id = \(id)
             ORDER BY i.transferred_at IS NULL DESC, i.last_login_at DESC NULLS LAST LIMIT 1
             """
         ).first {
-            if try row.decode(String.self, 2) == "deleting" { return "deleted" }
-            if try row.decode(Bool.self, 1) { return "transferred" }
-            return try row.decode(String.self, 0) == "revoked" ? "revoked" : "authorized"
+            if try row.decode(String.self, 3) == "deleting" { return "deleted" }
+            if try row.decode(Bool.self, 2) { return "transferred" }
+            let identity = try row.decode(UUID.self, 0)
+            let apps = (try appGrants(ofUser: id)[identity] ?? KnownGrants())
+                .apps(including: groups.group(of: try row.decode(String.self, 1)).primary)
+            if let clientID {
+                let primary = groups.group(of: clientID).primary
+                return apps.first { $0.clientID == primary }?.consent == "revoked" ? "revoked" : "authorized"
+            }
+            return apps.contains { $0.consent == "active" } ? "authorized" : "revoked"
         }
         return try deletion(ofPurgedUser: id) != nil ? "deleted" : "not_found"
     }

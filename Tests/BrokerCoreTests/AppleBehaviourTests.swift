@@ -1,0 +1,231 @@
+import AppleSimulator
+import BrokerCore
+import Foundation
+import HTTPClient
+import PostgresClient
+import TestSupport
+import Testing
+
+/// Where real Apple is less kind than a simple simulator (protocol reference §10): consent
+/// per app group, every way a grant dies, no storm when Apple's answer is no verdict, and a
+/// key set that must never be replaced by a useless one. All over HTTP against the simulator.
+@Suite("Apple's real behaviour")
+struct AppleBehaviourTests {
+    static let app = TestBroker.clientID  // com.example.app
+    static let other = TestBroker.webClientID  // com.example.web, a second app here
+    /// Two apps of one team, not grouped: each is a primary App ID of its own.
+    static let twoApps = [
+        "APPLE_APP_GROUPS": "\(app);\(other)", "BROKER_DELETION_RETRY_BASE_MS": "50", "BROKER_DELETION_INTERVAL_SECONDS": "1",
+    ]
+
+    /// One user signed in to each client id with a code (a refresh token each).
+    private func userOfBothApps(_ broker: TestBroker) throws -> (id: UUID, sub: String) {
+        var sub: String?
+        var userID: UUID?
+        for clientID in [Self.app, Self.other] {
+            let minted = try broker.mint {
+                $0.clientID = clientID
+                $0.withCode = true
+                $0.sub = sub
+            }
+            let response = try broker.login(["identity_token": minted.idToken, "authorization_code": minted.code!])
+            #expect(response.status == 200, "\(response.bodyText)")
+            sub = minted.sub
+            userID = UUID(uuidString: response.json["user_id"] as! String)
+        }
+        return (userID!, sub!)
+    }
+
+    private func credentialState(_ broker: TestBroker, _ id: UUID, clientID: String? = nil) throws -> String? {
+        let query = clientID.map { "?client_id=\($0)" } ?? ""
+        return try broker.get("/v1/users/\(id.lowercasedString)/credential-state\(query)", key: broker.key([.read])).json["state"]
+            as? String
+    }
+
+    private func notify(_ broker: TestBroker, _ type: String, sub: String, clientID: String) throws -> NotificationResult {
+        try broker.simulator.sendNotification(
+            NotificationRequest(url: broker.baseURL + "/v1/apple/notifications", type: type, sub: sub, clientID: clientID))
+    }
+
+    private func waitUntil(seconds: Double = 20, _ condition: () throws -> Bool) rethrows {
+        let deadline = Date().addingTimeInterval(seconds)
+        while Date() < deadline {
+            if try condition() { return }
+            Thread.sleep(forTimeInterval: 0.05)
+        }
+    }
+
+    @Test("two apps in one team: a consent-revoked for one leaves the other authorized, and its token is revoked at deletion")
+    func consentPerApp() throws {
+        let broker = try TestBroker(extra: Self.twoApps)
+        let (userID, sub) = try userOfBothApps(broker)
+        #expect(try broker.count("SELECT count(*) FROM apple_tokens WHERE user_id = \(userID)") == 2)
+
+        #expect(try notify(broker, "consent-revoked", sub: sub, clientID: Self.other).status == 200)
+        #expect(try broker.count("SELECT count(*) FROM apple_tokens WHERE user_id = \(userID) AND client_id = \(Self.app)") == 1)
+        #expect(try broker.count("SELECT count(*) FROM apple_tokens WHERE user_id = \(userID) AND client_id = \(Self.other)") == 0)
+        #expect(try credentialState(broker, userID, clientID: Self.app) == "authorized")
+        #expect(try credentialState(broker, userID, clientID: Self.other) == "revoked")
+        #expect(try credentialState(broker, userID) == "authorized", "authorized while any group is")
+        let event = try broker.pool.query("SELECT payload FROM outbox_events WHERE type = 'consent.revoked'").single()
+        #expect(try event.decode(PostgresJSON.self, 0).text.contains(#""client_id": "\#(Self.other)""#))
+        // The user record shows consent per group.
+        let user = try broker.get("/v1/users/\(userID.lowercasedString)", key: broker.key([.read])).json
+        let apps = ((user["identities"] as? [[String: Any]])?.first?["apps"] as? [[String: Any]]) ?? []
+        let consent = Dictionary(uniqueKeysWithValues: apps.map { ($0["client_id"] as? String ?? "", $0["consent"] as? String ?? "") })
+        #expect(consent == [Self.app: "active", Self.other: "revoked"])
+
+        // email-disabled for the other app changes only that app's forwarding.
+        #expect(try notify(broker, "email-disabled", sub: sub, clientID: Self.other).status == 200)
+        #expect(try broker.count("SELECT count(*) FROM apple_grants WHERE app_id = \(Self.app)") == 0)
+
+        // Deleting the user revokes the app's live token at Apple.
+        let deletion = try broker.post(
+            "/v1/deletions", json: #"{"user_id":"\#(userID.lowercasedString)","reason":"test","requested_by":"test"}"#,
+            key: broker.key([.compliance]))
+        #expect(deletion.status == 202, "\(deletion.bodyText)")
+        try waitUntil { try broker.count("SELECT count(*) FROM deletion_requests WHERE state = 'done'") == 1 }
+        let revoked = broker.simulator.revocations.filter { $0.outcome == "revoked" }
+        #expect(revoked.map(\.clientID) == [Self.app])
+    }
+
+    @Test("grouped apps share consent: a notification names the primary App ID and revokes the whole group")
+    func groupedApps() throws {
+        // Default grouping: every client id in one group, the first (com.example.app) primary.
+        let broker = try TestBroker()
+        broker.simulator.setAppGroups([[Self.app, Self.other]])
+        let (userID, sub) = try userOfBothApps(broker)
+        // The web Services ID's consent is revoked: Apple's aud is the primary App ID.
+        #expect(try notify(broker, "consent-revoked", sub: sub, clientID: Self.other).status == 200)
+        #expect(try broker.count("SELECT count(*) FROM apple_tokens WHERE user_id = \(userID)") == 0)
+        #expect(try credentialState(broker, userID) == "revoked")
+        #expect(try broker.count("SELECT count(*) FROM apple_grants WHERE app_id = \(Self.app) AND consent = 'revoked'") == 1)
+    }
+
+    @Test("a web-only deployment accepts notifications for its primary App ID")
+    func primaryOutsideClientIDs() throws {
+        let broker = try TestBroker(extra: ["APPLE_CLIENT_IDS": Self.other, "APPLE_APP_GROUPS": "com.example.ios=\(Self.other)"])
+        broker.simulator.setAppGroups([["com.example.ios", Self.other]])
+        let minted = try broker.mint { $0.clientID = Self.other }
+        #expect(try broker.login(["identity_token": minted.idToken]).status == 200)
+        let result = try notify(broker, "email-disabled", sub: minted.sub, clientID: Self.other)
+        #expect(result.status == 200)
+        #expect(try broker.count("SELECT count(*) FROM apple_grants WHERE app_id = 'com.example.ios' AND email_forwarding = 'disabled'") == 1)
+    }
+
+    @Test("invalid_request on the sweep's refresh is a revocation: credential state revoked within one sweep interval")
+    func invalidRequestRevokes() throws {
+        let broker = try TestBroker(extra: ["BROKER_SWEEP_INTERVAL_SECONDS": "1"])
+        let minted = try broker.mint { $0.withCode = true }
+        let login = try broker.login(["identity_token": minted.idToken, "authorization_code": minted.code!])
+        let userID = try #require(UUID(uuidString: login.json["user_id"] as? String ?? ""))
+        var faults = FaultSettings()
+        faults.revokedGrantError = "invalid_request"
+        broker.simulator.faults = faults
+        // The user stops using Sign in with Apple; Apple's notification never arrives.
+        #expect(broker.simulator.revokeConsent(teamID: TestBroker.teamID, sub: minted.sub) > 0)
+        try broker.pool.query("UPDATE apple_tokens SET next_validation_at = now()")
+        try waitUntil(seconds: 5) { try credentialState(broker, userID) == "revoked" }
+        #expect(try credentialState(broker, userID) == "revoked")
+        #expect(try broker.count("SELECT count(*) FROM apple_tokens") == 0)
+    }
+
+    @Test("invalid_client on every refresh: the breaker stops the sweep after a handful of calls, each token backs off")
+    func noStormOnInvalidClient() throws {
+        let broker = try TestBroker(extra: [
+            "BROKER_SWEEP_INTERVAL_SECONDS": "1", "BROKER_SWEEP_BREAKER_SECONDS": "3600", "BROKER_SWEEP_CONCURRENCY": "1",
+        ])
+        for _ in 0..<10 {
+            let minted = try broker.mint { $0.withCode = true }
+            #expect(try broker.login(["identity_token": minted.idToken, "authorization_code": minted.code!]).status == 200)
+        }
+        var faults = FaultSettings()
+        faults.forceInvalidClient = true
+        broker.simulator.faults = faults
+        let before = broker.simulator.statistics.token
+        try broker.pool.query("UPDATE apple_tokens SET next_validation_at = now()")
+        try waitUntil(seconds: 10) { try broker.get("/metrics").bodyText.contains("refresh_sweep_breaker_open 1") }
+        Thread.sleep(forTimeInterval: 2.5)  // two more sweep intervals: nothing more is tried
+        // Three tokens tried (each up to twice: RetryPolicy(maximumAttempts: 2) retries only 5xx).
+        let calls = broker.simulator.statistics.token - before
+        #expect(calls == 3, "\(calls) refresh calls for 10 tokens")
+        let metrics = try broker.get("/metrics").bodyText
+        #expect(metrics.contains(#"refresh_sweep_breaker_trips_total{error="invalid_client"} 1"#))
+        #expect(try broker.count("SELECT count(*) FROM apple_tokens WHERE validation_failures = 1") == 3)
+        #expect(try broker.count("SELECT count(*) FROM apple_grants") == 0, "no verdict, no revocation")
+        // Tried tokens back off ten minutes; untried ones stay due for when the breaker closes.
+        #expect(try broker.count(
+            "SELECT count(*) FROM apple_tokens WHERE validation_failures = 1 AND next_validation_at > now() + interval '9 minutes'") == 3)
+        #expect(try broker.count("SELECT count(*) FROM apple_tokens WHERE validation_failures = 0 AND next_validation_at <= now()") == 7)
+    }
+
+    @Test("one token failing again and again backs off exponentially, capped at the validation interval")
+    func perTokenBackoff() throws {
+        let broker = try TestBroker(extra: ["BROKER_SWEEP_INTERVAL_SECONDS": "1", "BROKER_REFRESH_VALIDATION_SECONDS": "3000"])
+        let minted = try broker.mint { $0.withCode = true }
+        #expect(try broker.login(["identity_token": minted.idToken, "authorization_code": minted.code!]).status == 200)
+        var faults = FaultSettings()
+        faults.forceInvalidClient = true
+        broker.simulator.faults = faults
+        var delays: [Int] = []
+        for failures in 1...5 {
+            // Time passes: the token is due again.
+            try broker.pool.query("UPDATE apple_tokens SET next_validation_at = now()")
+            try waitUntil(seconds: 5) { try broker.count("SELECT validation_failures FROM apple_tokens") == failures }
+            delays.append(try broker.count("SELECT EXTRACT(EPOCH FROM next_validation_at - now())::int FROM apple_tokens"))
+        }
+        // 600, 1200, 2400, then the 3000 s cap (each plus up to a tenth of jitter).
+        for (delay, expected) in zip(delays, [600, 1200, 2400, 3000, 3000]) {
+            #expect(delay >= expected - 5 && delay <= expected + expected / 10 + 5, "delays \(delays)")
+        }
+        #expect(try broker.count("SELECT count(*) FROM apple_tokens") == 1, "never revoked for a non-verdict")
+    }
+
+    @Test("a key set with no usable key never replaces a good one; an unknown kid while keys fail is 503, not 401")
+    func keySetRobustness() throws {
+        let broker = try TestBroker()
+        let early = try broker.mint()  // signed with the key the broker has cached
+        #expect(try broker.login(["identity_token": try broker.mint().idToken]).status == 200)
+        var faults = FaultSettings()
+        faults.emptyKeySet = true
+        broker.simulator.faults = faults
+        _ = try broker.simulator.rotateKeys()
+        let unknown = try broker.login(["identity_token": try broker.mint().idToken])
+        #expect(unknown.status == 503, "\(unknown.bodyText)")
+        #expect(unknown.json["code"] as? String == "apple_unavailable")
+        #expect(unknown.header("retry-after") != nil)
+        // The empty answer did not replace the good set: a token of the old key still verifies.
+        #expect(try broker.login(["identity_token": early.idToken]).status == 200)
+        #expect(try broker.get("/metrics").bodyText.contains("apple_jwks_keys 1"))
+    }
+
+    @Test("an unknown kid while Apple's key endpoint fails is 503 with Retry-After")
+    func unknownKidDuringOutage() throws {
+        let broker = try TestBroker()
+        var faults = FaultSettings()
+        faults.errorRate = 1
+        faults.errorStatuses = [500]
+        faults.endpoints = ["keys"]
+        broker.simulator.faults = faults
+        _ = try broker.simulator.rotateKeys()
+        let answer = try broker.login(["identity_token": try broker.mint().idToken])
+        #expect(answer.status == 503, "\(answer.bodyText)")
+        #expect(answer.json["code"] as? String == "apple_unavailable")
+    }
+
+    @Test("the notification endpoint reads the JWS whatever the Content-Type says")
+    func anyContentType() throws {
+        let broker = try TestBroker()
+        let minted = try broker.mint()
+        #expect(try broker.login(["identity_token": minted.idToken]).status == 200)
+        for contentType in ["text/plain", "application/x-www-form-urlencoded", nil] {
+            let (_, payload) = try broker.simulator.signNotification(
+                NotificationRequest(url: "", type: "email-disabled", sub: minted.sub, clientID: Self.app))
+            let headers = contentType.map { [("Content-Type", $0)] } ?? []
+            let answer = try broker.client.send(
+                .init(method: "POST", url: broker.baseURL + "/v1/apple/notifications", headers: headers,
+                      body: Array(#"{"payload":"\#(payload)"}"#.utf8)))
+            #expect(answer.status == 200, "\(contentType ?? "none"): \(answer.bodyText)")
+        }
+    }
+}
