@@ -229,3 +229,52 @@ struct AppleBehaviourTests {
         }
     }
 }
+
+/// Codes the broker did not start: Sign in with Apple JS popups and Android libraries send the
+/// app's own redirect_uri to Apple, which binds the code to it (§10.4).
+@Suite("Web codes from outside the broker")
+struct ExternalWebCodeTests {
+    static let returnURL = "https://web.example.com/apple/callback"
+
+    @Test("an external web code is exchanged with its registered redirect_uri; an unregistered one never reaches Apple")
+    func registeredRedirectURI() throws {
+        let broker = try TestBroker(extra: ["APPLE_REDIRECT_URIS": "\(TestBroker.webClientID)=\(Self.returnURL)"])
+        func mint() throws -> MintedToken {
+            try broker.mint {
+                $0.clientID = TestBroker.webClientID
+                $0.withCode = true
+                $0.redirectURI = Self.returnURL
+            }
+        }
+        let minted = try mint()
+        let login = try broker.login([
+            "identity_token": minted.idToken, "authorization_code": minted.code!, "redirect_uri": Self.returnURL,
+        ])
+        #expect(login.status == 200, "\(login.bodyText)")
+        #expect(login.json["refresh_token_stored"] as? Bool == true)
+
+        // Without it, Apple refuses the code it bound to the redirect_uri.
+        let unbound = try mint()
+        let refused = try broker.login(["identity_token": unbound.idToken, "authorization_code": unbound.code!])
+        #expect(refused.status == 400)
+        #expect(refused.json["code"] as? String == "authorization_code_invalid")
+
+        // An unregistered one is refused before Apple is asked.
+        let calls = broker.simulator.statistics.token
+        for redirectURI in ["https://evil.example.com/cb", Self.returnURL + "/x", "http://web.example.com/apple/callback"] {
+            let other = try mint()
+            let answer = try broker.login([
+                "identity_token": other.idToken, "authorization_code": other.code!, "redirect_uri": redirectURI,
+            ])
+            #expect(answer.status == 400, "\(redirectURI): \(answer.bodyText)")
+            #expect(answer.json["code"] as? String == "redirect_uri_not_registered")
+        }
+        // Registered for another client id is not registered for this one.
+        let native = try broker.mint { $0.withCode = true }
+        let crossed = try broker.login([
+            "identity_token": native.idToken, "authorization_code": native.code!, "redirect_uri": Self.returnURL,
+        ])
+        #expect(crossed.json["code"] as? String == "redirect_uri_not_registered")
+        #expect(broker.simulator.statistics.token == calls, "nothing reached Apple")
+    }
+}

@@ -104,7 +104,8 @@ public final class BrokerApplication: Sendable {
             let login = LoginService(
                 validator: validator, apple: apple, pool: pool, tokenKeys: tokenKeys, teamID: appleSettings.teamID,
                 settings: configuration.login, validationIntervalSeconds: configuration.sweep.validationIntervalSeconds,
-                retry: retry, metrics: metrics, groups: appleSettings.appGroups, eventsWritten: eventsWritten)
+                retry: retry, metrics: metrics, groups: appleSettings.appGroups, redirectURIs: appleSettings.redirectURIs,
+                eventsWritten: eventsWritten)
             LoginRoutes.register(
                 on: &router, login: login, users: UserDirectory(pool: pool, groups: appleSettings.appGroups), keys: apiKeys)
             EventRoutes.register(

@@ -90,25 +90,7 @@ public struct BrokerConfiguration: Sendable {
             if !URLRule.accepts(publicURL) || publicURL.contains("?") {
                 reader.problem("BROKER_PUBLIC_URL: expected an https URL without query (http only on loopback), got '\(publicURL)'")
             }
-            var returnURLs: [String: Set<String>] = [:]
-            for entry in returns.split(separator: ";").map({ $0.trimmingCharacters(in: .whitespaces) }) where !entry.isEmpty {
-                let parts = entry.split(separator: "=", maxSplits: 1).map { $0.trimmingCharacters(in: .whitespaces) }
-                guard parts.count == 2, !parts[0].isEmpty else {
-                    reader.problem("APPLE_WEB_RETURN_URLS: expected clientID=url[,url…] entries separated by ';', got '\(entry)'")
-                    continue
-                }
-                if let clientIDs, !clientIDs.contains(parts[0]) {
-                    reader.problem("APPLE_WEB_RETURN_URLS: \(parts[0]) is not one of APPLE_CLIENT_IDS")
-                }
-                for url in parts[1].split(separator: ",").map({ $0.trimmingCharacters(in: .whitespaces) }) where !url.isEmpty {
-                    if URLRule.accepts(url) {
-                        returnURLs[parts[0], default: []].insert(url)
-                    } else {
-                        reader.problem("APPLE_WEB_RETURN_URLS: '\(url)' is not an https URL without user info or fragment")
-                    }
-                }
-            }
-            if returnURLs.isEmpty { reader.problem("APPLE_WEB_RETURN_URLS: no return URL given") }
+            let returnURLs = reader.urlsPerClientID("APPLE_WEB_RETURN_URLS", returns, clientIDs: clientIDs)
             return WebSignInSettings(publicURL: publicURL, returnURLs: returnURLs)
         }
     }
@@ -333,6 +315,10 @@ public struct AppleConfiguration: Sendable {
     /// `APPLE_BASE_URL`: where Apple's endpoints are (a simulator in tests). The expected
     /// issuer stays `https://appleid.apple.com` whatever this says.
     public var baseURL: String = "https://appleid.apple.com"
+    /// `APPLE_REDIRECT_URIS`: per client id, the Return URLs registered at Apple that app
+    /// backends may pass as a login's `redirect_uri` (codes from Sign in with Apple JS or an
+    /// Android library are bound to it): `com.example.web=https://app.example.com/cb,…;…`.
+    public var redirectURIs: [String: Set<String>] = [:]
     /// `APPLE_KEY_ID_PATH`: a file holding the key id, re-read when it changes (key rotation
     /// without a restart); nil uses `keyID`.
     public var keyIDPath: String?
@@ -395,10 +381,14 @@ public struct AppleConfiguration: Sendable {
         case .success(let groups): appGroups = groups
         case .failure(let problems): problems.messages.forEach { reader.problem($0) }
         }
+        let redirectURIs = reader.string("APPLE_REDIRECT_URIS").map {
+            reader.urlsPerClientID("APPLE_REDIRECT_URIS", $0, clientIDs: clientIDs)
+        }
         guard let teamID, let keyID, let path, !clientIDs.isEmpty else { return nil }
         var apple = AppleConfiguration(
             teamID: teamID, keyID: keyID, privateKeyPath: path, clientIDs: clientIDs, baseURL: baseURL)
         apple.appGroups = appGroups
+        apple.redirectURIs = redirectURIs ?? [:]
         apple.keyIDPath = keyIDPath
         apple.keysRefreshSeconds = refresh ?? apple.keysRefreshSeconds
         apple.timeoutMilliseconds = timeout ?? apple.timeoutMilliseconds
@@ -459,6 +449,32 @@ struct EnvironmentReader {
             problem("\(name): expected true or false, got '\(text)'")
             return nil
         }
+    }
+
+    /// `clientID=url,url;clientID=url` (APPLE_WEB_RETURN_URLS, APPLE_REDIRECT_URIS): each URL
+    /// https (plain http only on loopback) without user info or fragment, each client id one
+    /// of `clientIDs` when those are known.
+    mutating func urlsPerClientID(_ name: String, _ text: String, clientIDs: [String]?) -> [String: Set<String>] {
+        var urls: [String: Set<String>] = [:]
+        for entry in text.split(separator: ";").map({ $0.trimmingCharacters(in: .whitespaces) }) where !entry.isEmpty {
+            let parts = entry.split(separator: "=", maxSplits: 1).map { $0.trimmingCharacters(in: .whitespaces) }
+            guard parts.count == 2, !parts[0].isEmpty else {
+                problem("\(name): expected clientID=url[,url…] entries separated by ';', got '\(entry)'")
+                continue
+            }
+            if let clientIDs, !clientIDs.contains(parts[0]) {
+                problem("\(name): \(parts[0]) is not one of APPLE_CLIENT_IDS")
+            }
+            for url in parts[1].split(separator: ",").map({ $0.trimmingCharacters(in: .whitespaces) }) where !url.isEmpty {
+                if URLRule.accepts(url) {
+                    urls[parts[0], default: []].insert(url)
+                } else {
+                    problem("\(name): '\(url)' is not an https URL without user info or fragment")
+                }
+            }
+        }
+        if urls.isEmpty { problem("\(name): no URL given") }
+        return urls
     }
 
     mutating func roles(_ text: String, variable: String) -> Set<BrokerConfiguration.Role>? {

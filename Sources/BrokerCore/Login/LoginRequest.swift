@@ -15,9 +15,14 @@ public struct LoginRequest: Sendable {
     public var user: AppleUserField?
     /// Which of the configured client ids the token is for (optional).
     public var clientID: String?
-    /// The broker's callback URL when the code came from a web authorization request (the
-    /// exchange must repeat it); nil for native codes, which must be exchanged without one.
-    var redirectURI: String?
+    /// The `redirect_uri` the code was issued for, when it came from a web authorization
+    /// request (Sign in with Apple JS, an Android library, or the broker's own web sign-in):
+    /// Apple binds the code to it and refuses an exchange without the same value (§10.4).
+    /// nil for native codes, which must be exchanged without one. From an app backend it
+    /// must be registered for the token's client id (`APPLE_REDIRECT_URIS`).
+    public var redirectURI: String?
+    /// The broker's own callback URL, set by its web sign-in (no registration check).
+    var redirectURIIsOurs = false
 
     public init(identityToken: String, authorizationCode: String? = nil, rawNonce: String? = nil, user: AppleUserField? = nil, clientID: String? = nil) {
         self.identityToken = identityToken
@@ -33,6 +38,7 @@ public struct LoginRequest: Sendable {
         authorizationCode = try body.string("authorization_code")
         rawNonce = try body.string("raw_nonce")
         clientID = try body.string("client_id")
+        redirectURI = try body.string("redirect_uri")
         user = try AppleUserField(body, key: "user")
     }
 
@@ -47,6 +53,7 @@ public struct LoginRequest: Sendable {
         try check(authorizationCode, "authorization_code", 2048)
         try check(rawNonce, "raw_nonce", 512)
         try check(clientID, "client_id", 256)
+        try check(redirectURI, "redirect_uri", 2048)
         try check(user?.name?.firstName, "user.name.firstName", 256)
         try check(user?.name?.lastName, "user.name.lastName", 256)
         try check(user?.email, "user.email", 320)

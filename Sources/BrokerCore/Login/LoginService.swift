@@ -17,6 +17,8 @@ public final class LoginService: Sendable {
     let settings: BrokerConfiguration.LoginSettings
     let validationIntervalSeconds: Int
     let retry: RetryPolicy
+    /// `APPLE_REDIRECT_URIS`: the Return URLs app backends may pass as `redirect_uri`, per client id.
+    let redirectURIs: [String: Set<String>]
     /// Called after a login that may have written outbox events (wakes local dispatchers).
     let eventsWritten: @Sendable () -> Void
     private let outcomes: CounterFamily
@@ -25,8 +27,9 @@ public final class LoginService: Sendable {
     init(
         validator: IdentityTokenValidator, apple: AppleClient, pool: PostgresPool, tokenKeys: TokenKeyRing, teamID: String,
         settings: BrokerConfiguration.LoginSettings, validationIntervalSeconds: Int, retry: RetryPolicy, metrics: MetricsRegistry,
-        groups: AppGroups? = nil, eventsWritten: @escaping @Sendable () -> Void = {}
+        groups: AppGroups? = nil, redirectURIs: [String: Set<String>] = [:], eventsWritten: @escaping @Sendable () -> Void = {}
     ) {
+        self.redirectURIs = redirectURIs
         self.eventsWritten = eventsWritten
         self.validator = validator
         self.apple = apple
@@ -82,6 +85,14 @@ public final class LoginService: Sendable {
             throw Self.appleUnavailable("Apple's signing keys cannot be fetched")
         }
 
+        if let redirectURI = request.redirectURI, !request.redirectURIIsOurs,
+            !(redirectURIs[identity.clientID]?.contains(redirectURI) ?? false)
+        {
+            // Refused before Apple: an unregistered redirect_uri cannot be Apple's either.
+            throw Problem(
+                status: 400, code: "redirect_uri_not_registered", title: "redirect_uri not registered",
+                detail: "redirect_uri is not one of the Return URLs registered for this client id (APPLE_REDIRECT_URIS)")
+        }
         var sealed: (keyID: String, sealed: [UInt8])?
         var claimedCode: String?
         if let code = request.authorizationCode {

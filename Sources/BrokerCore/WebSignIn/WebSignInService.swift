@@ -102,6 +102,7 @@ final class WebSignInService: Sendable {
             identityToken: idToken, authorizationCode: code, rawNonce: authorization.rawNonce,
             user: name.map { AppleUserField(name: $0, email: nil) }, clientID: authorization.clientID)
         request.redirectURI = settings.callbackURL
+        request.redirectURIIsOurs = true
         let response: LoginResponse
         do {
             response = try login.login(request)
