@@ -20,20 +20,7 @@ struct AppleBehaviourTests {
 
     /// One user signed in to each client id with a code (a refresh token each).
     private func userOfBothApps(_ broker: TestBroker) throws -> (id: UUID, sub: String) {
-        var sub: String?
-        var userID: UUID?
-        for clientID in [Self.app, Self.other] {
-            let minted = try broker.mint {
-                $0.clientID = clientID
-                $0.withCode = true
-                $0.sub = sub
-            }
-            let response = try broker.login(["identity_token": minted.idToken, "authorization_code": minted.code!])
-            #expect(response.status == 200, "\(response.bodyText)")
-            sub = minted.sub
-            userID = UUID(uuidString: response.json["user_id"] as! String)
-        }
-        return (userID!, sub!)
+        try broker.signIn(clients: [Self.app, Self.other])
     }
 
     private func credentialState(_ broker: TestBroker, _ id: UUID, clientID: String? = nil) throws -> String? {

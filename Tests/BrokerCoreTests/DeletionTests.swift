@@ -14,22 +14,8 @@ import Testing
 struct DeletionTests {
     static let fast = ["BROKER_DELETION_RETRY_BASE_MS": "50", "BROKER_DELETION_INTERVAL_SECONDS": "1"]
 
-    /// Signs a user in with an authorization code for each client id; returns its id and sub.
     private func user(_ broker: TestBroker, clients: [String] = [TestBroker.clientID]) throws -> (id: UUID, sub: String) {
-        var sub: String?
-        var userID: UUID?
-        for clientID in clients {
-            let minted = try broker.mint {
-                $0.clientID = clientID
-                $0.withCode = true
-                $0.sub = sub
-            }
-            let response = try broker.login(["identity_token": minted.idToken, "authorization_code": minted.code!])
-            #expect(response.status == 200, "\(response.bodyText)")
-            sub = minted.sub
-            userID = UUID(uuidString: response.json["user_id"] as! String)
-        }
-        return (userID!, sub!)
+        try broker.signIn(clients: clients)
     }
 
     private func requestDeletion(_ broker: TestBroker, _ body: [String: Any]) throws -> HTTPClientResponse {

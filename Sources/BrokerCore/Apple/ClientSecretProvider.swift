@@ -12,7 +12,10 @@ import Synchronization
 ///
 /// Secrets are cached per client id and re-minted before they expire. The `.p8` file (and
 /// the key id file, when `APPLE_KEY_ID_PATH` is used) are re-read when they change, so a
-/// rotated key takes effect without a restart.
+/// rotated key takes effect without a restart. A changed file that does not load (half
+/// written, wrong kind of key, unreadable) keeps the last good key: every Apple call would
+/// fail otherwise. That is logged once per change and counted
+/// (`apple_key_reload_failures_total`).
 public final class ClientSecretProvider: Sendable {
     public static let audience = "https://appleid.apple.com"
 
@@ -22,6 +25,8 @@ public final class ClientSecretProvider: Sendable {
         var keyModified: Date?
         var keyIDModified: Date?
         var checkedAt: Date
+        /// The file stamps of a reload that failed (so it is reported once, not every 5 s).
+        var failedStamps: [Date?]?
     }
 
     private let teamID: String
@@ -33,14 +38,20 @@ public final class ClientSecretProvider: Sendable {
     private let loaded = Mutex<LoadedKey?>(nil)
     private let cache = Mutex<[String: (secret: String, expires: Date, keyID: String)]>([:])
     private let mints: CounterFamily?
+    private let reloadFailures: CounterFamily?
+    private let logger: Logger?
 
     /// - Parameters:
     ///   - keyIDPath: a file holding the key id, re-read on change; nil uses `keyID`.
     ///   - lifetime: how long each secret is valid (Apple allows up to six months; short is safer).
     public init(
         teamID: String, keyID: String, keyPath: String, keyIDPath: String? = nil, lifetime: TimeInterval = 3600,
-        metrics: MetricsRegistry? = nil, now: @escaping @Sendable () -> Date = Date.init
+        metrics: MetricsRegistry? = nil, logger: Logger? = nil, now: @escaping @Sendable () -> Date = Date.init
     ) {
+        self.logger = logger
+        reloadFailures = metrics?.counter(
+            "apple_key_reload_failures_total",
+            help: "Changed .p8 (or key id) files that did not load; the last good key stays in use.", labels: [])
         self.teamID = teamID
         self.fixedKeyID = keyID
         self.keyPath = keyPath
@@ -81,14 +92,32 @@ public final class ClientSecretProvider: Sendable {
             loaded.withLock { $0 = existing }
             return existing
         }
-        let pem = try String(contentsOfFile: keyPath, encoding: .utf8)
-        let key = try AsymmetricKey.privateKey(pem: pem)
-        guard key.kind == .ecP256 else { throw CryptoError(.invalidKey, "the Apple key must be P-256") }
+        let key: AsymmetricKey
         var keyID = fixedKeyID
-        if let keyIDPath {
-            keyID = try String(contentsOfFile: keyIDPath, encoding: .utf8).trimmingCharacters(in: .whitespacesAndNewlines)
+        do {
+            let pem = try String(contentsOfFile: keyPath, encoding: .utf8)
+            key = try AsymmetricKey.privateKey(pem: pem)
+            guard key.kind == .ecP256 else { throw CryptoError(.invalidKey, "the Apple key must be P-256") }
+            if let keyIDPath {
+                keyID = try String(contentsOfFile: keyIDPath, encoding: .utf8).trimmingCharacters(in: .whitespacesAndNewlines)
+                guard !keyID.isEmpty else { throw CryptoError(.invalidKey, "the key id file is empty") }
+            }
+        } catch {
+            guard var existing = loaded.withLock({ $0 }) else { throw error }
+            let stamps = [keyModified, keyIDModified]
+            if existing.failedStamps != stamps {
+                reloadFailures?.increment()
+                logger?.error(
+                    "the changed Apple key file does not load; keeping the last good key",
+                    [("path", keyPath), ("error", "\((error as? CryptoError)?.code.description ?? "unreadable")")])
+            }
+            existing.failedStamps = stamps
+            existing.checkedAt = current
+            loaded.withLock { $0 = existing }
+            return existing
         }
-        let fresh = LoadedKey(key: key, keyID: keyID, keyModified: keyModified, keyIDModified: keyIDModified, checkedAt: current)
+        let fresh = LoadedKey(
+            key: key, keyID: keyID, keyModified: keyModified, keyIDModified: keyIDModified, checkedAt: current, failedStamps: nil)
         loaded.withLock { $0 = fresh }
         cache.withLock { $0.removeAll() }
         return fresh

@@ -47,7 +47,7 @@ public final class BrokerApplication: Sendable {
 
         let secrets = ClientSecretProvider(
             teamID: appleSettings.teamID, keyID: appleSettings.keyID, keyPath: appleSettings.privateKeyPath,
-            keyIDPath: appleSettings.keyIDPath, metrics: metrics)
+            keyIDPath: appleSettings.keyIDPath, metrics: metrics, logger: logger.labelled("apple"))
         let apple = AppleClient(
             baseURL: appleSettings.baseURL, transport: transport, secrets: secrets,
             timeout: .milliseconds(appleSettings.timeoutMilliseconds), metrics: metrics, logger: logger.labelled("apple"))

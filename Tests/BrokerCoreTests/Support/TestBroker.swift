@@ -8,6 +8,7 @@ import PostgresClient
 import ProcessRunner
 import Synchronization
 import TestSupport
+import Testing
 
 /// Environment for a broker under test: a fresh database and throwaway Apple credentials.
 enum TestEnvironment {
@@ -99,6 +100,25 @@ final class TestBroker: Sendable {
     }
 
     func loginKey() throws -> String { try key([.login]) }
+
+    /// Signs one user in with an authorization code for each client id (a refresh token
+    /// each); returns its id and sub.
+    func signIn(clients: [String] = [TestBroker.clientID]) throws -> (id: UUID, sub: String) {
+        var sub: String?
+        var userID: UUID?
+        for clientID in clients {
+            let minted = try mint {
+                $0.clientID = clientID
+                $0.withCode = true
+                $0.sub = sub
+            }
+            let response = try login(["identity_token": minted.idToken, "authorization_code": minted.code!])
+            #expect(response.status == 200, "\(response.bodyText)")
+            sub = minted.sub
+            userID = UUID(uuidString: response.json["user_id"] as! String)
+        }
+        return (userID!, sub!)
+    }
 
     /// A single integer from SQL.
     func count(_ query: PostgresQuery) throws -> Int {
