@@ -265,3 +265,104 @@ struct ExternalWebCodeTests {
         #expect(broker.simulator.statistics.token == calls, "nothing reached Apple")
     }
 }
+
+/// Deleting a user the broker holds no refresh token for (§10.3): a fresh authorization code
+/// handed over with the request, or else an honest `manual_required`.
+@Suite("Deletion without a stored token")
+struct DeletionWithoutTokenTests {
+    static let fast = ["BROKER_DELETION_RETRY_BASE_MS": "50", "BROKER_DELETION_INTERVAL_SECONDS": "1"]
+
+    private func deleteAndWait(_ broker: TestBroker, _ body: [String: Any]) throws -> [String: Any] {
+        let data = try JSONSerialization.data(withJSONObject: body)
+        let answer = try broker.post("/v1/deletions", json: String(decoding: data, as: UTF8.self), key: broker.key([.compliance]))
+        #expect(answer.status == 202, "\(answer.bodyText)")
+        let id = try #require(answer.json["deletion_id"] as? String)
+        let deadline = Date().addingTimeInterval(20)
+        while Date() < deadline, try broker.count("SELECT count(*) FROM deletion_requests WHERE state NOT IN ('done', 'failed')") > 0 {
+            Thread.sleep(forTimeInterval: 0.05)
+        }
+        return try broker.get("/v1/deletions/\(id)", key: broker.key([.compliance])).json
+    }
+
+    private func userDeletedPayload(_ broker: TestBroker) throws -> String {
+        try broker.pool.query("SELECT payload::text FROM outbox_events WHERE type = 'user.deleted'").single().decode(String.self, 0)
+    }
+
+    @Test("a deletion with a fresh code revokes the tokens it yields, and says revoked")
+    func freshCode() throws {
+        let broker = try TestBroker(extra: Self.fast)
+        // Signed in without a code: the broker holds no token for this user.
+        let minted = try broker.mint()
+        let login = try broker.login(["identity_token": minted.idToken])
+        #expect(login.json["refresh_token_stored"] as? Bool == false)
+        let userID = try #require(login.json["user_id"] as? String)
+        // The app's "delete my account" screen re-authenticated the user: a fresh code.
+        let code = broker.simulator.issueCode(teamID: TestBroker.teamID, sub: minted.sub, clientID: TestBroker.clientID)
+        let record = try deleteAndWait(broker, [
+            "user_id": userID, "reason": "deleted in the app", "requested_by": "test", "authorization_code": code,
+        ])
+        #expect(record["state"] as? String == "done")
+        #expect(record["apple_revocation"] as? String == "revoked")
+        let steps = (record["steps"] as? [[String: Any]] ?? []).map { "\($0["step"] as? String ?? "") \($0["outcome"] as? String ?? "")" }
+        #expect(steps.contains("code_exchange exchanged"), "\(steps)")
+        let revoked = broker.simulator.revocations.filter { $0.sub == minted.sub && $0.outcome == "revoked" }
+        #expect(revoked.map(\.tokenTypeHint) == ["refresh_token"], "\(revoked)")
+        let accessCalls = broker.simulator.revocations.filter { $0.sub == minted.sub && $0.tokenTypeHint == "access_token" }
+        #expect(accessCalls.map(\.outcome) == ["already_revoked"], "the grant ended with the refresh token")
+        #expect(try userDeletedPayload(broker).contains(#""apple_revocation": "revoked""#))
+        #expect(try broker.count("SELECT count(*) FROM deletion_requests WHERE authorization_code IS NOT NULL") == 0, "no code kept")
+    }
+
+    @Test("nothing to revoke and no code: done, with apple_revocation manual_required in the answer, user.deleted and the metric")
+    func manualRequired() throws {
+        let broker = try TestBroker(extra: Self.fast)
+        let minted = try broker.mint()
+        let userID = try #require(try broker.login(["identity_token": minted.idToken]).json["user_id"] as? String)
+        let record = try deleteAndWait(broker, ["user_id": userID, "reason": "test", "requested_by": "test"])
+        #expect(record["state"] as? String == "done")
+        #expect(record["apple_revocation"] as? String == "manual_required")
+        let steps = (record["steps"] as? [[String: Any]] ?? []).map { "\($0["step"] as? String ?? "") \($0["outcome"] as? String ?? "")" }
+        #expect(steps.contains("nothing_to_revoke manual_revocation_required"), "\(steps)")
+        #expect(try userDeletedPayload(broker).contains(#""apple_revocation": "manual_required""#))
+        #expect(try broker.get("/metrics").bodyText.contains(#"deletion_apple_revocations_total{outcome="manual_required"} 1"#))
+    }
+
+    @Test("a login's access token is kept and revoked at deletion beside the refresh token")
+    func accessTokenRevoked() throws {
+        let broker = try TestBroker(extra: Self.fast)
+        let (userID, sub) = try broker.signIn()
+        #expect(try broker.count("SELECT count(*) FROM apple_tokens WHERE access_token IS NOT NULL AND access_expires_at > now()") == 1)
+        let record = try deleteAndWait(broker, ["user_id": userID.lowercasedString, "reason": "test", "requested_by": "test"])
+        #expect(record["apple_revocation"] as? String == "revoked")
+        let hints = broker.simulator.revocations.filter { $0.sub == sub }.map { "\($0.tokenTypeHint ?? "") \($0.outcome)" }
+        #expect(hints == ["refresh_token revoked", "access_token already_revoked"], "\(hints)")
+        let steps = (record["steps"] as? [[String: Any]] ?? []).map { "\($0["step"] as? String ?? "") \($0["outcome"] as? String ?? "")" }
+        #expect(steps.contains("revoke_access_token revoked"), "\(steps)")
+    }
+
+    @Test("a code of another user revokes nothing of theirs; a code for an unknown client or redirect_uri is refused")
+    func wrongCodes() throws {
+        let broker = try TestBroker(extra: Self.fast)
+        let victim = try broker.mint()
+        let userID = try #require(try broker.login(["identity_token": victim.idToken]).json["user_id"] as? String)
+        let stranger = try broker.simulator.mintToken({ var r = TokenRequest(clientID: TestBroker.clientID); r.teamID = TestBroker.teamID; return r }())
+        let theirCode = broker.simulator.issueCode(teamID: TestBroker.teamID, sub: stranger.sub, clientID: TestBroker.clientID)
+        for (extra, code) in [
+            (["client_id": "com.nowhere"], "invalid_client_id"),
+            (["client_id": TestBroker.webClientID, "redirect_uri": "https://evil.example.com/cb"], "redirect_uri_not_registered"),
+        ] as [([String: String], String)] {
+            var body: [String: Any] = ["user_id": userID, "reason": "t", "requested_by": "t", "authorization_code": "c"]
+            body.merge(extra) { $1 }
+            let data = try JSONSerialization.data(withJSONObject: body)
+            let answer = try broker.post("/v1/deletions", json: String(decoding: data, as: UTF8.self), key: broker.key([.compliance]))
+            #expect(answer.status == 400 && answer.json["code"] as? String == code, "\(answer.bodyText)")
+        }
+        let record = try deleteAndWait(broker, [
+            "user_id": userID, "reason": "t", "requested_by": "t", "authorization_code": theirCode,
+        ])
+        #expect(record["apple_revocation"] as? String == "manual_required")
+        let steps = (record["steps"] as? [[String: Any]] ?? []).map { "\($0["step"] as? String ?? "") \($0["outcome"] as? String ?? "")" }
+        #expect(steps.contains("code_exchange wrong_user"), "\(steps)")
+        #expect(broker.simulator.revocations.filter { $0.outcome == "revoked" }.isEmpty, "nothing of the stranger's was revoked")
+    }
+}

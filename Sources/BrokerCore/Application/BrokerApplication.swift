@@ -71,7 +71,7 @@ public final class BrokerApplication: Sendable {
                 interval: .seconds(configuration.deletion.intervalSeconds), logger: logger,
                 step: DeletionJob(
                     store: deletionStore, apple: apple, tokenKeys: tokenKeys, settings: configuration.deletion,
-                    metrics: metrics, logger: logger.labelled("deletion-job")
+                    validator: validator, metrics: metrics, logger: logger.labelled("deletion-job")
                 ).step)
             : nil
         let wakeDeletions: @Sendable () -> Void = { deletionWorker?.wake() }
@@ -112,7 +112,13 @@ public final class BrokerApplication: Sendable {
                 on: &router, subscriptions: subscriptions, feed: EventFeed(pool: pool), keys: apiKeys,
                 wakeDispatcher: eventsWritten)
             DeletionRoutes.register(
-                on: &router, service: DeletionService(store: deletionStore, wake: wakeDeletions), keys: apiKeys)
+                on: &router,
+                service: DeletionService(
+                    store: deletionStore, wake: wakeDeletions,
+                    codes: .init(
+                        tokenKeys: tokenKeys, clientIDs: Set(appleSettings.clientIDs), redirectURIs: appleSettings.redirectURIs,
+                        webCallbackURL: configuration.web?.callbackURL)),
+                keys: apiKeys)
             WebSignInRoutes.register(
                 on: &router,
                 service: WebSignInService(

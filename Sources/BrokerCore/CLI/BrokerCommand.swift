@@ -26,9 +26,12 @@ public enum BrokerCommand {
             CommandSpec(["api-keys", "list"], "[--json]", flags: ["json"]),
             CommandSpec(["api-keys", "revoke"], "ID", operands: 1...1),
             CommandSpec(
-                ["delete-user"], "(--user-id ID | --apple-sub SUB) --reason TEXT [--requested-by NAME]",
-                summary: "request a cascaded deletion (revokes at Apple, then purges);\nprints the deletion id",
-                options: ["user-id", "apple-sub", "reason", "requested-by"]),
+                ["delete-user"],
+                "(--user-id ID | --apple-sub SUB) --reason TEXT [--requested-by NAME] "
+                    + "[--authorization-code CODE [--client-id ID] [--redirect-uri URL]]",
+                summary: "request a cascaded deletion (revokes at Apple, then purges);\nprints the deletion id. "
+                    + "A fresh authorization code lets it revoke\na user whose refresh token the broker does not hold",
+                options: ["user-id", "apple-sub", "reason", "requested-by", "authorization-code", "client-id", "redirect-uri"]),
             CommandSpec(
                 ["deletions", "list"], "[--state requested|revoking|purging|done|failed] [--limit 100] [--json]",
                 options: ["state", "limit"], flags: ["json"]),

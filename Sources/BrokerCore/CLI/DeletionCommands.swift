@@ -23,11 +23,24 @@ enum DeletionCommands {
         guard let teamID = environment["APPLE_TEAM_ID"] ?? (target.isUser ? "" : nil) else {
             throw arguments.usageError("--apple-sub needs APPLE_TEAM_ID (subs are team-scoped)")
         }
+        let code = arguments.options["authorization-code"]
+        if code == nil && (arguments.options["client-id"] != nil || arguments.options["redirect-uri"] != nil) {
+            throw arguments.usageError("--client-id and --redirect-uri go with --authorization-code")
+        }
+        let configuration = try BrokerConfiguration.load(environment: environment, requireApple: code != nil)
         return try BrokerCommand.withDatabase(environment) { database in
-            let service = DeletionService(store: DeletionStore(pool: database.pool, teamID: teamID), wake: {})
+            var service = DeletionService(store: DeletionStore(pool: database.pool, teamID: teamID), wake: {})
+            if let tokenKeys = configuration.tokenKeys, let apple = configuration.apple {
+                service.codes = .init(
+                    tokenKeys: tokenKeys, clientIDs: Set(apple.clientIDs), redirectURIs: apple.redirectURIs,
+                    webCallbackURL: configuration.web?.callbackURL)
+            }
             do {
                 let result = try service.request(
-                    .init(target: target, reason: reason, requestedBy: requestedBy), source: "cli", actor: "cli:\(requestedBy)")
+                    .init(
+                        target: target, reason: reason, requestedBy: requestedBy, authorizationCode: code,
+                        clientID: arguments.options["client-id"], redirectURI: arguments.options["redirect-uri"]),
+                    source: "cli", actor: "cli:\(requestedBy)")
                 print(result.id.lowercasedString)
                 BrokerCommand.printError(result.created ? "deletion requested" : "a deletion is already open for this user")
                 return 0

@@ -12,7 +12,12 @@ import PostgresClient
 ///   as revoked; 5xx, 429 (honouring
 ///   `Retry-After`) and timeouts are retried with exponential backoff and jitter. Every call's
 ///   outcome is a step of the request. Apple-initiated deletions skip this (the tokens are
-///   already dead); a user with no token is recorded as "nothing to revoke".
+///   already dead). A fresh authorization code handed over with the request is exchanged
+///   first (its `id_token` must name the user being deleted) and what it yields is revoked
+///   too; the access token of a code exchange is revoked while it is valid. With no token
+///   and no code the deletion still completes, as `manual_required`: Apple keeps the app
+///   under the user's Sign in with Apple apps until they stop using it in Settings (TN3194).
+///   What it came to is the request's `apple_revocation`, also in `user.deleted`.
 /// - **Purge**: one transaction (`broker_purge_user`): tombstones, the user row with
 ///   everything personal cascading away, `user.deleted`, an audit record.
 ///
@@ -24,20 +29,28 @@ final class DeletionJob: Sendable {
     let apple: AppleClient
     let tokenKeys: TokenKeyRing
     let settings: BrokerConfiguration.DeletionSettings
+    /// Verifies the `id_token` of a handed-over code's exchange.
+    let validator: IdentityTokenValidator?
     let logger: Logger
     private let outcomes: CounterFamily
+    private let revocations: CounterFamily
 
     init(
         store: DeletionStore, apple: AppleClient, tokenKeys: TokenKeyRing, settings: BrokerConfiguration.DeletionSettings,
-        metrics: MetricsRegistry, logger: Logger
+        validator: IdentityTokenValidator? = nil, metrics: MetricsRegistry, logger: Logger
     ) {
         self.store = store
         self.apple = apple
         self.tokenKeys = tokenKeys
         self.settings = settings
+        self.validator = validator
         self.logger = logger
         outcomes = metrics.counter(
             "deletions_total", help: "Deletion attempts by outcome: done, retry, failed.", labels: ["outcome"])
+        revocations = metrics.counter(
+            "deletion_apple_revocations_total",
+            help: "Deletions by what they came to at Apple: revoked, already_invalid, skipped_apple_initiated, manual_required.",
+            labels: ["outcome"])
         let pool = store.pool
         metrics.collect {
             guard let row = try? pool.query(
@@ -80,7 +93,9 @@ final class DeletionJob: Sendable {
         do {
             if request.state == "revoking" {
                 try revokeTokens(request)
-                try store.startPurging(request.id)
+                let appleRevocation = try store.appleRevocation(request.id, source: request.source)
+                try store.startPurging(request.id, appleRevocation: appleRevocation)
+                revocations.increment(appleRevocation)
             }
             if try store.purge(request.id) {
                 outcomes.increment("done")
@@ -102,39 +117,117 @@ final class DeletionJob: Sendable {
             }
             return
         }
+        try exchangeHandedOverCode(request)
         let tokens = try store.liveTokens(of: request.userID)
         if tokens.isEmpty {
             if try !store.hasSteps(request.id, named: "revoke"), try !store.hasSteps(request.id, named: "nothing_to_revoke") {
-                try store.addStep(request.id, step: "nothing_to_revoke", outcome: "skipped", detail: "no refresh token on file")
+                try store.addStep(
+                    request.id, step: "nothing_to_revoke", outcome: "manual_revocation_required",
+                    detail: "no refresh token on file and no authorization code: the user must stop using Sign in with Apple for this app in Settings")
             }
             return
         }
         for token in tokens {
-            let refreshToken: String
-            do {
-                refreshToken = String(
-                    decoding: try tokenKeys.open(
-                        token.sealed, keyID: token.keyID,
-                        associatedData: RefreshTokenSealing.associatedData(teamID: token.teamID, sub: token.sub, clientID: token.clientID)),
-                    as: UTF8.self)
-            } catch {
-                try store.addStep(request.id, step: "revoke", clientID: token.clientID, outcome: "undecryptable", detail: "\(error)")
-                throw Setback(reason: "a refresh token cannot be decrypted (TOKEN_ENCRYPTION_KEY)", permanent: true)
+            // Each success is marked in the step's transaction: a retry does only what is left.
+            if !token.refreshRevoked {
+                let refreshToken = try open(
+                    token.sealed, keyID: token.keyID, request: request, clientID: token.clientID,
+                    associatedData: RefreshTokenSealing.associatedData(teamID: token.teamID, sub: token.sub, clientID: token.clientID))
+                try revoke(refreshToken, hint: "refresh_token", step: "revoke", token: token.id, clientID: token.clientID, request: request)
             }
-            do {
-                try apple.revoke(refreshToken, clientID: token.clientID, retry: RetryPolicy(maximumAttempts: 3))
-                try store.addStep(request.id, step: "revoke", clientID: token.clientID, outcome: "revoked", tokenID: token.id)
-            } catch let error as AppleAPIError where error.isGrantRevoked {
-                // invalid_grant or invalid_request: the grant is already dead at Apple.
-                try store.addStep(request.id, step: "revoke", clientID: token.clientID, outcome: "already_invalid", tokenID: token.id)
-            } catch AppleAPIError.unavailable(let reason, let retryAfter) {
-                try store.addStep(request.id, step: "revoke", clientID: token.clientID, outcome: "retry", detail: reason)
-                throw Setback(reason: reason, retryAfter: retryAfter)
-            } catch let error as AppleAPIError {
-                try store.addStep(request.id, step: "revoke", clientID: token.clientID, outcome: "error", detail: "\(error)")
-                throw Setback(reason: "\(error)")
+            if let access = token.access {
+                let accessToken = try open(
+                    access.sealed, keyID: access.keyID, request: request, clientID: token.clientID,
+                    associatedData: RefreshTokenSealing.accessTokenAssociatedData(teamID: token.teamID, sub: token.sub, clientID: token.clientID))
+                try revoke(
+                    accessToken, hint: "access_token", step: "revoke_access_token", accessTokenOf: token.id,
+                    clientID: token.clientID, request: request)
             }
         }
+    }
+
+    private func open(
+        _ sealed: [UInt8], keyID: String, request: DeletionStore.Claimed, clientID: String, associatedData: [UInt8]
+    ) throws -> String {
+        do {
+            return String(decoding: try tokenKeys.open(sealed, keyID: keyID, associatedData: associatedData), as: UTF8.self)
+        } catch {
+            try store.addStep(request.id, step: "revoke", clientID: clientID, outcome: "undecryptable", detail: "\(error)")
+            throw Setback(reason: "a stored token cannot be decrypted (TOKEN_ENCRYPTION_KEY)", permanent: true)
+        }
+    }
+
+    /// One revoke call and its step. A dead grant (`invalid_grant`, `invalid_request`) counts
+    /// as revoked; Apple unavailable is retried later; anything else too, as an error.
+    private func revoke(
+        _ token: String, hint: String, step: String, token tokenID: UUID? = nil, accessTokenOf: UUID? = nil, clientID: String,
+        request: DeletionStore.Claimed
+    ) throws {
+        do {
+            try apple.revoke(token, clientID: clientID, hint: hint, retry: RetryPolicy(maximumAttempts: 3))
+            try store.addStep(
+                request.id, step: step, clientID: clientID, outcome: "revoked", tokenID: tokenID, accessTokenOf: accessTokenOf)
+        } catch let error as AppleAPIError where error.isGrantRevoked {
+            try store.addStep(
+                request.id, step: step, clientID: clientID, outcome: "already_invalid", tokenID: tokenID,
+                accessTokenOf: accessTokenOf)
+        } catch AppleAPIError.unavailable(let reason, let retryAfter) {
+            try store.addStep(request.id, step: step, clientID: clientID, outcome: "retry", detail: reason)
+            throw Setback(reason: reason, retryAfter: retryAfter)
+        } catch let error as AppleAPIError {
+            try store.addStep(request.id, step: step, clientID: clientID, outcome: "error", detail: "\(error)")
+            throw Setback(reason: "\(error)")
+        }
+    }
+
+    /// Exchanges the authorization code handed over with the request (the app re-authenticated
+    /// the user to delete the account), checks that Apple's `id_token` names the user being
+    /// deleted, and keeps the tokens it yields for the revoke below. A code Apple refuses, or
+    /// one of another user, is dropped (recorded as a step); Apple unavailable keeps it for
+    /// the retry.
+    private func exchangeHandedOverCode(_ request: DeletionStore.Claimed) throws {
+        guard let code = try store.pendingCode(request.id) else { return }
+        func drop(_ outcome: String, _ detail: String, clientID: String? = nil) throws {
+            try store.clearCode(request.id)
+            try store.addStep(request.id, step: "code_exchange", clientID: clientID, outcome: outcome, detail: detail)
+        }
+        guard let plain = try? tokenKeys.open(
+            code.sealed, keyID: code.keyID, associatedData: DeletionStore.SealedCode.associatedData(userID: request.userID))
+        else { return try drop("undecryptable", "the handed-over code cannot be decrypted") }
+        let identities = try store.identities(of: request.userID)
+        guard let clientID = code.clientID ?? identities.first?.clientID else {
+            return try drop("no_identity", "the user has no identity in this team")
+        }
+        let tokens: AppleTokenResponse
+        do {
+            tokens = try apple.exchangeCode(
+                String(decoding: plain, as: UTF8.self), clientID: clientID, redirectURI: code.redirectURI,
+                retry: RetryPolicy(maximumAttempts: 3))
+        } catch AppleAPIError.unavailable(let reason, let retryAfter) {
+            try store.addStep(request.id, step: "code_exchange", clientID: clientID, outcome: "retry", detail: reason)
+            throw Setback(reason: reason, retryAfter: retryAfter)
+        } catch let error as AppleAPIError {
+            return try drop("code_invalid", "Apple refused the code: \(error.kind)", clientID: clientID)
+        }
+        guard let refreshToken = tokens.refreshToken, let idToken = tokens.idToken,
+            let returned = try? validator?.validate(idToken, rawNonce: nil, clientIDHint: clientID, checkAge: false)
+        else { return try drop("id_token_invalid", "Apple's answer lacked a refresh token or a verifiable id_token", clientID: clientID) }
+        guard let identity = identities.first(where: { $0.sub == returned.sub }) else {
+            // Another user's code: their grant is none of this deletion's business.
+            return try drop("wrong_user", "the code belongs to another user than the one being deleted", clientID: clientID)
+        }
+        let sealedRefresh = try tokenKeys.seal(
+            Array(refreshToken.utf8),
+            associatedData: RefreshTokenSealing.associatedData(teamID: store.teamID, sub: identity.sub, clientID: clientID))
+        let sealedAccess = try tokenKeys.seal(
+            Array(tokens.accessToken.utf8),
+            associatedData: RefreshTokenSealing.accessTokenAssociatedData(teamID: store.teamID, sub: identity.sub, clientID: clientID))
+        try store.keepExchangedTokens(
+            identityID: identity.id, userID: request.userID, clientID: clientID,
+            refresh: (sealedRefresh.sealed, sealedRefresh.keyID),
+            access: (sealedAccess.sealed, sealedAccess.keyID, tokens.expiresIn ?? 3600))
+        try store.clearCode(request.id)
+        try store.addStep(request.id, step: "code_exchange", clientID: clientID, outcome: "exchanged")
     }
 
     /// Schedules the next attempt with exponential backoff and jitter (at least Apple's

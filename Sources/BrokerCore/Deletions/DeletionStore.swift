@@ -26,6 +26,10 @@ public struct DeletionRecord: Sendable {
     public var updatedAt: Date
     public var completedAt: Date?
     public var nextAttemptAt: Date
+    /// What the deletion came to at Apple, once decided: `revoked`, `already_invalid`,
+    /// `skipped_apple_initiated` or `manual_required` (nothing could be revoked: the user must
+    /// stop using Sign in with Apple for the app in Settings).
+    public var appleRevocation: String?
     /// What happened so far; read for one request (`GET /v1/deletions/{id}`), nil in lists.
     public var steps: [Step]?
 
@@ -37,6 +41,7 @@ public struct DeletionRecord: Sendable {
             "state": .string(state), "attempts": .integer(Int64(attempts)), "last_error": lastError.map(JSONValue.string) ?? .null,
             "created_at": time(createdAt), "updated_at": time(updatedAt), "completed_at": time(completedAt),
             "next_attempt_at": state == "done" || state == "failed" ? .null : time(nextAttemptAt),
+            "apple_revocation": appleRevocation.map(JSONValue.string) ?? .null,
         ]
         if let steps {
             fields["steps"] = .array(
@@ -90,19 +95,46 @@ struct DeletionStore: Sendable {
         return .notFound
     }
 
+    /// A fresh authorization code handed over with a request, sealed, for the job to
+    /// exchange and revoke what it yields (§10.3).
+    struct SealedCode: Sendable {
+        var sealed: [UInt8]
+        var keyID: String
+        /// nil: the client id the user signed in with last.
+        var clientID: String?
+        var redirectURI: String?
+
+        /// Binds a sealed code to the user it is for.
+        static func associatedData(userID: UUID) -> [UInt8] { Array("deletion_code|\(userID.lowercasedString)".utf8) }
+    }
+
     /// Opens (or returns the open) deletion request; nil when the user vanished meanwhile.
-    func request(userID: UUID, source: String, reason: String, requestedBy: String) throws -> (id: UUID, created: Bool)? {
-        guard let row = try pool.query(
-            "SELECT * FROM broker_request_deletion(\(userID), \(source), \(reason), \(requestedBy))"
-        ).first else { return nil }
-        return (try row.decode(UUID.self, 0), try row.decode(Bool.self, 1))
+    /// A code is attached in the same transaction, so no worker can claim the request without it.
+    func request(userID: UUID, source: String, reason: String, requestedBy: String, code: SealedCode? = nil) throws
+        -> (id: UUID, created: Bool)?
+    {
+        try pool.withTransaction { connection in
+            guard let row = try connection.query(
+                "SELECT * FROM broker_request_deletion(\(userID), \(source), \(reason), \(requestedBy))"
+            ).first else { return nil }
+            let id = try row.decode(UUID.self, 0)
+            if let code {
+                try connection.query(
+                    """
+                    UPDATE deletion_requests SET authorization_code = \(code.sealed), code_key_id = \(code.keyID),
+                        code_client_id = \(code.clientID), code_redirect_uri = \(code.redirectURI)
+                    WHERE id = \(id) AND state IN ('requested', 'revoking')
+                    """)
+            }
+            return (id, try row.decode(Bool.self, 1))
+        }
     }
 
     func record(_ id: UUID) throws -> DeletionRecord? {
         guard let row = try pool.query(
             """
             SELECT id, user_id, source, reason, requested_by, state, attempts, last_error, created_at, updated_at,
-                   completed_at, next_attempt_at
+                   completed_at, next_attempt_at, apple_revocation
             FROM deletion_requests WHERE id = \(id)
             """
         ).first else { return nil }
@@ -122,7 +154,7 @@ struct DeletionStore: Sendable {
         try pool.query(
             """
             SELECT id, user_id, source, reason, requested_by, state, attempts, last_error, created_at, updated_at,
-                   completed_at, next_attempt_at
+                   completed_at, next_attempt_at, apple_revocation
             FROM deletion_requests WHERE \(state)::text IS NULL OR state = \(state)::text
             ORDER BY created_at DESC LIMIT \(limit)
             """
@@ -152,7 +184,7 @@ struct DeletionStore: Sendable {
             state: try row.decode(String.self, 5), attempts: try row.decode(Int.self, 6),
             lastError: try row.decode(String?.self, 7), createdAt: try row.decode(Date.self, 8),
             updatedAt: try row.decode(Date.self, 9), completedAt: try row.decode(Date?.self, 10),
-            nextAttemptAt: try row.decode(Date.self, 11), steps: nil)
+            nextAttemptAt: try row.decode(Date.self, 11), appleRevocation: try row.decode(String?.self, 12), steps: nil)
     }
 
     // MARK: The job's side
@@ -196,34 +228,104 @@ struct DeletionStore: Sendable {
         var keyID: String
         var teamID: String
         var sub: String
+        /// The code exchange's access token, while it is valid and not yet revoked.
+        var access: (sealed: [UInt8], keyID: String)?
+        /// The refresh token was revoked already (only the access token is left).
+        var refreshRevoked: Bool
     }
 
     /// The user's tokens not yet revoked.
     func liveTokens(of userID: UUID) throws -> [StoredToken] {
         try pool.query(
             """
-            SELECT t.id, t.client_id, t.refresh_token, t.key_id, i.team_id, i.sub
+            SELECT t.id, t.client_id, t.refresh_token, t.key_id, i.team_id, i.sub,
+                   CASE WHEN t.access_expires_at > now() THEN t.access_token END, t.access_key_id, t.revoked_at IS NOT NULL
             FROM apple_tokens t JOIN apple_identities i ON i.id = t.identity_id
-            WHERE t.user_id = \(userID) AND t.revoked_at IS NULL ORDER BY t.obtained_at
+            WHERE t.user_id = \(userID)
+              AND (t.revoked_at IS NULL OR (t.access_token IS NOT NULL AND t.access_expires_at > now()))
+            ORDER BY t.obtained_at
             """
         ).map { row in
-            StoredToken(
+            let access = try row.decode([UInt8]?.self, 6)
+            let accessKeyID = try row.decode(String?.self, 7)
+            return StoredToken(
                 id: try row.decode(UUID.self, 0), clientID: try row.decode(String.self, 1), sealed: try row.decode([UInt8].self, 2),
-                keyID: try row.decode(String.self, 3), teamID: try row.decode(String.self, 4), sub: try row.decode(String.self, 5))
+                keyID: try row.decode(String.self, 3), teamID: try row.decode(String.self, 4), sub: try row.decode(String.self, 5),
+                access: access.flatMap { sealed in accessKeyID.map { (sealed, $0) } },
+                refreshRevoked: try row.decode(Bool.self, 8))
         }
+    }
+
+    /// The code handed over with a request, if it has not been exchanged yet.
+    func pendingCode(_ id: UUID) throws -> SealedCode? {
+        guard let row = try pool.query(
+            """
+            SELECT authorization_code, code_key_id, code_client_id, code_redirect_uri FROM deletion_requests
+            WHERE id = \(id) AND authorization_code IS NOT NULL
+            """
+        ).first else { return nil }
+        return SealedCode(
+            sealed: try row.decode([UInt8].self, 0), keyID: try row.decode(String.self, 1),
+            clientID: try row.decode(String?.self, 2), redirectURI: try row.decode(String?.self, 3))
+    }
+
+    /// Forgets the code (exchanged, or refused by Apple: either way it cannot be used again).
+    func clearCode(_ id: UUID) throws {
+        try pool.query(
+            """
+            UPDATE deletion_requests
+            SET authorization_code = NULL, code_key_id = NULL, code_client_id = NULL, code_redirect_uri = NULL
+            WHERE id = \(id)
+            """)
+    }
+
+    /// The identities of the user in this team: sub, client id used last, identity id.
+    func identities(of userID: UUID) throws -> [(id: UUID, sub: String, clientID: String)] {
+        try pool.query(
+            """
+            SELECT id, sub, client_id FROM apple_identities WHERE user_id = \(userID) AND team_id = \(teamID)
+            ORDER BY last_login_at DESC NULLS LAST
+            """
+        ).map { (try $0.decode(UUID.self, 0), try $0.decode(String.self, 1), try $0.decode(String.self, 2)) }
+    }
+
+    /// Keeps the tokens a code exchange yielded, so a crash before their revocation loses nothing.
+    func keepExchangedTokens(
+        identityID: UUID, userID: UUID, clientID: String, refresh: (sealed: [UInt8], keyID: String),
+        access: (sealed: [UInt8], keyID: String, expiresIn: Int)?
+    ) throws {
+        try pool.query(
+            """
+            INSERT INTO apple_tokens (id, identity_id, user_id, client_id, refresh_token, key_id,
+                                      access_token, access_key_id, access_expires_at)
+            VALUES (\(UUID()), \(identityID), \(userID), \(clientID), \(refresh.sealed), \(refresh.keyID),
+                    \(access?.sealed), \(access?.keyID), now() + \(String(access?.expiresIn ?? 0) + " seconds")::interval)
+            ON CONFLICT (identity_id, client_id) DO UPDATE SET
+                refresh_token = EXCLUDED.refresh_token, key_id = EXCLUDED.key_id, obtained_at = now(), revoked_at = NULL,
+                access_token = EXCLUDED.access_token, access_key_id = EXCLUDED.access_key_id,
+                access_expires_at = EXCLUDED.access_expires_at
+            """)
     }
 
     func hasSteps(_ id: UUID, named step: String) throws -> Bool {
         try !pool.query("SELECT 1 FROM deletion_steps WHERE deletion_id = \(id) AND step = \(step) LIMIT 1").isEmpty
     }
 
-    /// Appends a step to the request's record and to the audit log (no personal data).
-    func addStep(_ id: UUID, step: String, clientID: String? = nil, outcome: String, detail: String? = nil, tokenID: UUID? = nil)
-        throws
-    {
+    /// Appends a step to the request's record and to the audit log (no personal data). With
+    /// `tokenID` and a successful outcome the refresh token is marked revoked in the same
+    /// transaction; with `accessTokenOf`, that row's access token is dropped.
+    func addStep(
+        _ id: UUID, step: String, clientID: String? = nil, outcome: String, detail: String? = nil, tokenID: UUID? = nil,
+        accessTokenOf: UUID? = nil
+    ) throws {
         try pool.withTransaction { connection in
-            if let tokenID, outcome == "revoked" || outcome == "already_invalid" {
+            let succeeded = outcome == "revoked" || outcome == "already_invalid"
+            if let tokenID, succeeded {
                 try connection.query("UPDATE apple_tokens SET revoked_at = now() WHERE id = \(tokenID)")
+            }
+            if let accessTokenOf, succeeded {
+                try connection.query(
+                    "UPDATE apple_tokens SET access_token = NULL, access_key_id = NULL, access_expires_at = NULL WHERE id = \(accessTokenOf)")
             }
             try connection.query(
                 """
@@ -239,8 +341,24 @@ struct DeletionStore: Sendable {
         }
     }
 
-    func startPurging(_ id: UUID) throws {
-        try pool.query("UPDATE deletion_requests SET state = 'purging', updated_at = now() WHERE id = \(id) AND state = 'revoking'")
+    /// Ends the revoke phase with what it came to at Apple.
+    func startPurging(_ id: UUID, appleRevocation: String) throws {
+        try pool.query(
+            """
+            UPDATE deletion_requests SET state = 'purging', apple_revocation = \(appleRevocation), updated_at = now()
+            WHERE id = \(id) AND state = 'revoking'
+            """)
+    }
+
+    /// What the revoke steps recorded came to (the request's `apple_revocation`).
+    func appleRevocation(_ id: UUID, source: String) throws -> String {
+        if source == "apple" { return "skipped_apple_initiated" }
+        let outcomes = Set(
+            try pool.query("SELECT outcome FROM deletion_steps WHERE deletion_id = \(id) AND step = 'revoke'")
+                .map { try $0.decode(String.self, 0) })
+        if outcomes.contains("revoked") { return "revoked" }
+        if outcomes.contains("already_invalid") { return "already_invalid" }
+        return "manual_required"
     }
 
     /// Runs the purge transaction; false when another worker already finished it.

@@ -94,6 +94,7 @@ public final class LoginService: Sendable {
                 detail: "redirect_uri is not one of the Return URLs registered for this client id (APPLE_REDIRECT_URIS)")
         }
         var sealed: (keyID: String, sealed: [UInt8])?
+        var sealedAccess: (keyID: String, sealed: [UInt8], expiresIn: Int)?
         var claimedCode: String?
         if let code = request.authorizationCode {
             switch try ledger.claim(code, clientID: identity.clientID) {
@@ -102,10 +103,16 @@ public final class LoginService: Sendable {
             case .claimed:
                 claimedCode = code
                 do {
-                    let refreshToken = try exchange(code, for: identity, redirectURI: request.redirectURI)
+                    let tokens = try exchange(code, for: identity, redirectURI: request.redirectURI)
                     sealed = try tokenKeys.seal(
-                        Array(refreshToken.utf8),
+                        Array(tokens.refreshToken.utf8),
                         associatedData: RefreshTokenSealing.associatedData(teamID: teamID, sub: identity.sub, clientID: identity.clientID))
+                    // Kept until it expires: Apple's revoke accepts it as well (§10.3).
+                    let access = try tokenKeys.seal(
+                        Array(tokens.accessToken.utf8),
+                        associatedData: RefreshTokenSealing.accessTokenAssociatedData(
+                            teamID: teamID, sub: identity.sub, clientID: identity.clientID))
+                    sealedAccess = (access.keyID, access.sealed, tokens.expiresIn)
                 } catch let problem as Problem {
                     ledger.finish(code, succeeded: false, errorCode: problem.status < 500 ? problem.code : nil)
                     throw problem
@@ -125,6 +132,11 @@ public final class LoginService: Sendable {
             throw error
         }
         if let claimedCode { ledger.finish(claimedCode, succeeded: record.outcome == "ok") }
+        if let sealedAccess, record.outcome == "ok" {
+            try? store.keepAccessToken(
+                sub: identity.sub, clientID: identity.clientID, sealed: sealedAccess.sealed, keyID: sealedAccess.keyID,
+                expiresIn: sealedAccess.expiresIn)
+        }
         if record.wroteThrough { eventsWritten() }
         guard record.outcome == "ok" else {
             throw Problem(
@@ -146,7 +158,9 @@ public final class LoginService: Sendable {
 
     /// Exchanges an authorization code (with the redirect_uri of a web authorization, none
     /// for a native code) and checks that the id_token Apple returns names the same user.
-    private func exchange(_ code: String, for identity: AppleIdentity, redirectURI: String?) throws -> String {
+    private func exchange(_ code: String, for identity: AppleIdentity, redirectURI: String?) throws
+        -> (refreshToken: String, accessToken: String, expiresIn: Int)
+    {
         let tokens: AppleTokenResponse
         do {
             tokens = try apple.exchangeCode(code, clientID: identity.clientID, redirectURI: redirectURI, retry: retry)
@@ -169,7 +183,7 @@ public final class LoginService: Sendable {
                 status: 400, code: "authorization_code_invalid", title: "Authorization code invalid",
                 detail: "the authorization code belongs to another user than the identity token")
         }
-        return refreshToken
+        return (refreshToken, tokens.accessToken, tokens.expiresIn ?? 3600)
     }
 
     /// Problem for a rejected token: 400 for malformed input, 401 for everything that fails authentication.

@@ -48,6 +48,18 @@ struct LoginStore: Sendable {
             realUserStatus: try row.decode(String?.self, 6), refreshTokenStored: try row.decode(Bool.self, 7))
     }
 
+    /// Keeps the access token of the login's code exchange beside its refresh token.
+    func keepAccessToken(sub: String, clientID: String, sealed: [UInt8], keyID: String, expiresIn: Int) throws {
+        try pool.query(
+            """
+            UPDATE apple_tokens t SET access_token = \(sealed), access_key_id = \(keyID),
+                access_expires_at = now() + \(String(max(0, min(expiresIn, 86_400))) + " seconds")::interval
+            FROM apple_identities i
+            WHERE i.team_id = \(teamID) AND i.sub = \(sub) AND t.identity_id = i.id AND t.client_id = \(clientID)
+              AND t.revoked_at IS NULL
+            """)
+    }
+
     /// The fast path: a repeat login that changes nothing needs no write, so it is answered
     /// by one read-only query; nil when broker_login must run (new identity, a change, a
     /// stale last_login_at). A user whose deletion is pending is reported as such.
@@ -83,6 +95,11 @@ public enum RefreshTokenSealing {
     /// The associated data that binds a sealed refresh token to its identity and client id.
     public static func associatedData(teamID: String, sub: String, clientID: String) -> [UInt8] {
         Array("apple_tokens|\(teamID)|\(sub)|\(clientID)".utf8)
+    }
+
+    /// The same for the access token of a code exchange (kept until it expires, for revoke).
+    public static func accessTokenAssociatedData(teamID: String, sub: String, clientID: String) -> [UInt8] {
+        Array("apple_access_tokens|\(teamID)|\(sub)|\(clientID)".utf8)
     }
 }
 
