@@ -148,3 +148,13 @@ public struct PostgresJSON: PostgresEncodable, PostgresDecodable, Hashable {
         }
     }
 }
+
+/// Something that runs one statement: a pool (autocommit) or a connection (inside a
+/// transaction). Lets a store's statements run either way.
+public protocol PostgresQuerying {
+    @discardableResult
+    func query(_ query: PostgresQuery) throws -> PostgresRows
+}
+
+extension PostgresPool: PostgresQuerying {}
+extension PostgresConnection: PostgresQuerying {}

@@ -366,3 +366,28 @@ struct DeletionWithoutTokenTests {
         #expect(broker.simulator.revocations.filter { $0.outcome == "revoked" }.isEmpty, "nothing of the stranger's was revoked")
     }
 }
+
+/// The 60 days after a team transfer, when tokens carry `transfer_sub` (TN3159).
+@Suite("Logins after a team transfer")
+struct TransferLoginTests {
+    @Test("a login carrying transfer_sub joins the old user and retires the old team's identity and tokens")
+    func retiresOldTeam() throws {
+        let broker = try TestBroker(extra: ["BROKER_SWEEP_INTERVAL_SECONDS": "1"])
+        let (userID, _) = try broker.signIn()
+        // What the old team left: its identity (with the transfer identifier `transfer export`
+        // recorded) and a refresh token this team cannot refresh or revoke.
+        try broker.pool.query("UPDATE apple_identities SET transfer_sub = 'T-9', team_id = 'OLDTEAM001'")
+        let moved = try broker.login(["identity_token": try broker.mint { $0.transferSub = "T-9" }.idToken])
+        #expect(moved.status == 200)
+        #expect(moved.json["user_id"] as? String == userID.lowercasedString)
+        #expect(try broker.count("SELECT count(*) FROM apple_identities WHERE team_id = 'OLDTEAM001' AND transferred_at IS NOT NULL") == 1)
+        #expect(try broker.count("SELECT count(*) FROM apple_tokens WHERE revoked_at IS NOT NULL") == 1)
+
+        // Even an old-team token left live is never refreshed with this team's credentials.
+        try broker.pool.query("UPDATE apple_tokens SET revoked_at = NULL, next_validation_at = now()")
+        let calls = broker.simulator.statistics.token
+        Thread.sleep(forTimeInterval: 2.5)
+        #expect(broker.simulator.statistics.token == calls)
+        #expect(try broker.count("SELECT count(*) FROM apple_tokens WHERE last_validated_at IS NOT NULL") == 0)
+    }
+}

@@ -158,7 +158,8 @@ public final class BrokerApplication: Sendable {
         if configuration.roles.contains(.sweep) {
             let sweep = RefreshTokenSweep(
                 pool: pool, apple: apple, tokenKeys: tokenKeys, settings: configuration.sweep,
-                groups: appleSettings.appGroups, metrics: metrics, logger: logger.labelled("refresh-sweep"))
+                groups: appleSettings.appGroups, teamID: appleSettings.teamID, metrics: metrics,
+                logger: logger.labelled("refresh-sweep"))
             workers.append(
                 WorkerGroup(
                     name: "refresh-sweep", lanes: configuration.sweep.concurrency,

@@ -241,7 +241,7 @@ struct DeletionStore: Sendable {
             SELECT t.id, t.client_id, t.refresh_token, t.key_id, i.team_id, i.sub,
                    CASE WHEN t.access_expires_at > now() THEN t.access_token END, t.access_key_id, t.revoked_at IS NOT NULL
             FROM apple_tokens t JOIN apple_identities i ON i.id = t.identity_id
-            WHERE t.user_id = \(userID)
+            WHERE t.user_id = \(userID) AND i.team_id = \(teamID)
               AND (t.revoked_at IS NULL OR (t.access_token IS NOT NULL AND t.access_expires_at > now()))
             ORDER BY t.obtained_at
             """

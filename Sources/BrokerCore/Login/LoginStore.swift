@@ -31,7 +31,39 @@ struct LoginStore: Sendable {
         validationJitterSeconds: Int
     ) throws -> Record {
         if sealedRefreshToken == nil, let record = try unchangedRepeatLogin(identity, user: user) { return record }
-        let row = try pool.query(
+        guard let transferSub = identity.transferSub else {
+            return try upsert(pool, identity, user: user, sealedRefreshToken: sealedRefreshToken, validationJitterSeconds: validationJitterSeconds)
+        }
+        // A token carrying transfer_sub (the 60 days after a team transfer): the login joins the
+        // user of the old sub and, in the same transaction, retires the old team's identity and
+        // refresh tokens as `transfer import` does: this team's credentials can neither refresh
+        // nor revoke them (TN3159).
+        return try pool.withTransaction { connection in
+            let record = try upsert(
+                connection, identity, user: user, sealedRefreshToken: sealedRefreshToken, validationJitterSeconds: validationJitterSeconds)
+            guard record.outcome == "ok" else { return record }
+            try connection.query(
+                """
+                UPDATE apple_tokens SET revoked_at = now()
+                WHERE revoked_at IS NULL AND identity_id IN (
+                    SELECT id FROM apple_identities
+                    WHERE user_id = \(record.userID) AND team_id <> \(teamID) AND transfer_sub = \(transferSub))
+                """)
+            try connection.query(
+                """
+                UPDATE apple_identities SET transferred_at = now()
+                WHERE user_id = \(record.userID) AND team_id <> \(teamID) AND transfer_sub = \(transferSub)
+                  AND transferred_at IS NULL
+                """)
+            return record
+        }
+    }
+
+    private func upsert(
+        _ database: some PostgresQuerying, _ identity: AppleIdentity, user: AppleUserField?,
+        sealedRefreshToken: (keyID: String, sealed: [UInt8])?, validationJitterSeconds: Int
+    ) throws -> Record {
+        let row = try database.query(
             """
             SELECT * FROM broker_login(\(teamID), \(identity.sub), \(identity.clientID),
                 \(groups.group(of: identity.clientID).primary), \(identity.email),

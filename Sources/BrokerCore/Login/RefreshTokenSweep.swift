@@ -28,6 +28,8 @@ final class RefreshTokenSweep: Sendable {
     private let tokenKeys: TokenKeyRing
     private let settings: BrokerConfiguration.SweepSettings
     private let groups: AppGroups
+    /// Only this team's tokens: another team's (before a transfer) cannot be refreshed with our credentials.
+    private let teamID: String?
     private let logger: Logger
     private let outcomes: CounterFamily
     private let breakerTrips: CounterFamily
@@ -50,8 +52,9 @@ final class RefreshTokenSweep: Sendable {
 
     init(
         pool: PostgresPool, apple: AppleClient, tokenKeys: TokenKeyRing, settings: BrokerConfiguration.SweepSettings,
-        groups: AppGroups = AppGroups(groups: []), metrics: MetricsRegistry, logger: Logger
+        groups: AppGroups = AppGroups(groups: []), teamID: String? = nil, metrics: MetricsRegistry, logger: Logger
     ) {
+        self.teamID = teamID
         self.pool = pool
         self.apple = apple
         self.tokenKeys = tokenKeys
@@ -104,6 +107,8 @@ final class RefreshTokenSweep: Sendable {
             WITH due AS (
                 SELECT t.id FROM apple_tokens t JOIN users u ON u.id = t.user_id
                 WHERE t.next_validation_at <= now() AND t.revoked_at IS NULL AND u.status = 'active'
+                  AND (\(teamID)::text IS NULL
+                       OR EXISTS (SELECT 1 FROM apple_identities ti WHERE ti.id = t.identity_id AND ti.team_id = \(teamID)::text))
                 ORDER BY t.next_validation_at LIMIT \(batchSize)
                 FOR UPDATE OF t SKIP LOCKED)
             UPDATE apple_tokens t SET next_validation_at = now() + interval '10 minutes'
