@@ -73,13 +73,14 @@ final class WebSignInService: Sendable {
         guard let state = fields["state"], !state.isEmpty, state.utf8.count <= 256 else {
             throw Problem.badRequest(code: "invalid_state", "the callback carries no state")
         }
-        // The name first, in the statement that consumes the state: it is sent only once.
         // Names over the login's 256-byte bound are dropped rather than failing the sign-in.
+        // Apple sends the name only once: it is saved on the identity whenever the token
+        // verifies, also when the code exchange fails (keepUserAfterFailedExchange).
         func bounded(_ text: String?) -> String? { text.flatMap { $0.utf8.count <= 256 && !$0.isEmpty ? $0 : nil } }
         let sent = fields["user"].flatMap { try? AppleUserField(jsonText: $0) }?.name
         let name = sent.map { AppleUserField.Name(firstName: bounded($0.firstName), lastName: bounded($0.lastName)) }
         guard
-            let authorization = try store.consume(state: state, givenName: name?.firstName, familyName: name?.lastName)
+            let authorization = try store.consume(state: state)
         else {
             throw Problem.badRequest(code: "invalid_state", "the state is unknown, already used or expired")
         }
@@ -110,13 +111,10 @@ final class WebSignInService: Sendable {
             if Self.exchangeFailures.contains(problem.code) {
                 // The token verified but the code could not be exchanged: still keep the user
                 // and the name Apple will not send again; the app can simply retry.
-                if let saved = try? login.keepUserAfterFailedExchange(request) {
-                    try? store.recordSub(state: state, sub: saved.appleSub)
-                }
+                _ = try? login.keepUserAfterFailedExchange(request)
             }
             return finish(problem.code, [("error", problem.code)])
         }
-        try store.recordSub(state: state, sub: response.appleSub)
         let result = try store.createResult(
             response.json, clientID: authorization.clientID, lifetimeSeconds: settings.resultLifetimeSeconds)
         return finish("success", [("result_code", result)])

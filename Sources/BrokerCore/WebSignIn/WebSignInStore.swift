@@ -28,19 +28,18 @@ struct WebSignInStore: Sendable {
             """)
     }
 
-    /// Deletes expired result codes and authorization rows a day past their expiry (kept
-    /// that long so a name Apple sent with a failed sign-in can still be found).
+    /// Deletes expired result codes, and authorization rows a day past their expiry (so a
+    /// replayed state is still recognised as used rather than unknown).
     static func prune(_ pool: PostgresPool) throws {
         try pool.query("DELETE FROM web_results WHERE expires_at < now()")
         try pool.query("DELETE FROM web_authorizations WHERE expires_at < now() - interval '1 day'")
     }
 
-    /// Consumes a state once and, in the same statement, keeps the name Apple sent with it
-    /// (it is sent only once). Nil for an unknown, used or expired state.
-    func consume(state: String, givenName: String?, familyName: String?) throws -> Authorization? {
+    /// Consumes a state once. Nil for an unknown, used or expired state.
+    func consume(state: String) throws -> Authorization? {
         let rows = try pool.query(
             """
-            UPDATE web_authorizations SET consumed_at = now(), given_name = \(givenName), family_name = \(familyName)
+            UPDATE web_authorizations SET consumed_at = now()
             WHERE state_hash = \(SHA256.hexHash(state)) AND consumed_at IS NULL AND expires_at > now()
             RETURNING client_id, return_to, app_state, raw_nonce
             """)
@@ -48,11 +47,6 @@ struct WebSignInStore: Sendable {
         return Authorization(
             clientID: try row.decode(String.self, 0), returnTo: try row.decode(String.self, 1),
             appState: try row.decode(String?.self, 2), rawNonce: try row.decode(String.self, 3))
-    }
-
-    /// Notes which Apple user a consumed state turned out to be (once the token verified).
-    func recordSub(state: String, sub: String) throws {
-        try pool.query("UPDATE web_authorizations SET apple_sub = \(sub) WHERE state_hash = \(SHA256.hexHash(state))")
     }
 
     /// Stores a login answer under a new one-time code and returns the code.
