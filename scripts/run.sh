@@ -41,7 +41,8 @@ if [ -z "${APPLE_CLIENT_IDS:-}" ]; then
   export APPLE_WEB_RETURN_URLS="${APPLE_WEB_RETURN_URLS:-com.example.web=http://localhost:3000/apple/done}"
   echo "== demo mode: Apple settings from $demo; the Apple simulator plays appleid.apple.com" >&2
   "$bin/apple-sim" serve --listen "$sim_listen" --team "$APPLE_TEAM_ID" --key-id "$APPLE_KEY_ID" \
-    --key "$APPLE_PRIVATE_KEY_PATH" --client-ids "$APPLE_CLIENT_IDS" &
+    --key "$APPLE_PRIVATE_KEY_PATH" --client-ids "$APPLE_CLIENT_IDS" \
+    --return-urls "com.example.web=$BROKER_PUBLIC_URL/v1/apple/web/callback" &
   simulator=$!
   trap 'kill "$simulator" 2>/dev/null || true' EXIT
 fi

@@ -14,12 +14,15 @@ enum AdminEndpoints {
         /// The `.p8` (private; only its public half is kept) or a public-key PEM.
         var keyPEM: String
         var clientIDs: [String]
+        /// Registered Return URLs per Services ID (web sign-in).
+        var returnURLs: [String: [String]]?
 
         enum CodingKeys: String, CodingKey {
             case teamID = "team_id"
             case keyID = "key_id"
             case keyPEM = "key_pem"
             case clientIDs = "client_ids"
+            case returnURLs = "return_urls"
         }
     }
 
@@ -111,6 +114,7 @@ enum AdminEndpoints {
             simulator.registerTeam(
                 teamID: registration.teamID, keyID: registration.keyID, publicKey: publicKey,
                 clientIDs: registration.clientIDs)
+            for (clientID, urls) in registration.returnURLs ?? [:] { simulator.registerReturnURLs(clientID: clientID, urls: urls) }
             return .json(["team_id": registration.teamID], status: 201)
         }
         router.post("/sim/users") { request in

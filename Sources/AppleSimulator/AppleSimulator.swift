@@ -66,6 +66,8 @@ public final class AppleSimulator: Sendable {
         var faults = FaultSettings()
         /// Client id → its group's primary App ID (`setAppGroups`); an id in no group is its own.
         var primaryAppIDs: [String: String] = [:]
+        /// Services ID → its registered Return URLs (`registerReturnURLs`).
+        var returnURLs: [String: Set<String>] = [:]
     }
 
     let state: Mutex<State>
@@ -109,6 +111,17 @@ public final class AppleSimulator: Sendable {
                 for clientID in group { state.primaryAppIDs[clientID] = group[0] }
             }
         }
+    }
+
+    /// Registers Return URLs for a Services ID, as the developer account does: the web flow's
+    /// `redirect_uri` must be one of them.
+    public func registerReturnURLs(clientID: String, urls: [String]) {
+        state.withLock { $0.returnURLs[clientID, default: []].formUnion(urls) }
+    }
+
+    /// Whether `url` is a Return URL registered for `clientID`.
+    func isRegisteredReturnURL(_ url: String, clientID: String) -> Bool {
+        state.withLock { $0.returnURLs[clientID]?.contains(url) ?? false }
     }
 
     /// The primary App ID of a client id's group.
@@ -368,7 +381,10 @@ public final class AppleSimulator: Sendable {
             // Apple leaves is_private_email out for real addresses.
             if user.isPrivateEmail { claims["is_private_email"] = strings ? "true" : true }
         }
-        claims["real_user_status"] = .integer(Int64(request?.realUserStatus ?? user.realUserStatus))
+        // Apple sends real_user_status to native apps only; web tokens carry none (§10.5).
+        if request?.omitRealUserStatus != true {
+            claims["real_user_status"] = .integer(Int64(request?.realUserStatus ?? user.realUserStatus))
+        }
         if let transferSub = request?.transferSub { claims["transfer_sub"] = .string(transferSub) }
         return try signWithCurrentKey(claims)
     }

@@ -12,9 +12,12 @@ public enum AppleSimulatorCommand {
         program: "apple-sim",
         commands: [
             CommandSpec(
-                ["serve"], "[--listen 127.0.0.1:8090] [--team TEAMID --key-id KEYID --key FILE.p8 --client-ids a,b]",
-                summary: "play appleid.apple.com on loopback until SIGTERM/SIGINT",
-                options: ["listen", "team", "key-id", "key", "client-ids"]),
+                ["serve"],
+                "[--listen 127.0.0.1:8090] [--team TEAMID --key-id KEYID --key FILE.p8 --client-ids a,b] "
+                    + "[--return-urls id=url,url;id2=url] [--app-groups primary,member;primary2]",
+                summary: "play appleid.apple.com on loopback until SIGTERM/SIGINT; --return-urls registers the\n"
+                    + "web Return URLs per Services ID, --app-groups groups client ids under primary App IDs",
+                options: ["listen", "team", "key-id", "key", "client-ids", "return-urls", "app-groups"]),
             CommandSpec(
                 ["mint-token"],
                 "--client-id ID [--sub SUB] [--raw-nonce N] [--email E] [--real-user-status 0|1|2] "
@@ -132,6 +135,14 @@ public enum AppleSimulatorCommand {
             simulator.registerTeam(
                 teamID: team, keyID: keyID, publicKey: publicKey,
                 clientIDs: clients.split(separator: ",").map(String.init))
+        }
+        for entry in (options["return-urls"] ?? "").split(separator: ";") {
+            let parts = entry.split(separator: "=", maxSplits: 1).map { $0.trimmingCharacters(in: .whitespaces) }
+            guard parts.count == 2 else { throw Usage("--return-urls takes id=url,url;id2=url") }
+            simulator.registerReturnURLs(clientID: parts[0], urls: parts[1].split(separator: ",").map(String.init))
+        }
+        if let groups = options["app-groups"] {
+            simulator.setAppGroups(groups.split(separator: ";").map { $0.split(separator: ",").map(String.init) })
         }
         let port = try simulator.start(listen: options["listen"] ?? "127.0.0.1:8090")
         logger.notice("apple-sim listening", [("port", String(port))])

@@ -64,6 +64,8 @@ public struct TokenRequest: Sendable, Codable {
     public var redirectURI: String?
     /// A wrong `iss`, for negative tests (Apple always sends https://appleid.apple.com).
     public var issuer: String?
+    /// Leave `real_user_status` out, as Apple does for web sign-ins.
+    public var omitRealUserStatus: Bool?
 
     public init(clientID: String) { self.clientID = clientID }
 
@@ -84,6 +86,7 @@ public struct TokenRequest: Sendable, Codable {
         case withCode = "with_code"
         case redirectURI = "redirect_uri"
         case issuer = "iss"
+        case omitRealUserStatus = "omit_real_user_status"
     }
 }
 

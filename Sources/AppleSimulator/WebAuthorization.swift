@@ -20,8 +20,13 @@ extension AppleSimulator {
         guard let clientID = query["client_id"], !clientID.isEmpty else { return errorPage("invalid_request", "client_id is missing") }
         let teamID = state.withLock { state in state.teams.values.first { $0.clientIDs.contains(clientID) }?.teamID }
         guard let teamID else { return errorPage("invalid_client", "unknown client_id") }
-        guard let redirectURI = query["redirect_uri"], redirectURI.hasPrefix("https://") || redirectURI.hasPrefix("http://") else {
-            return errorPage("invalid_request", "redirect_uri is missing or not absolute")
+        guard let redirectURI = query["redirect_uri"], redirectURI.hasPrefix("https://") || Self.isLoopbackHTTP(redirectURI) else {
+            return errorPage("invalid_request", "redirect_uri must be an https URL")
+        }
+        // Apple refuses a redirect_uri that is not a Return URL registered for the Services ID
+        // (TN3107), and binds the code to it.
+        guard isRegisteredReturnURL(redirectURI, clientID: clientID) else {
+            return errorPage("invalid_request", "redirect_uri is not a Return URL registered for this client id")
         }
         let responseTypes = Set((query["response_type"] ?? "").split(separator: " ").map(String.init))
         guard responseTypes.contains("code"), responseTypes.isSubset(of: ["code", "id_token"]) else {
@@ -51,6 +56,7 @@ extension AppleSimulator {
         let code = issueCode(teamID: teamID, sub: user.sub, clientID: clientID, redirectURI: redirectURI, nonce: nonce)
         var tokenRequest = TokenRequest(clientID: clientID)
         tokenRequest.nonceClaim = nonce
+        tokenRequest.omitRealUserStatus = true
         guard
             let idToken = try? identityToken(
                 for: user, clientID: clientID, request: tokenRequest, code: code, accessToken: nil)
@@ -67,6 +73,12 @@ extension AppleSimulator {
             fields.append(("user", String(decoding: JSONValue.object(member).serialized(), as: UTF8.self)))
         }
         return formPost(to: redirectURI, fields: fields)
+    }
+
+    /// Plain http to this machine: Apple accepts only https Return URLs (and no IP literals);
+    /// the simulator lets loopback http through so the local demo runs without TLS.
+    static func isLoopbackHTTP(_ url: String) -> Bool {
+        ["http://127.0.0.1", "http://localhost", "http://[::1]"].contains { url == $0 || url.hasPrefix($0 + ":") || url.hasPrefix($0 + "/") }
     }
 
     /// The page Apple's browser flow ends with: a form that posts itself to `redirect_uri`.

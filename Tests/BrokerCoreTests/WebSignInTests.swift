@@ -1,5 +1,6 @@
 import AppleSimulator
 @testable import BrokerCore
+import BrokerCrypto
 import Foundation
 import HTTPClient
 import PostgresClient
@@ -16,10 +17,13 @@ struct WebSignInTests {
     static let publicURL = "https://broker.example.com"
 
     static func broker() throws -> TestBroker {
-        try TestBroker(extra: [
+        let broker = try TestBroker(extra: [
             "BROKER_PUBLIC_URL": publicURL,
             "APPLE_WEB_RETURN_URLS": "\(TestBroker.webClientID)=\(returnTo),https://app.example.com/other",
         ])
+        // The broker's callback, registered as a Return URL of the Services ID (Apple refuses others).
+        broker.simulator.registerReturnURLs(clientID: TestBroker.webClientID, urls: [publicURL + "/v1/apple/web/callback"])
+        return broker
     }
 
     /// Where a redirect goes, split into its base and query parameters.
@@ -229,5 +233,24 @@ struct WebSignInTests {
             "/v1/apple/web/authorize?client_id=\(TestBroker.webClientID)&return_to=\(FormEncoding.escape(Self.returnTo))")
         #expect(response.status == 404)
         #expect(response.json["code"] as? String == "web_signin_not_configured")
+    }
+
+    @Test("Apple's page refuses a redirect_uri that is not a registered Return URL; web id_tokens carry no real_user_status")
+    func appleLikeAuthorize() throws {
+        let broker = try Self.broker()
+        for redirectURI in ["https://evil.example.com/cb", Self.publicURL + "/v1/apple/web/callback/x", "http://broker.example.com/v1/apple/web/callback"] {
+            let query = WebSignInService.query([
+                ("client_id", TestBroker.webClientID), ("redirect_uri", redirectURI), ("response_type", "code id_token"),
+                ("response_mode", "form_post"), ("scope", "name email"), ("state", "s"),
+            ])
+            let page = try broker.client.send(.init(url: broker.simulator.baseURL + "/auth/authorize?" + query))
+            #expect(page.status == 400, "\(redirectURI)")
+            #expect(page.bodyText.contains("invalid_request"))
+        }
+        let form = try startSignIn(broker)
+        let idToken = try #require(form.fields.first { $0.0 == "id_token" }?.1)
+        let payload = try #require(idToken.split(separator: ".").dropFirst().first)
+        let claims = try JSONSerialization.jsonObject(with: Data(try #require(Base64URL.decode(payload)))) as? [String: Any]
+        #expect(claims?["real_user_status"] == nil, "Apple sends real_user_status to native apps only")
     }
 }
