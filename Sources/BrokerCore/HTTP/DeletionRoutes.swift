@@ -153,6 +153,9 @@ package struct DeletionService: Sendable {
             if authorizationCode == nil && (clientID != nil || redirectURI != nil) {
                 throw Problem.badRequest("fields `client_id` and `redirect_uri` go with `authorization_code`")
             }
+            if redirectURI != nil && clientID == nil {
+                throw Problem.badRequest("field `redirect_uri` needs `client_id`: the client id the web code was issued to")
+            }
         }
     }
 
