@@ -35,14 +35,16 @@ ALTER TABLE apple_identities
 
 -- Whether a login with these verified facts would change nothing on this identity but
 -- last_login_at, and that one is recent enough to leave alone (the read-only fast path in
--- LoginStore and broker_login agree through it). The group's consent must be active.
+-- LoginStore and broker_login agree through it). The group's consent must be active: the
+-- caller joins its apple_grants row and passes whether it is revoked, because a sub-select
+-- here would stop PostgreSQL from inlining the function into the login's query (it would
+-- then be planned again on every login).
 CREATE FUNCTION broker_identity_unchanged(
-    i apple_identities, p_client_id text, p_app_id text, p_email text, p_email_verified boolean,
+    i apple_identities, p_client_id text, p_consent_revoked boolean, p_email text, p_email_verified boolean,
     p_is_private_email boolean, p_real_user_status text, p_given_name text, p_family_name text, p_user_email text,
     p_last_login_resolution interval
 ) RETURNS boolean LANGUAGE sql STABLE AS $$
-    SELECT NOT EXISTS (SELECT 1 FROM apple_grants g
-                       WHERE g.identity_id = i.id AND g.app_id = p_app_id AND g.consent = 'revoked')
+    SELECT NOT p_consent_revoked
         AND i.client_id = p_client_id
         AND (p_email IS NULL OR p_email = i.email)
         AND (p_email_verified IS NULL OR p_email_verified = i.email_verified)
@@ -80,10 +82,11 @@ DECLARE
 BEGIN
     SELECT i.*, u.status AS user_status,
            EXISTS (SELECT 1 FROM apple_tokens t WHERE t.identity_id = i.id AND t.revoked_at IS NULL) AS has_token,
-           broker_identity_unchanged(i, p_client_id, p_app_id, p_email, p_email_verified, p_is_private_email,
+           broker_identity_unchanged(i, p_client_id, g.identity_id IS NOT NULL, p_email, p_email_verified, p_is_private_email,
                p_real_user_status, p_given_name, p_family_name, p_user_email, p_last_login_resolution) AS unchanged
     INTO v_identity
     FROM apple_identities i JOIN users u ON u.id = i.user_id
+    LEFT JOIN apple_grants g ON g.identity_id = i.id AND g.app_id = p_app_id AND g.consent = 'revoked'
     WHERE i.team_id = p_team_id AND i.sub = p_sub;
     IF FOUND THEN
         v_status := v_identity.user_status;
@@ -120,10 +123,11 @@ BEGIN
             END IF;
             SELECT i.*, u.status AS user_status,
                    EXISTS (SELECT 1 FROM apple_tokens t WHERE t.identity_id = i.id AND t.revoked_at IS NULL) AS has_token,
-                   broker_identity_unchanged(i, p_client_id, p_app_id, p_email, p_email_verified, p_is_private_email,
+                   broker_identity_unchanged(i, p_client_id, g.identity_id IS NOT NULL, p_email, p_email_verified, p_is_private_email,
                        p_real_user_status, p_given_name, p_family_name, p_user_email, p_last_login_resolution) AS unchanged
             INTO v_identity
             FROM apple_identities i JOIN users u ON u.id = i.user_id
+            LEFT JOIN apple_grants g ON g.identity_id = i.id AND g.app_id = p_app_id AND g.consent = 'revoked'
             WHERE i.team_id = p_team_id AND i.sub = p_sub;
             v_status := v_identity.user_status;
             v_has_token := v_identity.has_token;

@@ -100,11 +100,13 @@ struct LoginStore: Sendable {
             """
             SELECT i.user_id, i.email, i.email_verified, i.is_private_email, i.real_user_status, u.status,
                    EXISTS (SELECT 1 FROM apple_tokens t WHERE t.identity_id = i.id AND t.revoked_at IS NULL),
-                   broker_identity_unchanged(i, \(identity.clientID), \(groups.group(of: identity.clientID).primary),
+                   broker_identity_unchanged(i, \(identity.clientID), g.identity_id IS NOT NULL,
                        \(identity.email), \(identity.emailVerified),
                        \(identity.isPrivateEmail), \(identity.realUserStatus), \(user?.name?.firstName),
                        \(user?.name?.lastName), \(user?.email), \(String(lastLoginResolution) + " seconds")::interval)
             FROM apple_identities i JOIN users u ON u.id = i.user_id
+            LEFT JOIN apple_grants g
+                ON g.identity_id = i.id AND g.app_id = \(groups.group(of: identity.clientID).primary) AND g.consent = 'revoked'
             WHERE i.team_id = \(teamID) AND i.sub = \(identity.sub)
             """
         ).first else { return nil }
