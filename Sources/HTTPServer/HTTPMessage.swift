@@ -15,6 +15,15 @@ public struct HTTPMethod: Hashable, Sendable, CustomStringConvertible, Expressib
     public static let put: HTTPMethod = "PUT"
     public static let patch: HTTPMethod = "PATCH"
     public static let delete: HTTPMethod = "DELETE"
+    public static let options: HTTPMethod = "OPTIONS"
+
+    /// The methods the server knows. Anything else is answered 501 and labelled `other`: a
+    /// method is whatever token a client sends (up to the header size), so it must never
+    /// become a metric label or a log field as it is.
+    public static let known: Set<HTTPMethod> = [.get, .head, .post, .put, .patch, .delete, .options]
+
+    /// The method as a bounded label: its name when known, else `other`.
+    public var label: String { Self.known.contains(self) ? rawValue : "other" }
 }
 
 /// Header fields with case-insensitive lookup, in arrival order.

@@ -199,6 +199,9 @@ final class ServerCore: Sendable {
     func respond(to request: HTTPRequest) -> (HTTPResponse, route: String) {
         var request = request
         let response: HTTPResponse
+        guard HTTPMethod.known.contains(request.method) else {
+            return (Problem.notImplemented.response(instance: request.path, requestID: request.requestID), "unmatched")
+        }
         switch router.match(request.method, request.path) {
         case .notFound:
             return (Problem.notFound(path: request.path).response(instance: request.path, requestID: request.requestID), "unmatched")
@@ -325,12 +328,16 @@ private func finish(
 
     let elapsed = ContinuousClock.now - state.started
     let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
-    core.requestCount.increment(route, methodName.rawValue, String(response.status))
-    core.requestDuration.observe(seconds, route, methodName.rawValue)
+    core.requestCount.increment(route, methodName.label, String(response.status))
+    core.requestDuration.observe(seconds, route, methodName.label)
     if core.configuration.accessLog {
+        // An invented method is logged as `other` plus its first 32 bytes, never whole.
+        let logged =
+            methodName.label == "other"
+            ? "other:" + String(decoding: methodName.rawValue.utf8.prefix(32), as: UTF8.self) : methodName.rawValue
         logger.info(
             "request",
-            [("method", methodName.rawValue), ("route", route), ("status", String(response.status)),
+            [("method", logged), ("route", route), ("status", String(response.status)),
              ("duration_ms", String(format: "%.2f", seconds * 1000))])
     }
     return queue(response, on: connection, omitBody: methodName == .head)

@@ -66,6 +66,11 @@ extension Problem {
         Problem(status: 404, code: "not_found", title: "Not found", detail: "no resource at \(path)")
     }
 
+    /// A method the server does not implement (anything but GET, HEAD, POST, PUT, PATCH,
+    /// DELETE, OPTIONS). The method is not echoed.
+    public static let notImplemented = Problem(
+        status: 501, code: "not_implemented", title: "Not implemented", detail: "the request method is not implemented")
+
     public static func methodNotAllowed(_ method: HTTPMethod, allowed: [HTTPMethod]) -> Problem {
         Problem(
             status: 405, code: "method_not_allowed", title: "Method not allowed",

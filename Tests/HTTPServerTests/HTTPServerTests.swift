@@ -95,6 +95,33 @@ struct HTTPServerTests {
         }
     }
 
+    @Test("invented methods get 501 and one `other` label: 40 of them, up to 4 KiB each, add no series")
+    func inventedMethods() throws {
+        try withServer(demoRouter()) { _, base, metrics in
+            _ = try client.send(.init(url: base + "/items/1"))
+            let before = metrics.render().split(separator: "\n").filter { $0.hasPrefix("http_request") }.count
+            for index in 0..<40 {
+                let method = "X" + String(repeating: "Y", count: index * 100) + String(index)
+                let response = try client.send(.init(method: method, url: base + "/items/1"))
+                #expect(response.status == 501)
+                let body = try problem(response)
+                #expect(body["code"] as? String == "not_implemented")
+                #expect(!(response.bodyText.contains(method)), "the method is not echoed")
+            }
+            let text = metrics.render()
+            let series = text.split(separator: "\n").filter { $0.hasPrefix("http_request") }
+            // The first invented method adds the `other` series (a counter and a histogram's
+            // buckets); the next 39 add nothing.
+            let added = series.count - before
+            #expect(added > 0 && added <= 20, "\(added) new lines")
+            #expect(text.contains(#"http_requests_total{route="unmatched",method="other",status="501"} 40"#))
+            #expect(!text.contains("XYY"))
+            // Known methods keep their names; OPTIONS on a GET route is 405 with Allow.
+            let options = try client.send(.init(method: "OPTIONS", url: base + "/items/1"))
+            #expect(options.status == 405)
+        }
+    }
+
     @Test("a body over the limit gets 413, whether announced by Content-Length or chunked")
     func payloadTooLarge() throws {
         try withServer(demoRouter(), configure: { $0.maximumBodyBytes = 1024 }) { _, base, _ in
