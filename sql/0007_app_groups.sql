@@ -26,6 +26,12 @@ SELECT id, user_id, client_id, consent, consent_at, email_forwarding, email_forw
 FROM apple_identities
 WHERE consent <> 'active' OR email_forwarding <> 'enabled' OR consent_at IS NOT NULL OR email_forwarding_at IS NOT NULL;
 
+-- The e-mail in Apple's unsigned first-authorization `user` field is kept apart: `email`
+-- comes only from a verified token (a backend linking accounts by e-mail could otherwise be
+-- taken over with {"user":{"email":"victim@…"}}); the unsigned one is kept at the first
+-- authorization only, as unverified_email, never marked verified.
+ALTER TABLE apple_identities ADD COLUMN unverified_email text;
+
 DROP FUNCTION broker_apply_notification(text, text, text, text, timestamptz);
 DROP FUNCTION broker_revoke_consent(uuid, timestamptz, text);
 DROP FUNCTION broker_login(text, text, text, text, boolean, boolean, text, text, text, text, text, bytea, text, interval, interval);
@@ -52,12 +58,12 @@ CREATE FUNCTION broker_identity_unchanged(
         AND (p_real_user_status IS NULL OR p_real_user_status = i.real_user_status)
         AND (p_given_name IS NULL OR i.given_name IS NOT NULL)
         AND (p_family_name IS NULL OR i.family_name IS NOT NULL)
-        AND (p_user_email IS NULL OR i.email IS NOT NULL)
         AND i.last_login_at IS NOT NULL AND i.last_login_at >= now() - p_last_login_resolution
 $$;
 
 -- The login upsert of 0002, with consent re-activated for the login's group only
--- (p_app_id) and consent.restored naming that group.
+-- (p_app_id) and consent.restored naming that group, and the unsigned `user` e-mail kept
+-- apart as unverified_email (first authorization only).
 CREATE FUNCTION broker_login(
     p_team_id text, p_sub text, p_client_id text, p_app_id text,
     p_email text, p_email_verified boolean, p_is_private_email boolean, p_real_user_status text,
@@ -66,7 +72,7 @@ CREATE FUNCTION broker_login(
     p_last_login_resolution interval, p_validation_jitter interval
 ) RETURNS TABLE (
     r_outcome text, r_user_id uuid, r_is_new_user boolean, r_email text, r_email_verified boolean,
-    r_is_private_email boolean, r_real_user_status text, r_refresh_token_stored boolean
+    r_is_private_email boolean, r_real_user_status text, r_refresh_token_stored boolean, r_unverified_email text
 ) LANGUAGE plpgsql AS $$
 DECLARE
     v_identity record;
@@ -104,10 +110,11 @@ BEGIN
             v_new_user := true;
         END IF;
         INSERT INTO apple_identities AS i (
-            id, user_id, team_id, sub, client_id, email, email_verified, is_private_email, real_user_status,
-            given_name, family_name, transfer_sub, last_login_at, last_verified_at)
+            id, user_id, team_id, sub, client_id, email, unverified_email, email_verified, is_private_email,
+            real_user_status, given_name, family_name, transfer_sub, last_login_at, last_verified_at)
         VALUES (
-            gen_random_uuid(), v_user, p_team_id, p_sub, p_client_id, COALESCE(p_email, p_user_email),
+            gen_random_uuid(), v_user, p_team_id, p_sub, p_client_id, p_email,
+            CASE WHEN p_user_email IS DISTINCT FROM p_email THEN p_user_email END,
             COALESCE(p_email_verified, false), COALESCE(p_is_private_email, false), p_real_user_status,
             p_given_name, p_family_name, p_transfer_sub, now(), now())
         ON CONFLICT (team_id, sub) DO NOTHING
@@ -168,7 +175,7 @@ BEGIN
         IF v_email_changed OR v_restored OR p_refresh_token IS NOT NULL OR NOT v_identity.unchanged THEN
             UPDATE apple_identities AS i SET
                 client_id = p_client_id,
-                email = COALESCE(p_email, i.email, p_user_email),
+                email = COALESCE(p_email, i.email),
                 email_verified = COALESCE(p_email_verified, i.email_verified),
                 is_private_email = CASE WHEN p_email IS NOT NULL THEN COALESCE(p_is_private_email, false)
                                         ELSE i.is_private_email END,
@@ -206,6 +213,7 @@ BEGIN
     r_outcome := 'ok';
     r_is_new_user := v_new_user;
     r_email := v_identity.email;
+    r_unverified_email := v_identity.unverified_email;
     r_email_verified := v_identity.email_verified;
     r_is_private_email := v_identity.is_private_email;
     r_real_user_status := v_identity.real_user_status;

@@ -391,3 +391,44 @@ struct TransferLoginTests {
         #expect(try broker.count("SELECT count(*) FROM apple_tokens WHERE last_validated_at IS NOT NULL") == 0)
     }
 }
+
+/// Apple's first-authorization `user` field is unsigned: anyone can put any e-mail in it.
+@Suite("The unsigned e-mail")
+struct UnsignedEmailTests {
+    @Test("a token without e-mail and user.email = the victim's: email stays null, the claim is unverified_email only")
+    func unsignedEmailIsNotEmail() throws {
+        let broker = try TestBroker()
+        let minted = try broker.mint { $0.omitEmail = true }
+        let login = try broker.login(["identity_token": minted.idToken, "user": ["email": "victim@example.com"]])
+        #expect(login.status == 200)
+        #expect(login.json["email"] is NSNull, "\(login.bodyText)")
+        #expect(login.json["email_verified"] as? Bool == false)
+        #expect(login.json["unverified_email"] as? String == "victim@example.com")
+        #expect(try broker.count("SELECT count(*) FROM apple_identities WHERE email IS NOT NULL") == 0)
+        // Later logins never fill it in either, and unverified_email stays the first one.
+        let again = try broker.login([
+            "identity_token": try broker.mint { $0.sub = minted.sub; $0.omitEmail = true }.idToken,
+            "user": ["email": "other@example.com"],
+        ])
+        #expect(again.json["email"] is NSNull)
+        #expect(again.json["unverified_email"] as? String == "victim@example.com")
+        let userID = try #require(login.json["user_id"] as? String)
+        let identity = try broker.get("/v1/users/\(userID)", key: broker.key([.read])).json["identities"] as? [[String: Any]]
+        #expect(identity?.first?["email"] == nil || identity?.first?["email"] is NSNull)
+        #expect(identity?.first?["unverified_email"] as? String == "victim@example.com")
+    }
+
+    @Test("with a verified e-mail, email is the token's; an unsigned one that differs is only ever unverified_email")
+    func verifiedWins() throws {
+        let broker = try TestBroker()
+        let minted = try broker.mint()
+        let login = try broker.login(["identity_token": minted.idToken, "user": ["email": "victim@example.com"]])
+        #expect(login.json["email"] as? String == minted.email)
+        #expect(login.json["email_verified"] as? Bool == true)
+        #expect(login.json["unverified_email"] as? String == "victim@example.com")
+        // The same address as the token's is not kept twice.
+        let same = try broker.mint()
+        let plain = try broker.login(["identity_token": same.idToken, "user": ["email": same.email!]])
+        #expect(plain.json["unverified_email"] is NSNull)
+    }
+}

@@ -125,6 +125,9 @@ public struct LoginResponse: Sendable, Equatable {
     public var refreshTokenStored: Bool
     public var status: String
     public var risk: Risk
+    /// The e-mail Apple's unsigned first-authorization `user` field named, when the verified
+    /// token had another or none. Never verified: do not link accounts by it.
+    public var unverifiedEmail: String? = nil
 
     /// The JSON body (built directly: this is on every login's path).
     public var json: JSONValue {
@@ -134,6 +137,7 @@ public struct LoginResponse: Sendable, Equatable {
             "email_verified": .bool(emailVerified), "is_private_email": .bool(isPrivateEmail),
             "real_user_status": .string(realUserStatus), "refresh_token_stored": .bool(refreshTokenStored),
             "status": .string(status), "risk": .object(["suggest_challenge": .bool(risk.suggestChallenge)]),
+            "unverified_email": unverifiedEmail.map(JSONValue.string) ?? .null,
         ])
     }
 }

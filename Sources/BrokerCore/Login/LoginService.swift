@@ -153,7 +153,8 @@ public final class LoginService: Sendable {
         return LoginResponse(
             userID: record.userID, appleSub: identity.sub, isNewUser: record.isNewUser, email: record.email,
             emailVerified: record.emailVerified, isPrivateEmail: record.isPrivateEmail, realUserStatus: realUserStatus,
-            refreshTokenStored: record.refreshTokenStored, status: "active", risk: .init(suggestChallenge: challenge))
+            refreshTokenStored: record.refreshTokenStored, status: "active", risk: .init(suggestChallenge: challenge),
+            unverifiedEmail: record.unverifiedEmail)
     }
 
     /// Exchanges an authorization code (with the redirect_uri of a web authorization, none

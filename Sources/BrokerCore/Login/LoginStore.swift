@@ -22,6 +22,9 @@ struct LoginStore: Sendable {
         var isPrivateEmail: Bool
         var realUserStatus: String?
         var refreshTokenStored: Bool
+        /// The e-mail of Apple's unsigned `user` field at the first authorization, when the
+        /// verified token had another (or none).
+        var unverifiedEmail: String?
         /// Whether broker_login ran (and so may have written outbox events).
         var wroteThrough = true
     }
@@ -77,7 +80,8 @@ struct LoginStore: Sendable {
             outcome: try row.decode(String.self, 0), userID: try row.decode(UUID.self, 1),
             isNewUser: try row.decode(Bool.self, 2), email: try row.decode(String?.self, 3),
             emailVerified: try row.decode(Bool?.self, 4) ?? false, isPrivateEmail: try row.decode(Bool?.self, 5) ?? false,
-            realUserStatus: try row.decode(String?.self, 6), refreshTokenStored: try row.decode(Bool.self, 7))
+            realUserStatus: try row.decode(String?.self, 6), refreshTokenStored: try row.decode(Bool.self, 7),
+            unverifiedEmail: try row.decode(String?.self, 8))
     }
 
     /// Keeps the access token of the login's code exchange beside its refresh token.
@@ -98,7 +102,7 @@ struct LoginStore: Sendable {
     private func unchangedRepeatLogin(_ identity: AppleIdentity, user: AppleUserField?) throws -> Record? {
         guard let row = try pool.query(
             """
-            SELECT i.user_id, i.email, i.email_verified, i.is_private_email, i.real_user_status, u.status,
+            SELECT i.user_id, i.email, i.email_verified, i.is_private_email, i.real_user_status, u.status, i.unverified_email,
                    EXISTS (SELECT 1 FROM apple_tokens t WHERE t.identity_id = i.id AND t.revoked_at IS NULL),
                    broker_identity_unchanged(i, \(identity.clientID), g.identity_id IS NOT NULL,
                        \(identity.email), \(identity.emailVerified),
@@ -115,8 +119,9 @@ struct LoginStore: Sendable {
             outcome: status == "deleting" ? "deletion_pending" : "ok", userID: try row.decode(UUID.self, 0),
             isNewUser: false, email: try row.decode(String?.self, 1), emailVerified: try row.decode(Bool.self, 2),
             isPrivateEmail: try row.decode(Bool.self, 3), realUserStatus: try row.decode(String?.self, 4),
-            refreshTokenStored: try row.decode(Bool.self, 6), wroteThrough: false)
-        let unchanged = try row.decode(Bool?.self, 7) ?? false
+            refreshTokenStored: try row.decode(Bool.self, 7), unverifiedEmail: try row.decode(String?.self, 6),
+            wroteThrough: false)
+        let unchanged = try row.decode(Bool?.self, 8) ?? false
         return status == "deleting" || unchanged ? record : nil
     }
 

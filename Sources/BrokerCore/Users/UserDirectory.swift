@@ -28,6 +28,8 @@ struct UserDirectory: Sendable {
         var teamID: String
         var clientID: String
         var email: String?
+        /// Apple's unsigned first-authorization e-mail, when the verified token had another or none.
+        var unverifiedEmail: String?
         var emailVerified: Bool
         var isPrivateEmail: Bool
         var emailForwarding: String
@@ -48,6 +50,7 @@ struct UserDirectory: Sendable {
             case teamID = "team_id"
             case clientID = "client_id"
             case email
+            case unverifiedEmail = "unverified_email"
             case emailVerified = "email_verified"
             case isPrivateEmail = "is_private_email"
             case emailForwarding = "email_forwarding"
@@ -83,7 +86,7 @@ struct UserDirectory: Sendable {
         let identities = try pool.query(
             """
             SELECT id, sub, team_id, client_id, email, email_verified, is_private_email, real_user_status,
-                   given_name, family_name, transferred_at IS NOT NULL, created_at, last_login_at
+                   given_name, family_name, transferred_at IS NOT NULL, created_at, last_login_at, unverified_email
             FROM apple_identities WHERE user_id = \(id) ORDER BY created_at
             """
         ).map { row in
@@ -94,7 +97,7 @@ struct UserDirectory: Sendable {
             let current = apps.first { $0.clientID == groups.group(of: clientID).primary }!
             return Identity(
                 appleSub: try row.decode(String.self, 1), teamID: try row.decode(String.self, 2),
-                clientID: clientID, email: try row.decode(String?.self, 4),
+                clientID: clientID, email: try row.decode(String?.self, 4), unverifiedEmail: try row.decode(String?.self, 13),
                 emailVerified: try row.decode(Bool.self, 5), isPrivateEmail: try row.decode(Bool.self, 6),
                 emailForwarding: current.emailForwarding, realUserStatus: try row.decode(String?.self, 7),
                 consent: current.consent, givenName: try row.decode(String?.self, 8),
