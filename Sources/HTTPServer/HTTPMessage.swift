@@ -16,11 +16,16 @@ public struct HTTPMethod: Hashable, Sendable, CustomStringConvertible, Expressib
     public static let patch: HTTPMethod = "PATCH"
     public static let delete: HTTPMethod = "DELETE"
     public static let options: HTTPMethod = "OPTIONS"
+    public static let trace: HTTPMethod = "TRACE"
+    public static let connect: HTTPMethod = "CONNECT"
+    /// The IETF's safe method with a body (draft-ietf-httpbis-safe-method-w-body).
+    public static let query: HTTPMethod = "QUERY"
 
-    /// The methods the server knows. Anything else is answered 501 and labelled `other`: a
-    /// method is whatever token a client sends (up to the header size), so it must never
-    /// become a metric label or a log field as it is.
-    public static let known: Set<HTTPMethod> = [.get, .head, .post, .put, .patch, .delete, .options]
+    /// The methods the server knows: RFC 9110's, PATCH and QUERY. A known method a route does not
+    /// take is 405 with `Allow`; anything else is 501 and labelled `other`: a method is
+    /// whatever token a client sends (up to the header size), so it must never become a
+    /// metric label or a log field as it is.
+    public static let known: Set<HTTPMethod> = [.get, .head, .post, .put, .patch, .delete, .options, .trace, .connect, .query]
 
     /// The method as a bounded label: its name when known, else `other`.
     public var label: String { Self.known.contains(self) ? rawValue : "other" }

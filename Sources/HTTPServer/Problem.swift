@@ -66,8 +66,8 @@ extension Problem {
         Problem(status: 404, code: "not_found", title: "Not found", detail: "no resource at \(path)")
     }
 
-    /// A method the server does not implement (anything but GET, HEAD, POST, PUT, PATCH,
-    /// DELETE, OPTIONS). The method is not echoed.
+    /// A method the server does not implement (anything but RFC 9110's methods and PATCH).
+    /// The method is not echoed.
     public static let notImplemented = Problem(
         status: 501, code: "not_implemented", title: "Not implemented", detail: "the request method is not implemented")
 

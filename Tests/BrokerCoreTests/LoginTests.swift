@@ -277,6 +277,13 @@ struct LoginTests {
         let pending = try broker.login(["identity_token": try broker.mint { $0.sub = minted.sub }.idToken])
         #expect(pending.status == 409)
         #expect(pending.json["code"] as? String == "user_deletion_pending")
+        // With a code: refused before the exchange, so no refresh token comes alive at Apple.
+        let exchanges = broker.simulator.statistics.token
+        let withCode = try broker.mint { $0.sub = minted.sub; $0.withCode = true }
+        let refused = try broker.login(["identity_token": withCode.idToken, "authorization_code": withCode.code!])
+        #expect(refused.status == 409)
+        #expect(refused.json["code"] as? String == "user_deletion_pending")
+        #expect(broker.simulator.statistics.token == exchanges, "the code was not exchanged")
 
         // What the deletion job leaves behind: a tombstone, no user.
         try broker.pool.query(

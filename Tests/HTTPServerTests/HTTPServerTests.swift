@@ -116,9 +116,12 @@ struct HTTPServerTests {
             #expect(added > 0 && added <= 20, "\(added) new lines")
             #expect(text.contains(#"http_requests_total{route="unmatched",method="other",status="501"} 40"#))
             #expect(!text.contains("XYY"))
-            // Known methods keep their names; OPTIONS on a GET route is 405 with Allow.
-            let options = try client.send(.init(method: "OPTIONS", url: base + "/items/1"))
-            #expect(options.status == 405)
+            // RFC 9110's methods are known: on a route that does not take them, 405 with Allow.
+            for method in ["OPTIONS", "TRACE"] {
+                let answer = try client.send(.init(method: method, url: base + "/items/1"))
+                #expect(answer.status == 405, "\(method)")
+                #expect(answer.header("allow") != nil)
+            }
         }
     }
 

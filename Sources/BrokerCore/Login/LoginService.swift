@@ -93,6 +93,11 @@ public final class LoginService: Sendable {
                 status: 400, code: "redirect_uri_not_registered", title: "redirect_uri not registered",
                 detail: "redirect_uri is not one of the Return URLs registered for this client id (APPLE_REDIRECT_URIS)")
         }
+        // A user whose deletion is pending is refused before the code is exchanged: the refresh
+        // token it would yield would be thrown away, yet live at Apple.
+        if request.authorizationCode != nil, try store.deletionPending(sub: identity.sub) {
+            throw Self.deletionPending
+        }
         var sealed: (keyID: String, sealed: [UInt8])?
         var sealedAccess: (keyID: String, sealed: [UInt8], expiresIn: Int)?
         var claimedCode: String?
@@ -138,11 +143,7 @@ public final class LoginService: Sendable {
                 expiresIn: sealedAccess.expiresIn)
         }
         if record.wroteThrough { eventsWritten() }
-        guard record.outcome == "ok" else {
-            throw Problem(
-                status: 409, code: "user_deletion_pending", title: "Deletion pending",
-                detail: "this user's account is being deleted; sign-in is refused until it is done")
-        }
+        guard record.outcome == "ok" else { throw Self.deletionPending }
         let realUserStatus = record.realUserStatus ?? "unsupported"
         let challenge: Bool =
             switch realUserStatus {
@@ -186,6 +187,10 @@ public final class LoginService: Sendable {
         }
         return (refreshToken, tokens.accessToken, tokens.expiresIn ?? 3600)
     }
+
+    static let deletionPending = Problem(
+        status: 409, code: "user_deletion_pending", title: "Deletion pending",
+        detail: "this user's account is being deleted; sign-in is refused until it is done")
 
     /// Problem for a rejected token: 400 for malformed input, 401 for everything that fails authentication.
     static func problem(for rejection: TokenRejection) -> Problem {

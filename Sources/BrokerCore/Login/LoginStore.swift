@@ -84,6 +84,16 @@ struct LoginStore: Sendable {
             unverifiedEmail: try row.decode(String?.self, 8))
     }
 
+    /// Whether the user of this sub has a deletion pending.
+    func deletionPending(sub: String) throws -> Bool {
+        try !pool.query(
+            """
+            SELECT 1 FROM apple_identities i JOIN users u ON u.id = i.user_id
+            WHERE i.team_id = \(teamID) AND i.sub = \(sub) AND u.status = 'deleting'
+            """
+        ).isEmpty
+    }
+
     /// Keeps the access token of the login's code exchange beside its refresh token.
     func keepAccessToken(sub: String, clientID: String, sealed: [UInt8], keyID: String, expiresIn: Int) throws {
         try pool.query(
