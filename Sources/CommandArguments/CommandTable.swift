@@ -78,7 +78,7 @@ public struct CommandTable: Sendable {
         case run(ParsedArguments)
         /// `--help`, `-h` or `help`: print `usage` and exit 0.
         case help
-        /// `--version` or `version`.
+        /// `--version` (a program's `version` command, if it has one, is a command like the others).
         case version
         /// The first word of a group of commands alone (`api-keys`): print `groupUsage(_:)`.
         case group(String)
@@ -136,7 +136,6 @@ public struct CommandTable: Sendable {
             }
         }
         if leading == ["help"] || arguments.contains("--help") || arguments.contains("-h") { return .help }
-        if leading == ["version"] && arguments.count == 1 { return .version }
         // The command whose words are the longest prefix of the leading words.
         let command = commands.filter { $0.words.count <= leading.count && Array(leading.prefix($0.words.count)) == $0.words }
             .max { $0.words.count < $1.words.count }

@@ -30,14 +30,14 @@ final class DeletionJob: Sendable {
     let tokenKeys: TokenKeyRing
     let settings: BrokerConfiguration.DeletionSettings
     /// Verifies the `id_token` of a handed-over code's exchange.
-    let validator: IdentityTokenValidator?
+    let validator: IdentityTokenValidator
     let logger: Logger
     private let outcomes: CounterFamily
     private let revocations: CounterFamily
 
     init(
         store: DeletionStore, apple: AppleClient, tokenKeys: TokenKeyRing, settings: BrokerConfiguration.DeletionSettings,
-        validator: IdentityTokenValidator? = nil, metrics: MetricsRegistry, logger: Logger
+        validator: IdentityTokenValidator, metrics: MetricsRegistry, logger: Logger
     ) {
         self.store = store
         self.apple = apple
@@ -210,7 +210,7 @@ final class DeletionJob: Sendable {
             return try drop("code_invalid", "Apple refused the code: \(error.kind)", clientID: clientID)
         }
         guard let refreshToken = tokens.refreshToken, let idToken = tokens.idToken,
-            let returned = try? validator?.validate(idToken, rawNonce: nil, clientIDHint: clientID, checkAge: false)
+            let returned = try? validator.validate(idToken, rawNonce: nil, clientIDHint: clientID, checkAge: false)
         else { return try drop("id_token_invalid", "Apple's answer lacked a refresh token or a verifiable id_token", clientID: clientID) }
         guard let identity = identities.first(where: { $0.sub == returned.sub }) else {
             // Another user's code: their grant is none of this deletion's business.

@@ -292,14 +292,14 @@ struct DeletionStore: Sendable {
     /// Keeps the tokens a code exchange yielded, so a crash before their revocation loses nothing.
     func keepExchangedTokens(
         identityID: UUID, userID: UUID, clientID: String, refresh: (sealed: [UInt8], keyID: String),
-        access: (sealed: [UInt8], keyID: String, expiresIn: Int)?
+        access: (sealed: [UInt8], keyID: String, expiresIn: Int)
     ) throws {
         try pool.query(
             """
             INSERT INTO apple_tokens (id, identity_id, user_id, client_id, refresh_token, key_id,
                                       access_token, access_key_id, access_expires_at)
             VALUES (\(UUID()), \(identityID), \(userID), \(clientID), \(refresh.sealed), \(refresh.keyID),
-                    \(access?.sealed), \(access?.keyID), now() + \(String(access?.expiresIn ?? 0) + " seconds")::interval)
+                    \(access.sealed), \(access.keyID), now() + \(String(access.expiresIn) + " seconds")::interval)
             ON CONFLICT (identity_id, client_id) DO UPDATE SET
                 refresh_token = EXCLUDED.refresh_token, key_id = EXCLUDED.key_id, obtained_at = now(), revoked_at = NULL,
                 access_token = EXCLUDED.access_token, access_key_id = EXCLUDED.access_key_id,
@@ -378,6 +378,11 @@ struct DeletionStore: Sendable {
                 """
                 UPDATE deletion_requests SET
                     state = CASE WHEN \(failed) THEN 'failed' ELSE state END,
+                    -- A dead letter keeps no handed-over code (a five-minute bearer secret).
+                    authorization_code = CASE WHEN \(failed) THEN NULL ELSE authorization_code END,
+                    code_key_id = CASE WHEN \(failed) THEN NULL ELSE code_key_id END,
+                    code_client_id = CASE WHEN \(failed) THEN NULL ELSE code_client_id END,
+                    code_redirect_uri = CASE WHEN \(failed) THEN NULL ELSE code_redirect_uri END,
                     next_attempt_at = now() + \(String(milliseconds) + " milliseconds")::interval,
                     last_error = \(error), updated_at = now()
                 WHERE id = \(request.id) AND state IN ('revoking', 'purging')

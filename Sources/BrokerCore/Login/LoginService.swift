@@ -27,7 +27,7 @@ public final class LoginService: Sendable {
     init(
         validator: IdentityTokenValidator, apple: AppleClient, pool: PostgresPool, tokenKeys: TokenKeyRing, teamID: String,
         settings: BrokerConfiguration.LoginSettings, validationIntervalSeconds: Int, retry: RetryPolicy, metrics: MetricsRegistry,
-        groups: AppGroups? = nil, redirectURIs: [String: Set<String>] = [:], eventsWritten: @escaping @Sendable () -> Void = {}
+        groups: AppGroups, redirectURIs: [String: Set<String>], eventsWritten: @escaping @Sendable () -> Void = {}
     ) {
         self.redirectURIs = redirectURIs
         self.eventsWritten = eventsWritten
@@ -35,7 +35,7 @@ public final class LoginService: Sendable {
         self.apple = apple
         self.store = LoginStore(
             pool: pool, teamID: teamID, lastLoginResolution: settings.lastLoginResolutionSeconds,
-            groups: groups ?? .single(validator.clientIDs.sorted()))
+            groups: groups)
         self.ledger = CodeExchangeLedger(pool: pool)
         self.tokenKeys = tokenKeys
         self.teamID = teamID

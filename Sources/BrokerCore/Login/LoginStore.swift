@@ -11,7 +11,7 @@ struct LoginStore: Sendable {
     /// Repeat logins changing nothing rewrite last_login_at only when older than this.
     let lastLoginResolution: Int
     /// A login re-activates consent for its client id's group only.
-    var groups = AppGroups(groups: [])
+    let groups: AppGroups
 
     struct Record: Sendable {
         var outcome: String
@@ -39,25 +39,12 @@ struct LoginStore: Sendable {
         }
         // A token carrying transfer_sub (the 60 days after a team transfer): the login joins the
         // user of the old sub and, in the same transaction, retires the old team's identity and
-        // refresh tokens as `transfer import` does: this team's credentials can neither refresh
-        // nor revoke them (TN3159).
+        // refresh tokens as `transfer import` does.
         return try pool.withTransaction { connection in
             let record = try upsert(
                 connection, identity, user: user, sealedRefreshToken: sealedRefreshToken, validationJitterSeconds: validationJitterSeconds)
             guard record.outcome == "ok" else { return record }
-            try connection.query(
-                """
-                UPDATE apple_tokens SET revoked_at = now()
-                WHERE revoked_at IS NULL AND identity_id IN (
-                    SELECT id FROM apple_identities
-                    WHERE user_id = \(record.userID) AND team_id <> \(teamID) AND transfer_sub = \(transferSub))
-                """)
-            try connection.query(
-                """
-                UPDATE apple_identities SET transferred_at = now()
-                WHERE user_id = \(record.userID) AND team_id <> \(teamID) AND transfer_sub = \(transferSub)
-                  AND transferred_at IS NULL
-                """)
+            try TeamTransfer.retireOldTeam(connection, userID: record.userID, teamID: teamID, transferSub: transferSub)
             return record
         }
     }

@@ -29,7 +29,7 @@ final class RefreshTokenSweep: Sendable {
     private let settings: BrokerConfiguration.SweepSettings
     private let groups: AppGroups
     /// Only this team's tokens: another team's (before a transfer) cannot be refreshed with our credentials.
-    private let teamID: String?
+    private let teamID: String
     private let logger: Logger
     private let outcomes: CounterFamily
     private let breakerTrips: CounterFamily
@@ -52,7 +52,7 @@ final class RefreshTokenSweep: Sendable {
 
     init(
         pool: PostgresPool, apple: AppleClient, tokenKeys: TokenKeyRing, settings: BrokerConfiguration.SweepSettings,
-        groups: AppGroups = AppGroups(groups: []), teamID: String? = nil, metrics: MetricsRegistry, logger: Logger
+        groups: AppGroups, teamID: String, metrics: MetricsRegistry, logger: Logger
     ) {
         self.teamID = teamID
         self.pool = pool
@@ -106,9 +106,9 @@ final class RefreshTokenSweep: Sendable {
             """
             WITH due AS (
                 SELECT t.id FROM apple_tokens t JOIN users u ON u.id = t.user_id
+                JOIN apple_identities ti ON ti.id = t.identity_id
                 WHERE t.next_validation_at <= now() AND t.revoked_at IS NULL AND u.status = 'active'
-                  AND (\(teamID)::text IS NULL
-                       OR EXISTS (SELECT 1 FROM apple_identities ti WHERE ti.id = t.identity_id AND ti.team_id = \(teamID)::text))
+                  AND ti.team_id = \(teamID)
                 ORDER BY t.next_validation_at LIMIT \(batchSize)
                 FOR UPDATE OF t SKIP LOCKED)
             UPDATE apple_tokens t SET next_validation_at = now() + interval '10 minutes'
@@ -149,9 +149,8 @@ final class RefreshTokenSweep: Sendable {
         logger.error(
             "refresh sweep paused: every call failed alike, which is a fault of ours or Apple's, not a verdict on the tokens",
             [("error", kind), ("pause_seconds", String(pause))])
-        for id in untouched {
-            _ = try? pool.query("UPDATE apple_tokens SET next_validation_at = now() WHERE id = \(id)")
-        }
+        let ids = PostgresTextArray(untouched.map(\.lowercasedString))
+        _ = try? pool.query("UPDATE apple_tokens SET next_validation_at = now() WHERE id = ANY (\(ids)::uuid[])")
     }
 
     /// The delay before retrying a token after its `failures`-th consecutive failure:

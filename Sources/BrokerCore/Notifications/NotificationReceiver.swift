@@ -41,13 +41,12 @@ public final class NotificationReceiver: Sendable {
     private let outcomes: CounterFamily
 
     init(
-        verifier: AppleTokenVerifier, clientIDs: Set<String>, groups: AppGroups? = nil, teamID: String, leeway: TimeInterval, pool: PostgresPool,
+        verifier: AppleTokenVerifier, clientIDs: Set<String>, groups: AppGroups, teamID: String, leeway: TimeInterval, pool: PostgresPool,
         metrics: MetricsRegistry, logger: Logger, now: @escaping @Sendable () -> Date = Date.init,
         onDeletionRequested: @escaping @Sendable () -> Void = {}, eventsWritten: @escaping @Sendable () -> Void = {}
     ) {
         self.eventsWritten = eventsWritten
         self.verifier = verifier
-        let groups = groups ?? .single(clientIDs.sorted())
         self.groups = groups
         self.clientIDs = clientIDs.union(groups.allClientIDs)
         self.teamID = teamID

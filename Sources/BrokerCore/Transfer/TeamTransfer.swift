@@ -222,21 +222,7 @@ struct TeamTransfer: Sendable {
                     WHERE user_id = \(line.userID) AND team_id <> \(teamID) AND transfer_sub = \(line.transferSub) LIMIT 1
                 ) AS old ON true
                 """)
-            // The old team's refresh tokens: the new team's credentials can neither refresh
-            // nor revoke them, so the sweep and deletions must leave them alone.
-            try connection.query(
-                """
-                UPDATE apple_tokens SET revoked_at = now()
-                WHERE revoked_at IS NULL AND identity_id IN (
-                    SELECT id FROM apple_identities
-                    WHERE user_id = \(line.userID) AND team_id <> \(teamID) AND transfer_sub = \(line.transferSub))
-                """)
-            try connection.query(
-                """
-                UPDATE apple_identities SET transferred_at = now()
-                WHERE user_id = \(line.userID) AND team_id <> \(teamID) AND transfer_sub = \(line.transferSub)
-                  AND transferred_at IS NULL
-                """)
+            try Self.retireOldTeam(connection, userID: line.userID, teamID: teamID, transferSub: line.transferSub)
             try connection.query(
                 """
                 SELECT broker_emit_event('identity.linked', \(line.userID),
@@ -264,6 +250,26 @@ struct TeamTransfer: Sendable {
 
     /// The lines of a transfer file (none if it does not exist) and the length of its
     /// well-formed part. A torn last line (a crash mid-write) is dropped when tolerated.
+    /// Retires what the old team left of a transferred user: its identity is marked transferred
+    /// and its refresh tokens revoked here, since this team's credentials can neither refresh
+    /// nor revoke them (TN3159), so the sweep and deletions leave them alone. Used by
+    /// `transfer import` and by a login carrying `transfer_sub`.
+    static func retireOldTeam(_ database: some PostgresQuerying, userID: UUID, teamID: String, transferSub: String) throws {
+        try database.query(
+            """
+            UPDATE apple_tokens SET revoked_at = now()
+            WHERE revoked_at IS NULL AND identity_id IN (
+                SELECT id FROM apple_identities
+                WHERE user_id = \(userID) AND team_id <> \(teamID) AND transfer_sub = \(transferSub))
+            """)
+        try database.query(
+            """
+            UPDATE apple_identities SET transferred_at = now()
+            WHERE user_id = \(userID) AND team_id <> \(teamID) AND transfer_sub = \(transferSub)
+              AND transferred_at IS NULL
+            """)
+    }
+
     static func read(_ path: String, tolerateTornTail: Bool) throws -> ([Line], Int) {
         guard FileManager.default.fileExists(atPath: path) else {
             if tolerateTornTail { return ([], 0) }

@@ -6,7 +6,7 @@ import PostgresClient
 struct UserDirectory: Sendable {
     let pool: PostgresPool
     /// Which client ids share an authorization (consent is kept per group).
-    var groups = AppGroups(groups: [])
+    let groups: AppGroups
 
     /// Consent and mail forwarding for one app group (named by its primary App ID).
     struct AppGrant: Encodable, Sendable, Equatable {
@@ -91,10 +91,9 @@ struct UserDirectory: Sendable {
             """
         ).map { row in
             let clientID = try row.decode(String.self, 3)
-            let apps = grants[try row.decode(UUID.self, 0)].map { $0.apps(including: groups.group(of: clientID).primary) }
-                ?? [AppGrant(clientID: groups.group(of: clientID).primary, consent: "active", emailForwarding: "enabled",
-                             refreshTokenStored: false)]
-            let current = apps.first { $0.clientID == groups.group(of: clientID).primary }!
+            // The group of `clientID` comes first.
+            let apps = (grants[try row.decode(UUID.self, 0)] ?? KnownGrants()).apps(including: groups.group(of: clientID).primary)
+            let current = apps[0]
             return Identity(
                 appleSub: try row.decode(String.self, 1), teamID: try row.decode(String.self, 2),
                 clientID: clientID, email: try row.decode(String?.self, 4), unverifiedEmail: try row.decode(String?.self, 13),
