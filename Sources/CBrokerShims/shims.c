@@ -4,7 +4,7 @@
 #include <string.h>
 
 struct MHD_Daemon *cbroker_mhd_start(const cbroker_mhd_config *config) {
-    struct MHD_OptionItem options[12];
+    struct MHD_OptionItem options[14];
     size_t n = 0;
     if (config->bind_address != NULL)
         options[n++] = (struct MHD_OptionItem){MHD_OPTION_SOCK_ADDR, 0, (void *)config->bind_address};
@@ -18,6 +18,10 @@ struct MHD_Daemon *cbroker_mhd_start(const cbroker_mhd_config *config) {
         options[n++] = (struct MHD_OptionItem){MHD_OPTION_CONNECTION_LIMIT, config->connection_limit, NULL};
     if (config->listen_backlog > 0)
         options[n++] = (struct MHD_OptionItem){MHD_OPTION_LISTEN_BACKLOG_SIZE, config->listen_backlog, NULL};
+    if (config->per_ip_connection_limit > 0)
+        options[n++] = (struct MHD_OptionItem){MHD_OPTION_PER_IP_CONNECTION_LIMIT, config->per_ip_connection_limit, NULL};
+    if (config->connection_notify != NULL)
+        options[n++] = (struct MHD_OptionItem){MHD_OPTION_NOTIFY_CONNECTION, (intptr_t)config->connection_notify, config->connection_notify_cls};
     if (config->completed != NULL)
         options[n++] = (struct MHD_OptionItem){MHD_OPTION_NOTIFY_COMPLETED, (intptr_t)config->completed, config->completed_cls};
     if (config->tls_key_pem != NULL && config->tls_cert_pem != NULL) {
@@ -25,7 +29,7 @@ struct MHD_Daemon *cbroker_mhd_start(const cbroker_mhd_config *config) {
         options[n++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_CERT, 0, (void *)config->tls_cert_pem};
     }
     options[n++] = (struct MHD_OptionItem){MHD_OPTION_END, 0, NULL};
-    _Static_assert(sizeof(options) / sizeof(options[0]) >= 10, "room for every option and the terminator");
+    _Static_assert(sizeof(options) / sizeof(options[0]) >= 12, "room for every option and the terminator");
     return MHD_start_daemon(config->flags, config->port, NULL, NULL,
                             config->handler, config->handler_cls,
                             MHD_OPTION_ARRAY, options, MHD_OPTION_END);
@@ -34,6 +38,11 @@ struct MHD_Daemon *cbroker_mhd_start(const cbroker_mhd_config *config) {
 uint16_t cbroker_mhd_bound_port(struct MHD_Daemon *daemon) {
     const union MHD_DaemonInfo *info = MHD_get_daemon_info(daemon, MHD_DAEMON_INFO_BIND_PORT);
     return info == NULL ? 0 : info->port;
+}
+
+int cbroker_mhd_connection_fd(struct MHD_Connection *connection) {
+    const union MHD_ConnectionInfo *info = MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CONNECTION_FD);
+    return info == NULL ? -1 : (int)info->connect_fd;
 }
 
 int cbroker_mhd_client_address(struct MHD_Connection *connection, char *buffer, size_t length) {

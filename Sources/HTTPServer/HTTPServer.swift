@@ -27,6 +27,12 @@ public final class HTTPServer: Sendable {
         public var connectionTimeoutSeconds: Int = 30
         /// Most simultaneous connections.
         public var connectionLimit: Int = 1024
+        /// Most simultaneous connections from one IP address; 0 = no limit (behind a proxy,
+        /// where every connection comes from the proxy's address).
+        public var connectionsPerAddress: Int = 0
+        /// Seconds a connection may take to send a request's headers, counted from when it
+        /// opens or its previous response went out; 0 = no deadline (idle timeout only).
+        public var headerTimeoutSeconds: Int = 10
         /// libmicrohttpd's per-connection memory: the request line and headers must fit in it
         /// with room to spare for the response headers. Larger heads get libmicrohttpd's own
         /// 414 or 431 (plain HTML); the documented query parameters, percent-encoded at their
@@ -42,6 +48,10 @@ public final class HTTPServer: Sendable {
         public var accessLog: Bool = true
 
         public init() {}
+
+        /// The most memory requests can hold at once: every connection with its full pool
+        /// (request line, headers, response headers) and a body at the limit.
+        public var memoryBoundBytes: Int { connectionLimit * (connectionMemoryBytes + maximumBodyBytes) }
     }
 
     /// A failure to start listening.
@@ -93,8 +103,11 @@ public final class HTTPServer: Sendable {
                 connection_memory_limit: configuration.connectionMemoryBytes,
                 connection_limit: UInt32(configuration.connectionLimit),
                 listen_backlog: 1024,
+                per_ip_connection_limit: UInt32(max(0, configuration.connectionsPerAddress)),
                 handler: serverAccessHandler, handler_cls: context,
                 completed: serverRequestCompleted, completed_cls: context,
+                connection_notify: core.headerDeadline == nil ? nil : serverConnectionNotify,
+                connection_notify_cls: core.headerDeadline.map { Unmanaged.passUnretained($0).toOpaque() },
                 tls_key_pem: keyPEM, tls_cert_pem: certificatePEM)
             return cbroker_mhd_start(&options)
         }
@@ -103,7 +116,12 @@ public final class HTTPServer: Sendable {
         }
         let running = Daemon(started)
         daemon.withLock { $0 = running }
-        core.logger.notice("listening", [("address", configuration.listen), ("port", String(port))])
+        core.headerDeadline?.start()
+        core.logger.notice(
+            "listening",
+            [("address", configuration.listen), ("port", String(port)),
+             ("memory_bound_mib", String(configuration.memoryBoundBytes >> 20)),
+             ("connections_per_address", configuration.connectionsPerAddress == 0 ? "unlimited" : String(configuration.connectionsPerAddress))])
     }
 
     /// The port actually bound (useful after listening on port 0).
@@ -129,6 +147,7 @@ public final class HTTPServer: Sendable {
         }
         let abandoned = core.inFlight.load(ordering: .acquiring)
         running = nil  // The last reference: deinit stops the daemon and joins its threads.
+        core.headerDeadline?.stop()
         core.logger.notice("stopped", [("abandoned_requests", String(abandoned))])
     }
 
@@ -178,6 +197,7 @@ final class ServerCore: Sendable {
     let requestIDPrefix = String(UInt64.random(in: 1...UInt64.max), radix: 36)
     let requestCount: CounterFamily
     let requestDuration: HistogramFamily
+    let headerDeadline: HeaderDeadline?
 
     init(
         configuration: HTTPServer.Configuration, router: Router, logger: Logger, metrics: MetricsRegistry,
@@ -193,6 +213,11 @@ final class ServerCore: Sendable {
         requestDuration = metrics.histogram(
             "http_request_duration_seconds", help: "HTTP request latency by route and method.",
             labels: ["route", "method"])
+        let expired = metrics.counter(
+            "http_header_timeouts_total", help: "Connections closed because a request's headers did not arrive in time.")
+        headerDeadline =
+            configuration.headerTimeoutSeconds > 0
+            ? HeaderDeadline(seconds: configuration.headerTimeoutSeconds, expired: expired) : nil
     }
 
     /// Routes a complete request and turns whatever happens into a response.
@@ -275,6 +300,7 @@ private func serverAccessHandler(
         // First call: headers are in, no body yet.
         let state = RequestState()
         slot.pointee = Unmanaged.passRetained(state).toOpaque()
+        core.headerDeadline?.headersArrived(connection)
         core.inFlight.add(1, ordering: .relaxed)
         if let length = header(connection, "Content-Length").flatMap(Int.init),
             length > core.configuration.maximumBodyBytes
@@ -324,6 +350,9 @@ private func finish(
         (response, route) = core.respond(to: request)
     }
     response.headers.set("X-Request-Id", requestID)
+    // Nothing is sniffed into another type; HTTPS only from now on when we terminate TLS.
+    response.headers.set("X-Content-Type-Options", "nosniff")
+    if core.configuration.tls != nil { response.headers.set("Strict-Transport-Security", "max-age=31536000") }
     if core.shuttingDown.load(ordering: .relaxed) { response.headers.set("Connection", "close") }
 
     let elapsed = ContinuousClock.now - state.started
@@ -364,7 +393,9 @@ private func serverRequestCompleted(
     guard let context, let slot, let state = slot.pointee else { return }
     Unmanaged<RequestState>.fromOpaque(state).release()
     slot.pointee = nil
-    Unmanaged<ServerCore>.fromOpaque(context).takeUnretainedValue().inFlight.subtract(1, ordering: .relaxed)
+    let core = Unmanaged<ServerCore>.fromOpaque(context).takeUnretainedValue()
+    core.inFlight.subtract(1, ordering: .relaxed)
+    if let connection { core.headerDeadline?.responseSent(connection) }
 }
 
 private func header(_ connection: OpaquePointer, _ name: String) -> String? {

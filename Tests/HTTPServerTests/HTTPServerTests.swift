@@ -251,4 +251,96 @@ struct HTTPServerTests {
             #expect(throws: HTTPClientError.self) { try CurlTransport().send(.init(url: base + "/items/1", timeout: .seconds(2))) }
         }
     }
+
+    @Test("1,100 stalled connections from one address leave room for another address (per-address limit)")
+    func oneAddressCannotHoldEveryConnection() throws {
+        try withServer(demoRouter(), configure: {
+            $0.connectionsPerAddress = 64
+            $0.headerTimeoutSeconds = 0  // the per-address limit alone must hold
+        }) { server, _, _ in
+            let port = Int(server.port)
+            // Headers never finished: each would hold its connection until the idle timeout.
+            var stalled: [RawConnection] = []
+            for _ in 0..<1_100 {
+                guard let connection = RawConnection(port: port, timeoutSeconds: 1) else { continue }
+                connection.send("GET /items/1 HTTP/1.1\r\nHost: x\r\n")
+                stalled.append(connection)
+            }
+            let other = try #require(RawConnection(port: port, source: "127.0.0.2", timeoutSeconds: 5))
+            other.send("GET /items/2 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            let answer = other.receive()
+            #expect(answer.hasPrefix("HTTP/1.1 200"), "127.0.0.2 got: \(answer.prefix(80))")
+            withExtendedLifetime(stalled) {}
+        }
+    }
+
+    @Test("a client sending its headers a byte at a time is cut off at the header deadline")
+    func headerDeadline() throws {
+        try withServer(demoRouter(), configure: {
+            $0.headerTimeoutSeconds = 1
+            $0.connectionTimeoutSeconds = 30
+        }) { server, _, metrics in
+            let port = Int(server.port)
+            let slow = try #require(RawConnection(port: port, timeoutSeconds: 3))
+            let started = ContinuousClock.now
+            // A byte every 200 ms keeps libmicrohttpd's idle timer from ever firing.
+            for byte in "GET /items/1 HTTP/1.1\r\nHost: xxxxxxxxxxxxxxxxxxxxxxx" {
+                guard slow.send(String(byte)) else { break }
+                Thread.sleep(forTimeInterval: 0.2)
+                if ContinuousClock.now - started > .seconds(4) { break }
+            }
+            #expect(slow.isClosedByPeer(), "the connection outlived its header deadline")
+            #expect(ContinuousClock.now - started < .seconds(6))
+            #expect(metrics.render().contains("http_header_timeouts_total 1"))
+
+            // A kept-alive connection that sends whole requests is not affected.
+            let steady = try #require(RawConnection(port: port, timeoutSeconds: 3))
+            for index in 0..<3 {
+                steady.send("GET /items/\(index) HTTP/1.1\r\nHost: x\r\n\r\n")
+                #expect(steady.receive().hasPrefix("HTTP/1.1 200"))
+                Thread.sleep(forTimeInterval: 0.6)
+            }
+        }
+    }
+
+    @Test("every response says nosniff; HSTS only over TLS")
+    func securityHeaders() throws {
+        try withServer(demoRouter()) { _, base, _ in
+            for path in ["/items/1", "/nowhere"] {
+                let response = try client.send(.init(url: base + path))
+                #expect(response.header("x-content-type-options") == "nosniff")
+                #expect(response.header("strict-transport-security") == nil)
+            }
+        }
+    }
+
+    @Test("rate limits: IPv6 counts by /64, and a flood of new keys does not reset a limited one")
+    func rateLimiterKeys() throws {
+        #expect(RateLimiter.addressKey("2001:db8:1:2:aaaa::1") == RateLimiter.addressKey("2001:db8:1:2:ffff:1:2:3"))
+        #expect(RateLimiter.addressKey("2001:db8:1:2::1") != RateLimiter.addressKey("2001:db8:1:3::1"))
+        #expect(RateLimiter.addressKey("::ffff:192.0.2.7") == "192.0.2.7")
+        #expect(RateLimiter.addressKey("192.0.2.7") == "192.0.2.7")
+
+        let limiter = RateLimiter(rate: 0.001, burst: 3, maximumKeys: 1_000)
+        for _ in 0..<3 { #expect(limiter.acquire("victim") == nil) }
+        #expect(limiter.acquire("victim") != nil)
+        for index in 0..<5_000 { _ = limiter.acquire("flood-\(index)") }
+        #expect(limiter.keyCount <= 1_000)
+        #expect(limiter.acquire("victim") != nil, "the flood reset the victim's budget")
+
+        let v6 = RateLimiter(rate: 0.001, burst: 2)
+        #expect(throws: Never.self) { try v6.check(address: "2001:db8::1") }
+        #expect(throws: Never.self) { try v6.check(address: "2001:db8::2") }
+        #expect(throws: Problem.self) { try v6.check(address: "2001:db8::3") }
+        #expect(throws: Never.self) { try v6.check(address: "2001:db8:0:1::3") }
+    }
+
+    @Test("the default memory bound (connections × (pool + body)) fits under half the Kubernetes memory limit")
+    func memoryBoundFitsManifests() throws {
+        let manifest = try Repository.text("deploy/kubernetes/deployment-api.yaml")
+        let limit = try #require(manifest.firstMatch(of: /limits: \{memory: (\d+)Mi\}/)).output.1
+        let bound = HTTPServer.Configuration().memoryBoundBytes
+        #expect(bound == 1_024 * (48 + 64) * 1_024)
+        #expect(bound <= Int(limit)! * 1_048_576 / 2, "the pod's limit leaves no room for the process itself")
+    }
 }

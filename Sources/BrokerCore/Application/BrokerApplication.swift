@@ -137,7 +137,7 @@ public final class BrokerApplication: Sendable {
             let perAddress = RateLimiter(
                 rate: configuration.rateLimitNotificationsPerAddress, burst: configuration.rateLimitNotificationsPerAddress * 5)
             router.post(configuration.notificationsPath) { request in
-                try perAddress.check(request.remoteAddress, what: "this address")
+                try perAddress.check(address: request.remoteAddress)
                 return try receiver.receive(request)
             }
         }
@@ -182,6 +182,8 @@ public final class BrokerApplication: Sendable {
         serverConfiguration.workerThreads = configuration.httpThreads
         serverConfiguration.maximumBodyBytes = configuration.maximumBodyBytes
         serverConfiguration.connectionTimeoutSeconds = configuration.connectionTimeoutSeconds
+        serverConfiguration.connectionsPerAddress = configuration.connectionsPerAddress
+        serverConfiguration.headerTimeoutSeconds = configuration.headerTimeoutSeconds
         serverConfiguration.shutdownGracePeriod = .seconds(configuration.shutdownGraceSeconds)
         serverConfiguration.accessLog = configuration.accessLog
         serverConfiguration.tls = configuration.tls.map { (keyPEM: $0.keyPEM, certificatePEM: $0.certificatePEM) }

@@ -17,6 +17,13 @@ public struct BrokerConfiguration: Sendable {
     public var maximumBodyBytes: Int = 64 * 1024
     /// `BROKER_CONNECTION_TIMEOUT_SECONDS`: idle HTTP connections are closed after this.
     public var connectionTimeoutSeconds: Int = 30
+    /// `BROKER_MAX_CONNECTIONS_PER_IP`: simultaneous connections from one client address
+    /// (0: no limit). Default 64 when the broker terminates TLS itself, off otherwise (behind a
+    /// proxy every connection comes from the proxy).
+    public var connectionsPerAddress: Int = 0
+    /// `BROKER_HEADER_TIMEOUT_SECONDS`: a connection must send a request's headers this soon
+    /// after it opens or its previous response went out (slow-header attacks), 0: off.
+    public var headerTimeoutSeconds: Int = 10
     /// `BROKER_SHUTDOWN_GRACE_SECONDS`: how long SIGTERM waits for in-flight requests.
     public var shutdownGraceSeconds: Int = 10
     /// `BROKER_DB_POOL_SIZE`.
@@ -230,6 +237,17 @@ public struct BrokerConfiguration: Sendable {
             }
         default:
             reader.problem("BROKER_TLS_CERT_PATH and BROKER_TLS_KEY_PATH go together")
+        }
+        configuration.connectionsPerAddress =
+            reader.integer("BROKER_MAX_CONNECTIONS_PER_IP", in: 0...65_536) ?? (configuration.tls == nil ? 0 : 64)
+        if let seconds = reader.integer("BROKER_HEADER_TIMEOUT_SECONDS", in: 0...3600) {
+            configuration.headerTimeoutSeconds = seconds
+            if seconds > configuration.connectionTimeoutSeconds {
+                reader.problem(
+                    "BROKER_HEADER_TIMEOUT_SECONDS: at most BROKER_CONNECTION_TIMEOUT_SECONDS (\(configuration.connectionTimeoutSeconds))")
+            }
+        } else {
+            configuration.headerTimeoutSeconds = min(configuration.headerTimeoutSeconds, configuration.connectionTimeoutSeconds)
         }
         configuration.rateLimitPerKey = Double(reader.integer("BROKER_RATE_LIMIT_PER_KEY", in: 0...1_000_000) ?? 5000)
         configuration.rateLimitNotificationsPerAddress =

@@ -7,13 +7,13 @@ import HTTPServer
 enum WebSignInRoutes {
     static func register(on router: inout Router, service: WebSignInService, keys: APIKeyAuthenticator, perAddress: RateLimiter) {
         router.get("/v1/apple/web/authorize") { request in
-            try perAddress.check(request.remoteAddress, what: "this address")
+            try perAddress.check(address: request.remoteAddress)
             let location = try service.authorize(
                 clientID: request.query["client_id"], returnTo: request.query["return_to"], appState: request.query["app_state"])
             return redirect(to: location, status: 302)
         }
         router.post("/v1/apple/web/callback") { request in
-            try perAddress.check(request.remoteAddress, what: "this address")
+            try perAddress.check(address: request.remoteAddress)
             guard request.mediaType == "application/x-www-form-urlencoded" else {
                 throw Problem(
                     status: 415, code: "unsupported_media_type", title: "Unsupported media type",

@@ -30,10 +30,15 @@ typedef struct {
     unsigned int connection_limit;
     /// listen(2) backlog; 0 = MHD default.
     unsigned int listen_backlog;
+    /// Most simultaneous connections from one IP address; 0 = no per-address limit.
+    unsigned int per_ip_connection_limit;
     MHD_AccessHandlerCallback _Nonnull handler;
     void *_Nullable handler_cls;
     MHD_RequestCompletedCallback _Nullable completed;
     void *_Nullable completed_cls;
+    /// Called when a connection opens and closes (MHD_OPTION_NOTIFY_CONNECTION); may be NULL.
+    MHD_NotifyConnectionCallback _Nullable connection_notify;
+    void *_Nullable connection_notify_cls;
     /// PEM strings for TLS; both NULL for plain HTTP.
     const char *_Nullable tls_key_pem;
     const char *_Nullable tls_cert_pem;
@@ -47,6 +52,9 @@ uint16_t cbroker_mhd_bound_port(struct MHD_Daemon *_Nonnull daemon);
 
 /// Writes the client's IP address as text into `buffer`; returns 0 on success.
 int cbroker_mhd_client_address(struct MHD_Connection *_Nonnull connection, char *_Nonnull buffer, size_t length);
+
+/// The socket of a connection, or -1.
+int cbroker_mhd_connection_fd(struct MHD_Connection *_Nonnull connection);
 
 /* ---- libcurl ---------------------------------------------------------- */
 
