@@ -98,18 +98,5 @@ extension AppleSimulator {
               contentType: "text/html; charset=utf-8")
     }
 
-    static func html(_ text: String) -> String {
-        var escaped = ""
-        for character in text {
-            switch character {
-            case "&": escaped += "&amp;"
-            case "<": escaped += "&lt;"
-            case ">": escaped += "&gt;"
-            case "\"": escaped += "&quot;"
-            case "'": escaped += "&#39;"
-            default: escaped.append(character)
-            }
-        }
-        return escaped
-    }
+    static func html(_ text: String) -> String { HTMLPage.escape(text) }
 }

@@ -142,6 +142,12 @@ public struct HTTPRequest: Sendable {
         }
     }
 
+    /// True when the client is a browser asking for a page: its `Accept` names `text/html`
+    /// (browsers send it on navigations; API clients and curl do not).
+    public var prefersHTML: Bool {
+        headers["Accept"]?.lowercased().contains("text/html") ?? false
+    }
+
     /// The `Content-Type` without its parameters, lowercased (`application/json`).
     public var mediaType: String? {
         headers["Content-Type"].map { $0.split(separator: ";", maxSplits: 1).first.map(String.init) ?? "" }

@@ -180,6 +180,69 @@ struct WebSignInTests {
         forged.fields = form.fields.map { $0.0 == "state" ? ("state", "made-up") : $0 }
         #expect(try post(forged, to: broker).json["code"] as? String == "invalid_state")
         #expect(try broker.count("SELECT count(*) FROM web_results") == 1)
+        #expect(try broker.count("SELECT count(*) FROM web_used_states") == 1)
+
+        // A state changed by one character does not open.
+        var tampered = form
+        tampered.fields = form.fields.map { name, value in
+            guard name == "state" else { return (name, value) }
+            var bytes = Array(value.utf8)
+            bytes[bytes.count - 5] = bytes[bytes.count - 5] == UInt8(ascii: "A") ? UInt8(ascii: "B") : UInt8(ascii: "A")
+            return (name, String(decoding: bytes, as: UTF8.self))
+        }
+        #expect(try post(tampered, to: broker).json["code"] as? String == "invalid_state")
+
+        // A browser (the Back button, a double submit) gets a page, with the way back to the app.
+        let page = try broker.client.send(
+            .init(
+                method: "POST", url: broker.baseURL + "/v1/apple/web/callback",
+                headers: [("Content-Type", "application/x-www-form-urlencoded"), ("Accept", "text/html,application/xhtml+xml")],
+                body: Array(FormEncoding.encode(form.fields).utf8)))
+        #expect(page.status == 400)
+        #expect(page.header("content-type") == "text/html; charset=utf-8")
+        #expect(page.header("x-content-type-options") == "nosniff")
+        #expect(page.bodyText.contains("already finished or expired"))
+        #expect(page.bodyText.contains("href=\"\(Self.returnTo)\""), "\(page.bodyText)")
+        #expect(!page.bodyText.contains("{"), "no JSON for people")
+    }
+
+    /// Rows in every table of the broker's schema (`query_to_xml` counts each one).
+    static func rowsInDatabase(_ broker: TestBroker) throws -> Int {
+        try broker.count(
+            """
+            SELECT coalesce(sum((xpath('/row/n/text()',
+                     query_to_xml(format('SELECT count(*) AS n FROM %I.%I', table_schema, table_name), false, true, '')))[1]::text::int), 0)
+            FROM information_schema.tables
+            WHERE table_schema = current_schema() AND table_type = 'BASE TABLE' AND table_name <> 'schema_migrations'
+            """)
+    }
+
+    @Test("authorize writes nothing: 300 calls leave every table as it was; a forged callback spends no state")
+    func authorizeWritesNothing() throws {
+        let broker = try Self.broker()
+        let before = try Self.rowsInDatabase(broker)
+        for index in 0..<300 {
+            let response = try broker.get(
+                "/v1/apple/web/authorize?client_id=\(TestBroker.webClientID)&return_to=\(FormEncoding.escape(Self.returnTo))&app_state=\(index)")
+            #expect(response.status == 302)
+        }
+        #expect(try Self.rowsInDatabase(broker) == before)
+
+        // A callback with a genuine state but an id_token that does not verify: an error for the
+        // app, no row (a state is spent only by Apple's token for it).
+        var form = try startSignIn(broker)
+        form.fields = form.fields.map { $0.0 == "id_token" ? ("id_token", "e30.e30.x") : $0 }
+        #expect(try Redirect(try post(form, to: broker)).query["error"] != nil)
+        #expect(try Self.rowsInDatabase(broker) == before)
+
+        // A browser sent to authorize with a return_to that is not registered gets a page without a link.
+        let page = try broker.client.send(
+            .init(
+                url: broker.baseURL + "/v1/apple/web/authorize?client_id=\(TestBroker.webClientID)&return_to=https://evil.example.com/",
+                headers: [("Accept", "text/html")]))
+        #expect(page.status == 400)
+        #expect(page.header("content-type") == "text/html; charset=utf-8")
+        #expect(!page.bodyText.contains("evil.example.com"))
     }
 
     @Test("an id_token whose nonce is not the one stored for the state is refused, and nothing of the user is kept")
@@ -191,10 +254,9 @@ struct WebSignInTests {
         #expect(back.query["result_code"] == nil)
         #expect(try broker.count("SELECT count(*) FROM apple_identities") == 0)
         // The name came with a token that did not verify: it belongs to nobody the broker can
-        // name, so it is not stored anywhere (web_authorizations has no column for it).
-        let dump = try broker.pool.query("SELECT coalesce(string_agg(row_to_json(w)::text, ' '), '') FROM web_authorizations w")
-            .single().decode(String.self, 0)
-        #expect(!dump.contains("Jane"))
+        // name, so it is stored nowhere, and the state is not spent either.
+        #expect(try broker.count("SELECT count(*) FROM web_used_states") == 0)
+        #expect(try broker.count("SELECT count(*) FROM apple_identities WHERE given_name IS NOT NULL") == 0)
     }
 
     @Test("when Apple cannot exchange the code, the verified user and the one-time name are kept")
@@ -226,7 +288,7 @@ struct WebSignInTests {
         let otherClient = try broker.get(
             "/v1/apple/web/authorize?client_id=\(TestBroker.clientID)&return_to=\(FormEncoding.escape(Self.returnTo))")
         #expect(otherClient.json["code"] as? String == "web_client_unknown")
-        #expect(try broker.count("SELECT count(*) FROM web_authorizations") == 0)
+        #expect(try Self.rowsInDatabase(broker) == 0)
 
         let unconfigured = try TestBroker()
         let response = try unconfigured.get(

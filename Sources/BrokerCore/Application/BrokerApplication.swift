@@ -123,7 +123,7 @@ public final class BrokerApplication: Sendable {
                 on: &router,
                 service: WebSignInService(
                     settings: configuration.web, appleBaseURL: appleSettings.baseURL, store: WebSignInStore(pool: pool),
-                    login: login, metrics: metrics),
+                    login: login, keys: tokenKeys, metrics: metrics),
                 keys: apiKeys,
                 perAddress: RateLimiter(
                     rate: configuration.rateLimitNotificationsPerAddress, burst: configuration.rateLimitNotificationsPerAddress * 5))

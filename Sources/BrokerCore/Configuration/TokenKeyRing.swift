@@ -10,6 +10,8 @@ import Foundation
 public struct TokenKeyRing: Sendable {
     public let currentKeyID: String
     private let keys: [String: [UInt8]]
+    /// Key ids, the current one first.
+    public let keyIDs: [String]
 
     public struct Invalid: Error, CustomStringConvertible {
         public let description: String
@@ -36,6 +38,16 @@ public struct TokenKeyRing: Sendable {
         guard let current = order.first else { throw Invalid(description: "no key given") }
         self.currentKeyID = current
         self.keys = keys
+        self.keyIDs = order
+    }
+
+    /// A key of its own for one purpose (sealing web sign-in state, keying hashes), derived
+    /// from the key `keyID` (default: the current one) so that no key serves two purposes:
+    /// HKDF-Expand (RFC 5869 §2.3) for one 32-byte block, the stored key as the PRK (it is
+    /// uniformly random, so HKDF-Extract adds nothing, §3.3), `appleid-broker/<purpose>` as info.
+    public func derivedKey(_ purpose: String, keyID: String? = nil) -> [UInt8]? {
+        guard let key = keys[keyID ?? currentKeyID] else { return nil }
+        return HMACSHA256.authenticate(Array("appleid-broker/\(purpose)".utf8) + [1], key: key)
     }
 
     /// Encrypts with the current key.

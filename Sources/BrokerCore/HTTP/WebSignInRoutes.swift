@@ -4,24 +4,33 @@ import HTTPServer
 
 /// Web sign-in: `GET /v1/apple/web/authorize` and `POST /v1/apple/web/callback` (browsers;
 /// no API key, limited per address) and `POST /v1/apple/web/redeem` (scope `login`).
+///
+/// A browser (its `Accept` names `text/html`) that meets an error on the first two gets a
+/// short page saying what happened, with a link back to the app when a registered
+/// `return_to` is known; anything else gets the problem as JSON.
 enum WebSignInRoutes {
     static func register(on router: inout Router, service: WebSignInService, keys: APIKeyAuthenticator, perAddress: RateLimiter) {
         router.get("/v1/apple/web/authorize") { request in
-            try perAddress.check(address: request.remoteAddress)
-            let location = try service.authorize(
-                clientID: request.query["client_id"], returnTo: request.query["return_to"], appState: request.query["app_state"])
-            return redirect(to: location, status: 302)
+            let clientID = request.query["client_id"]
+            let returnTo = request.query["return_to"]
+            return try forBrowsers(request, service: service, clientID: clientID, returnTo: returnTo) {
+                try perAddress.check(address: request.remoteAddress)
+                let location = try service.authorize(clientID: clientID, returnTo: returnTo, appState: request.query["app_state"])
+                return redirect(to: location, status: 302)
+            }
         }
         router.post("/v1/apple/web/callback") { request in
-            try perAddress.check(address: request.remoteAddress)
-            guard request.mediaType == "application/x-www-form-urlencoded" else {
-                throw Problem(
-                    status: 415, code: "unsupported_media_type", title: "Unsupported media type",
-                    detail: "Apple posts the callback as application/x-www-form-urlencoded")
-            }
-            // 303: the browser follows a form POST's redirect with a GET.
             let fields = FormEncoding.fields(String(decoding: request.body, as: UTF8.self))
-            return redirect(to: try service.callback(form: fields), status: 303)
+            return try forBrowsers(request, service: service, state: fields["state"]) {
+                try perAddress.check(address: request.remoteAddress)
+                guard request.mediaType == "application/x-www-form-urlencoded" else {
+                    throw Problem(
+                        status: 415, code: "unsupported_media_type", title: "Unsupported media type",
+                        detail: "Apple posts the callback as application/x-www-form-urlencoded")
+                }
+                // 303: the browser follows a form POST's redirect with a GET.
+                return redirect(to: try service.callback(form: fields), status: 303)
+            }
         }
         router.post("/v1/apple/web/redeem", keys.protect(.login) { request, _ in
             .json(try service.redeem(try request.jsonObject().requiredString("result_code")))
@@ -30,5 +39,39 @@ enum WebSignInRoutes {
 
     static func redirect(to location: String, status: Int) -> HTTPResponse {
         HTTPResponse(status: status, headers: ["Location": location, "Cache-Control": "no-store", "Referrer-Policy": "no-referrer"])
+    }
+
+    /// Runs `body`; a problem becomes a page when a browser asked.
+    private static func forBrowsers(
+        _ request: HTTPRequest, service: WebSignInService, state: String? = nil, clientID: String? = nil, returnTo: String? = nil,
+        _ body: () throws -> HTTPResponse
+    ) throws -> HTTPResponse {
+        do {
+            return try body()
+        } catch let problem as Problem where request.prefersHTML {
+            let back = service.returnTo(state: state, clientID: clientID, returnTo: returnTo)
+            return HTMLPage.response(
+                status: problem.status, title: pageTitle(problem.code), message: pageMessage(problem),
+                link: back.map { ($0, "Back to the app") },
+                headers: HTTPHeaders(problem.headers.map { ($0.key, $0.value) }))
+        }
+    }
+
+    private static func pageTitle(_ code: String) -> String {
+        switch code {
+        case "invalid_state": "This sign-in has already finished or expired"
+        case "rate_limited": "Too many sign-in attempts"
+        case "web_signin_not_configured": "Sign-in on the web is not available"
+        default: "Sign-in could not start"
+        }
+    }
+
+    private static func pageMessage(_ problem: Problem) -> String {
+        switch problem.code {
+        case "invalid_state":
+            "The page was probably submitted twice or reopened with the Back button. Go back to the app and sign in again."
+        case "rate_limited": "Wait a minute, then try again from the app."
+        default: (problem.detail ?? problem.title) + ". Go back to the app and try again; if it keeps happening, tell the app's team."
+        }
     }
 }

@@ -23,6 +23,9 @@ public struct LoginRequest: Sendable {
     public var redirectURI: String?
     /// The broker's own callback URL, set by its web sign-in (no registration check).
     var redirectURIIsOurs = false
+    /// Runs once the identity token verified, before the code is exchanged: the web
+    /// callback spends its single-use state here, so only a real sign-in costs a row.
+    var afterVerification: (@Sendable (AppleIdentity) throws -> Void)?
 
     public init(identityToken: String, authorizationCode: String? = nil, rawNonce: String? = nil, user: AppleUserField? = nil, clientID: String? = nil) {
         self.identityToken = identityToken

@@ -71,6 +71,7 @@ public final class LoginService: Sendable {
         var request = request
         request.authorizationCode = nil
         request.redirectURI = nil
+        request.afterVerification = nil
         return try perform(request)
     }
 
@@ -84,6 +85,7 @@ public final class LoginService: Sendable {
         } catch AppleKeyError.unavailable {
             throw Self.appleUnavailable("Apple's signing keys cannot be fetched")
         }
+        try request.afterVerification?(identity)
 
         if let redirectURI = request.redirectURI, !request.redirectURIIsOurs,
             !(redirectURIs[identity.clientID]?.contains(redirectURI) ?? false)

@@ -7,14 +7,16 @@ import StrictJSON
 
 /// Sign in with Apple on the web, through the broker (protocol reference §7):
 ///
-/// 1. `authorize` keeps a single-use `state` and a `nonce` in PostgreSQL (no cookie, so
-///    Apple's cross-site form POST cannot lose them, P6) and sends the browser to Apple with
-///    `response_type=code id_token`, `response_mode=form_post`, `scope=name email`;
-/// 2. `callback` takes Apple's form post: consumes the state, keeps the unsigned `user`
-///    name first (Apple sends it once, P7), then logs the user in exactly as
-///    `POST /v1/apple/login` does (token and nonce verified, code exchanged with the
-///    `redirect_uri`, user upserted) and sends the browser to the registered `return_to`
-///    with a one-time `result_code`, or with `error`;
+/// 1. `authorize` seals what the callback needs (client id, `return_to`, `app_state`, a
+///    nonce, an expiry) into the `state` itself (`WebSignInState`; no cookie, so Apple's
+///    cross-site form POST cannot lose it, P6; no row, so calling it costs nothing) and sends
+///    the browser to Apple with `response_type=code id_token`, `response_mode=form_post`,
+///    `scope=name email`;
+/// 2. `callback` takes Apple's form post: opens the state, logs the user in exactly as
+///    `POST /v1/apple/login` does (token and nonce verified, then the state spent once, then
+///    the code exchanged with the `redirect_uri` and the user upserted, keeping the unsigned
+///    name Apple sends once, P7) and sends the browser to the registered `return_to` with a
+///    one-time `result_code`, or with `error`;
 /// 3. `redeem` gives the app backend the login answer for that code, once.
 ///
 /// Browsers only ever go to Apple or to a `return_to` registered for the client id.
@@ -23,16 +25,18 @@ final class WebSignInService: Sendable {
     let appleBaseURL: String
     let store: WebSignInStore
     let login: LoginService
+    let keys: TokenKeyRing
     private let outcomes: CounterFamily
 
     init(
         settings: BrokerConfiguration.WebSignInSettings?, appleBaseURL: String, store: WebSignInStore, login: LoginService,
-        metrics: MetricsRegistry
+        keys: TokenKeyRing, metrics: MetricsRegistry
     ) {
         self.settings = settings
         self.appleBaseURL = appleBaseURL
         self.store = store
         self.login = login
+        self.keys = keys
         outcomes = metrics.counter(
             "web_signin_total", help: "Web sign-in callbacks by outcome: success or the error sent to return_to.",
             labels: ["outcome"])
@@ -41,6 +45,8 @@ final class WebSignInService: Sendable {
     static let notConfigured = Problem(
         status: 404, code: "web_signin_not_configured", title: "Web sign-in not configured",
         detail: "set BROKER_PUBLIC_URL and APPLE_WEB_RETURN_URLS to sign in on the web through the broker")
+
+    static let invalidState = Problem.badRequest(code: "invalid_state", "the state is unknown, already used or expired")
 
     /// The URL of Apple's authorization page for a new sign-in.
     func authorize(clientID: String?, returnTo: String?, appState: String?) throws -> String {
@@ -55,11 +61,11 @@ final class WebSignInService: Sendable {
             throw Problem.badRequest(code: "return_to_not_registered", "return_to is not registered for this client id")
         }
         if let appState, appState.utf8.count > 512 { throw Problem.badRequest("`app_state` is longer than 512 bytes") }
-        let state = Base64URL.encode(SecureRandom.bytes(32))
         let rawNonce = Base64URL.encode(SecureRandom.bytes(32))
-        try store.create(
-            state: state, clientID: clientID, returnTo: returnTo, appState: appState, rawNonce: rawNonce,
-            lifetimeSeconds: settings.stateLifetimeSeconds)
+        let state = try WebSignInState(
+            clientID: clientID, returnTo: returnTo, appState: appState, rawNonce: rawNonce,
+            expiresAt: Int(Date().timeIntervalSince1970) + settings.stateLifetimeSeconds
+        ).sealed(with: keys)
         return appleBaseURL + "/auth/authorize?" + Self.query([
             ("client_id", clientID), ("redirect_uri", settings.callbackURL), ("response_type", "code id_token"),
             ("response_mode", "form_post"), ("scope", "name email"), ("state", state),
@@ -67,23 +73,35 @@ final class WebSignInService: Sendable {
         ])
     }
 
+    /// Where a browser that met an error can go back to: the `return_to` of a state this
+    /// broker sealed, or a `return_to` given with its client id, when it is registered now.
+    func returnTo(state: String?, clientID: String?, returnTo: String?) -> String? {
+        guard let settings else { return nil }
+        if let state, let opened = WebSignInState.open(state, keys: keys) {
+            return settings.returnURLs[opened.clientID]?.contains(opened.returnTo) == true ? opened.returnTo : nil
+        }
+        guard let clientID, let returnTo else { return nil }
+        return settings.returnURLs[clientID]?.contains(returnTo) == true ? returnTo : nil
+    }
+
+    /// A state spent by an earlier callback (the Back button, a double submit).
+    private struct StateAlreadyUsed: Error {}
+
     /// Handles Apple's form post and answers where the browser goes next.
     func callback(form fields: [String: String]) throws -> String {
         guard let settings else { throw Self.notConfigured }
-        guard let state = fields["state"], !state.isEmpty, state.utf8.count <= 256 else {
+        guard let stateText = fields["state"], !stateText.isEmpty else {
             throw Problem.badRequest(code: "invalid_state", "the callback carries no state")
         }
+        guard let authorization = WebSignInState.open(stateText, keys: keys), !authorization.isExpired,
+            settings.returnURLs[authorization.clientID]?.contains(authorization.returnTo) == true
+        else { throw Self.invalidState }
         // Names over the login's 256-byte bound are dropped rather than failing the sign-in.
         // Apple sends the name only once: it is saved on the identity whenever the token
         // verifies, also when the code exchange fails (keepUserAfterFailedExchange).
         func bounded(_ text: String?) -> String? { text.flatMap { $0.utf8.count <= 256 && !$0.isEmpty ? $0 : nil } }
         let sent = fields["user"].flatMap { try? AppleUserField(jsonText: $0) }?.name
         let name = sent.map { AppleUserField.Name(firstName: bounded($0.firstName), lastName: bounded($0.lastName)) }
-        guard
-            let authorization = try store.consume(state: state)
-        else {
-            throw Problem.badRequest(code: "invalid_state", "the state is unknown, already used or expired")
-        }
         func finish(_ outcome: String, _ parameters: [(String, String)]) -> String {
             outcomes.increment(outcome)
             let carried = parameters + (authorization.appState.map { [("app_state", $0)] } ?? [])
@@ -104,9 +122,19 @@ final class WebSignInService: Sendable {
             user: name.map { AppleUserField(name: $0, email: nil) }, clientID: authorization.clientID)
         request.redirectURI = settings.callbackURL
         request.redirectURIIsOurs = true
+        // Spent only once Apple's token for this very state (its nonce) verified: a forged
+        // post costs no row, and a replay of a real one is refused before the code is used.
+        let store = self.store
+        let expiresAt = authorization.expiresAt
+        request.afterVerification = { _ in
+            guard try store.markUsed(state: stateText, expiresAt: expiresAt) else { throw StateAlreadyUsed() }
+        }
         let response: LoginResponse
         do {
             response = try login.login(request)
+        } catch is StateAlreadyUsed {
+            outcomes.increment("invalid_state")
+            throw Self.invalidState
         } catch let problem as Problem {
             if Self.exchangeFailures.contains(problem.code) {
                 // The token verified but the code could not be exchanged: still keep the user
@@ -116,7 +144,8 @@ final class WebSignInService: Sendable {
             return finish(problem.code, [("error", problem.code)])
         }
         let result = try store.createResult(
-            response.json, clientID: authorization.clientID, lifetimeSeconds: settings.resultLifetimeSeconds)
+            response.json, clientID: authorization.clientID, userID: response.userID.uuidString.lowercased(),
+            lifetimeSeconds: settings.resultLifetimeSeconds)
         return finish("success", [("result_code", result)])
     }
 
