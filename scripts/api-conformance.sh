@@ -18,7 +18,7 @@ source scripts/lib/tools-venv.sh
 
 trap stop_all EXIT
 # Schemathesis sends thousands of requests from one key and one address.
-export BROKER_RATE_LIMIT_PER_KEY=0 BROKER_RATE_LIMIT_NOTIFICATIONS_PER_IP=0 BROKER_ACCESS_LOG=false
+export BROKER_RATE_LIMIT_PER_KEY=0 BROKER_RATE_LIMIT_NOTIFICATIONS_PER_IP=0 BROKER_RATE_LIMIT_AUTH_FAILURES_PER_IP=0 BROKER_ACCESS_LOG=false
 # Web sign-in configured, so its endpoints are checked past 404 web_signin_not_configured.
 export BROKER_PUBLIC_URL=http://127.0.0.1:$BROKER_PORT APPLE_WEB_RETURN_URLS=com.example.app=http://127.0.0.1:9/done
 start_stack

@@ -10,12 +10,14 @@ import Testing
 @Suite("API keys")
 struct APIKeyTests {
     /// A server with one route per scope, guarded by the real authenticator.
-    private func withGuardedServer(_ body: (String, APIKeyStore, APIKeyAuthenticator) throws -> Void) throws {
+    private func withGuardedServer(
+        failures: RateLimiter = RateLimiter(rate: 0, burst: 1), _ body: (String, APIKeyStore, APIKeyAuthenticator) throws -> Void
+    ) throws {
         let database = try TestPostgres.freshDatabase()
         try Migrations.apply(configuration: database, logger: Logger(label: "t", sink: .capturing()))
         let pool = PostgresPool(configuration: .init(connection: database, maximumConnections: 4))
         let store = APIKeyStore(pool: pool)
-        let authenticator = APIKeyAuthenticator(store: store)
+        let authenticator = APIKeyAuthenticator(store: store, failures: failures)
         var router = Router()
         for scope in Scope.allCases {
             router.get("/\(scope.rawValue)", authenticator.protect(scope) { _, key in .json(["key": key.id]) })
@@ -64,6 +66,25 @@ struct APIKeyTests {
             authenticator.invalidate()  // What the NOTIFY listener does in the service.
             #expect(try get("/login", "Bearer \(secret)").status == 401)
             #expect(try store.revoke(id: key.id) == false)
+        }
+    }
+
+    @Test("guessing keys from one address: 401 for a burst, then 429 without a query; a working key is not held up")
+    func failedAuthenticationLimit() throws {
+        try withGuardedServer(failures: RateLimiter(rate: 0.01, burst: 30)) { base, store, authenticator in
+            let client = CurlTransport()
+            let (_, secret) = try store.create(name: "backend", scopes: [.login])
+            #expect(try client.send(.init(url: base + "/login", headers: [("Authorization", "Bearer \(secret)")])).status == 200)
+            func guess() throws -> Int {
+                let id = String((0..<12).map { _ in "abcdefghijklmnopqrstuvwxyz0123456789".randomElement()! })
+                let guessed = "abk_\(id)_" + String(repeating: "x", count: 43)
+                return try client.send(.init(url: base + "/login", headers: [("Authorization", "Bearer \(guessed)")])).status
+            }
+            let statuses = try (0..<60).map { _ in try guess() }
+            #expect(statuses.prefix(30).allSatisfy { $0 == 401 })
+            #expect(statuses.suffix(30).allSatisfy { $0 == 429 }, "\(statuses)")
+            authenticator.invalidate()  // a revocation elsewhere: the working key is read again, not refused
+            #expect(try client.send(.init(url: base + "/login", headers: [("Authorization", "Bearer \(secret)")])).status == 200)
         }
     }
 

@@ -42,7 +42,9 @@ public final class BrokerApplication: Sendable {
         let pool = database.pool
         apiKeys = APIKeyAuthenticator(
             store: APIKeyStore(pool: pool),
-            limiter: RateLimiter(rate: configuration.rateLimitPerKey, burst: configuration.rateLimitPerKey * 2))
+            limiter: RateLimiter(rate: configuration.rateLimitPerKey, burst: configuration.rateLimitPerKey * 2),
+            failures: RateLimiter(
+                rate: configuration.rateLimitAuthFailuresPerAddress, burst: max(10, configuration.rateLimitAuthFailuresPerAddress * 30)))
         listener = PostgresListener(configuration: database.connection, logger: logger.labelled("listener"))
 
         let secrets = ClientSecretProvider(

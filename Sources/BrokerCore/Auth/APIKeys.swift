@@ -126,36 +126,56 @@ public final class APIKeyAuthenticator: Sendable {
     private let cacheTTL: Duration
     /// Per-key request budget (`BROKER_RATE_LIMIT_PER_KEY`).
     private let limiter: RateLimiter
-    private let cache = Mutex<[String: (stored: APIKeyStore.Stored?, expires: ContinuousClock.Instant)]>([:])
-    private static let maximumCachedKeys = 10_000
+    /// Failed authentications per client address (`BROKER_RATE_LIMIT_AUTH_FAILURES_PER_IP`):
+    /// an address over it gets 429 for unknown key ids without a database query.
+    private let failures: RateLimiter
+    /// Keys found in the database; only real keys get in, so the table is as small as the key list.
+    private let known = Mutex<[String: (stored: APIKeyStore.Stored, expires: ContinuousClock.Instant)]>([:])
+    /// Ids the database did not have, for a moment; bounded, and a flood of them empties only this.
+    private let unknown = Mutex<[String: ContinuousClock.Instant]>([:])
+    private static let maximumUnknownIDs = 10_000
+    private static let unknownTTL: Duration = .seconds(5)
 
-    public init(store: APIKeyStore, cacheTTL: Duration = .seconds(30), limiter: RateLimiter = RateLimiter(rate: 0, burst: 1)) {
+    public init(
+        store: APIKeyStore, cacheTTL: Duration = .seconds(30), limiter: RateLimiter = RateLimiter(rate: 0, burst: 1),
+        failures: RateLimiter = RateLimiter(rate: 0, burst: 1)
+    ) {
         self.store = store
         self.cacheTTL = cacheTTL
         self.limiter = limiter
+        self.failures = failures
     }
 
     /// Drops every cached key (called when another process revokes one).
-    public func invalidate() { cache.withLock { $0.removeAll() } }
+    /// Known ids stay known (expired, so the next use reads the database again): a key that
+    /// works is never refused for its address's failures.
+    public func invalidate() {
+        let now = ContinuousClock.now
+        known.withLock { known in
+            for id in known.keys { known[id]?.expires = now }
+        }
+        unknown.withLock { $0.removeAll() }
+    }
 
     /// The key presented with `request`, if it is valid and has `scope`.
     /// - Throws: `Problem` 401 `unauthorized` for a missing, malformed, unknown, wrong or
-    ///   revoked key; 403 `insufficient_scope` when the key lacks `scope`.
+    ///   revoked key; 403 `insufficient_scope` when the key lacks `scope`; 429
+    ///   `rate_limited` when the address has failed too often.
     public func authenticate(_ request: HTTPRequest, requiring scope: Scope) throws -> APIKey {
         guard let presented = request.bearerToken else {
             throw Self.unauthorized("send an API key as Authorization: Bearer <key>")
         }
         // abk_ + 12-character id + _ + secret
         let utf8 = Array(presented.utf8)
-        guard utf8.count > 17, presented.hasPrefix("abk_"), utf8[16] == UInt8(ascii: "_") else {
-            throw Self.unauthorized("the API key is malformed")
+        guard utf8.count > 17, utf8.count <= 256, presented.hasPrefix("abk_"), utf8[16] == UInt8(ascii: "_") else {
+            throw try failed(request, "the API key is malformed")
         }
         let id = String(decoding: utf8[4..<16], as: UTF8.self)
-        guard let stored = try lookup(id),
+        guard let stored = try lookup(id, from: request),
             ConstantTime.equals(SHA256.hash(utf8), stored.hash),
             stored.key.revokedAt == nil
         else {
-            throw Self.unauthorized("the API key is not valid")
+            throw try failed(request, "the API key is not valid")
         }
         guard stored.key.scopes.contains(scope) else {
             throw Problem(
@@ -163,6 +183,12 @@ public final class APIKeyAuthenticator: Sendable {
                 detail: "this endpoint needs an API key with the '\(scope.rawValue)' scope")
         }
         return stored.key
+    }
+
+    /// Counts a failed authentication against the address: 401, or 429 once over budget.
+    private func failed(_ request: HTTPRequest, _ detail: String) throws -> Problem {
+        try failures.check(address: request.remoteAddress)
+        return Self.unauthorized(detail)
     }
 
     /// Wraps a handler so it runs only for a key with `scope`.
@@ -176,15 +202,26 @@ public final class APIKeyAuthenticator: Sendable {
         }
     }
 
-    private func lookup(_ id: String) throws -> APIKeyStore.Stored? {
+    private func lookup(_ id: String, from request: HTTPRequest) throws -> APIKeyStore.Stored? {
         let now = ContinuousClock.now
-        if let cached = cache.withLock({ $0[id] }), cached.expires > now { return cached.stored }
-        let stored = try store.find(id: id)
-        cache.withLock { cache in
-            if cache.count >= Self.maximumCachedKeys { cache.removeAll() }
-            // Unknown ids are cached briefly too, so guessing does not turn into one query per try.
-            cache[id] = (stored, now + (stored == nil ? .seconds(2) : cacheTTL))
+        let cached = known.withLock { $0[id] }
+        if let cached, cached.expires > now { return cached.stored }
+        if cached == nil {
+            if let until = unknown.withLock({ $0[id] }), until > now { return nil }
+            // An id never seen from an address that keeps failing: refused without a query.
+            if failures.isExhausted(RateLimiter.addressKey(request.remoteAddress)) {
+                try failures.check(address: request.remoteAddress)
+            }
         }
+        guard let stored = try store.find(id: id) else {
+            known.withLock { _ = $0.removeValue(forKey: id) }
+            unknown.withLock { unknown in
+                if unknown.count >= Self.maximumUnknownIDs { unknown.removeAll() }
+                unknown[id] = now + Self.unknownTTL
+            }
+            return nil
+        }
+        known.withLock { $0[id] = (stored, now + cacheTTL) }
         return stored
     }
 

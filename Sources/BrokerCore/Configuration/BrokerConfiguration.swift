@@ -43,6 +43,10 @@ public struct BrokerConfiguration: Sendable {
     /// `BROKER_RATE_LIMIT_NOTIFICATIONS_PER_IP`: requests per second per client address on the
     /// public notification endpoint (0: off); bursts up to five times that.
     public var rateLimitNotificationsPerAddress: Double = 100
+    /// `BROKER_RATE_LIMIT_AUTH_FAILURES_PER_IP`: failed API-key authentications per second per
+    /// client address (0: off), bursts of thirty times that; beyond it 429, and unknown key
+    /// ids are refused without a database query.
+    public var rateLimitAuthFailuresPerAddress: Double = 1
     /// `BROKER_NOTIFICATIONS_PATH`: where Apple posts server-to-server notifications.
     public var notificationsPath: String = "/v1/apple/notifications"
     /// `BROKER_ROLES` (or `serve --roles`): which parts this process runs.
@@ -250,6 +254,8 @@ public struct BrokerConfiguration: Sendable {
             configuration.headerTimeoutSeconds = min(configuration.headerTimeoutSeconds, configuration.connectionTimeoutSeconds)
         }
         configuration.rateLimitPerKey = Double(reader.integer("BROKER_RATE_LIMIT_PER_KEY", in: 0...1_000_000) ?? 5000)
+        configuration.rateLimitAuthFailuresPerAddress =
+            Double(reader.integer("BROKER_RATE_LIMIT_AUTH_FAILURES_PER_IP", in: 0...1_000_000) ?? 1)
         configuration.rateLimitNotificationsPerAddress =
             Double(reader.integer("BROKER_RATE_LIMIT_NOTIFICATIONS_PER_IP", in: 0...1_000_000) ?? 100)
         if let path = reader.string("BROKER_NOTIFICATIONS_PATH") {
