@@ -6,6 +6,9 @@
   resource requests, and mounts the Secrets the ConfigMap points at;
 - every Secret and ConfigMap a Deployment refers to is defined (the CloudNativePG app Secret
   is made by the operator from the Cluster);
+- /metrics has its own port (BROKER_METRICS_LISTEN) on every Deployment, the NetworkPolicy
+  admits it only from a namespace selector, and the PodMonitor scrapes that port by name;
+- the PrometheusRule in monitoring/ is what scripts/make-prometheus-rule.py makes of alerts.yml;
 - and the other way round: every setting the broker reads is documented in the README.
 """
 import glob
@@ -115,6 +118,31 @@ for line in (root / "deploy/Dockerfile").read_text().splitlines():
 for name in sorted(set(re.findall(r'"((?:BROKER|APPLE|DATABASE|TOKEN|POSTGRES)_[A-Z_]+)"', source))):
     if f"`{name}`" not in readme:
         failures.append(f"README.md: the setting {name} is read by the broker but not documented")
+
+metrics_listen = next((c["data"].get("BROKER_METRICS_LISTEN") for c in config_maps.values()), None)
+if not metrics_listen:
+    failures.append("ConfigMap: BROKER_METRICS_LISTEN is not set (metrics would share the API's port)")
+else:
+    metrics_port = int(metrics_listen.rsplit(":", 1)[1])
+    for deployment in deployments:
+        ports = {p.get("name"): p["containerPort"] for p in deployment["spec"]["template"]["spec"]["containers"][0].get("ports", [])}
+        if ports.get("metrics") != metrics_port:
+            failures.append(f"Deployment {deployment['metadata']['name']}: no container port `metrics` = {metrics_port}")
+    for policy in kinds.get("NetworkPolicy", []):
+        for rule in policy["spec"].get("ingress", []):
+            if any(p["port"] == metrics_port for p in rule.get("ports", [])):
+                sources = rule.get("from", [])
+                if not sources or not all("namespaceSelector" in s for s in sources):
+                    failures.append(f"NetworkPolicy {policy['metadata']['name']}: port {metrics_port} is open beyond a namespace")
+monitors = [d for path in sorted((root / "deploy/kubernetes/monitoring").glob("*.yaml")) for d in yaml.safe_load_all(open(path)) if d]
+for monitor in [m for m in monitors if m.get("kind") == "PodMonitor"]:
+    if [e.get("port") for e in monitor["spec"]["podMetricsEndpoints"]] != ["metrics"]:
+        failures.append("PodMonitor: must scrape the `metrics` port")
+if not any(m.get("kind") == "PodMonitor" for m in monitors) or not any(m.get("kind") == "PrometheusRule" for m in monitors):
+    failures.append("deploy/kubernetes/monitoring: a PodMonitor and a PrometheusRule are expected")
+import subprocess
+if subprocess.run([sys.executable, str(root / "scripts/make-prometheus-rule.py"), "--check"]).returncode != 0:
+    failures.append("deploy/kubernetes/monitoring/prometheusrule.yaml is stale")
 
 if failures:
     print("\n".join(failures), file=sys.stderr)

@@ -1,3 +1,4 @@
+import BrokerCore
 import Foundation
 import HTTPClient
 import ProcessRunner
@@ -10,6 +11,19 @@ import TestSupport
 struct MonitoringTests {
     static let promtool = Repository.executable("promtool")
     static let promtoolMissing: Comment = "promtool is not installed (Debian package prometheus; scripts/bootstrap.sh test installs it)"
+
+    @Test("with BROKER_METRICS_LISTEN, /metrics is served there and only there")
+    func metricsListener() throws {
+        let port = FreePort.next()
+        let broker = try TestBroker(extra: ["BROKER_METRICS_LISTEN": "127.0.0.1:\(port)"])
+        #expect(try broker.get("/metrics").status == 404)
+        #expect(try broker.get("/healthz").status == 200)
+        let scraped = try broker.client.send(.init(url: "http://127.0.0.1:\(port)/metrics"))
+        #expect(scraped.status == 200)
+        #expect(scraped.bodyText.contains("http_requests_total{route=\"/healthz\",method=\"GET\",status=\"200\"} 1"))
+        #expect(try broker.client.send(.init(url: "http://127.0.0.1:\(port)/healthz")).status == 404, "nothing else on the metrics port")
+        #expect(broker.application.metricsPort == UInt16(port))
+    }
 
     @Test("the Grafana dashboard is well-formed and every panel's metric is served on /metrics")
     func dashboard() throws {

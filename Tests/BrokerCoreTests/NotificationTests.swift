@@ -120,6 +120,25 @@ struct NotificationTests {
         #expect(try broker.count("SELECT count(*) FROM audit_log WHERE detail::text LIKE \("%" + sub + "%") OR subject = \(sub)") == 0)
     }
 
+    @Test("the inbox keeps notifications for BROKER_NOTIFICATION_RETENTION_SECONDS; one older than that is stale, not applied")
+    func inboxRetention() throws {
+        let broker = try TestBroker(extra: ["BROKER_NOTIFICATION_RETENTION_SECONDS": "86400"])
+        let (_, sub) = try brokerWithUser(broker)
+        let old = Int64(Date().timeIntervalSince1970 - 2 * 86_400) * 1000
+        var request = NotificationRequest(url: broker.baseURL + "/v1/apple/notifications", type: "email-disabled", sub: sub, clientID: TestBroker.clientID)
+        request.eventTimeMilliseconds = old
+        let (_, payload) = try broker.simulator.signNotification(request)
+        let late = try broker.post("/v1/apple/notifications", json: String(decoding: JSONValue.object(["payload": .string(payload)]).serialized(), as: UTF8.self))
+        #expect(late.status == 200)
+        #expect(late.json["status"] as? String == "stale")
+        #expect(try identity(broker, sub).decode(String.self, 0) == "enabled")
+        #expect(try notify(broker, "email-disabled", sub: sub).status == 200)
+        #expect(try broker.count("SELECT count(*) FROM apple_notifications") == 1)
+        try broker.pool.query("UPDATE apple_notifications SET received_at = now() - interval '25 hours'")
+        try NotificationReceiver.prune(broker.pool, retentionSeconds: 86_400)
+        #expect(try broker.count("SELECT count(*) FROM apple_notifications") == 0)
+    }
+
     @Test("an older event arriving late does not overwrite a newer state")
     func outOfOrder() throws {
         let broker = try TestBroker()

@@ -19,6 +19,8 @@ public final class BrokerApplication: Sendable {
     let logger: Logger
     let listener: PostgresListener
     let server: HTTPServer
+    /// `/metrics` alone, when `BROKER_METRICS_LISTEN` is set.
+    let metricsServer: HTTPServer?
     /// Apple's signing keys, shared by login and notifications.
     public let appleKeys: AppleKeyCache
     public let apple: AppleClient
@@ -101,7 +103,8 @@ public final class BrokerApplication: Sendable {
         }
 
         var router = Router()
-        OperationsRoutes.register(on: &router, database: database, metrics: metrics, health: health)
+        OperationsRoutes.register(
+            on: &router, database: database, metrics: metrics, health: health, servesMetrics: configuration.metricsListen == nil)
         if configuration.roles.contains(.api) {
             let login = LoginService(
                 validator: validator, apple: apple, pool: pool, tokenKeys: tokenKeys, teamID: appleSettings.teamID,
@@ -134,7 +137,8 @@ public final class BrokerApplication: Sendable {
             let receiver = NotificationReceiver(
                 verifier: verifier, clientIDs: Set(appleSettings.clientIDs), groups: appleSettings.appGroups,
                 teamID: appleSettings.teamID,
-                leeway: TimeInterval(configuration.login.tokenLeewaySeconds), pool: pool, metrics: metrics,
+                leeway: TimeInterval(configuration.login.tokenLeewaySeconds),
+                retentionSeconds: configuration.dispatch.notificationRetentionSeconds, pool: pool, metrics: metrics,
                 logger: logger.labelled("notifications"), onDeletionRequested: wakeDeletions, eventsWritten: eventsWritten)
             let perAddress = RateLimiter(
                 rate: configuration.rateLimitNotificationsPerAddress, burst: configuration.rateLimitNotificationsPerAddress * 5)
@@ -167,12 +171,14 @@ public final class BrokerApplication: Sendable {
                     name: "refresh-sweep", lanes: configuration.sweep.concurrency,
                     interval: .seconds(configuration.sweep.intervalSeconds), logger: logger, step: sweep.step))
             let retentionSeconds = configuration.dispatch.retentionSeconds
+            let notificationRetentionSeconds = configuration.dispatch.notificationRetentionSeconds
             workers.append(
                 WorkerGroup(name: "housekeeping", lanes: 1, interval: .seconds(300), logger: logger) {
                     // Authorization codes live five minutes; their exchange ledger one hour.
                     try pool.query("DELETE FROM authorization_codes WHERE created_at < now() - interval '1 hour'")
                     try EventRetention.prune(pool, retentionSeconds: retentionSeconds)
                     try WebSignInStore.prune(pool)
+                    try NotificationReceiver.prune(pool, retentionSeconds: notificationRetentionSeconds)
                     return false
                 })
         }
@@ -192,6 +198,21 @@ public final class BrokerApplication: Sendable {
         server = HTTPServer(
             configuration: serverConfiguration, router: router, logger: logger.labelled("http"), metrics: metrics,
             errorMapper: ErrorMapping.problem(for:))
+        if let metricsListen = configuration.metricsListen {
+            var metricsRouter = Router()
+            OperationsRoutes.registerMetrics(on: &metricsRouter, metrics: metrics)
+            var metricsConfiguration = HTTPServer.Configuration()
+            metricsConfiguration.listen = metricsListen
+            metricsConfiguration.workerThreads = 2
+            metricsConfiguration.connectionLimit = 64
+            metricsConfiguration.accessLog = false
+            // Its own registry: scrapes are not counted among the API's requests.
+            metricsServer = HTTPServer(
+                configuration: metricsConfiguration, router: metricsRouter, logger: logger.labelled("metrics"),
+                metrics: MetricsRegistry())
+        } else {
+            metricsServer = nil
+        }
         registerPoolMetrics()
         let apiKeys = self.apiKeys
         listener.subscribe(APIKeyStore.changedChannel) { _ in apiKeys.invalidate() }
@@ -204,6 +225,7 @@ public final class BrokerApplication: Sendable {
             appleKeys.start()
         }
         workers.forEach { $0.start() }
+        try metricsServer?.start()
         try server.start()
         logger.notice(
             "appleid-broker started",
@@ -213,10 +235,14 @@ public final class BrokerApplication: Sendable {
     /// The bound HTTP port.
     public var port: UInt16 { server.port }
 
+    /// The metrics listener's port, when there is one.
+    public var metricsPort: UInt16? { metricsServer?.port }
+
     /// Graceful stop, in reverse order of start.
     public func stop() {
         health.beginShutdown()
         server.shutdown()
+        metricsServer?.shutdown()
         workers.forEach { $0.stop() }
         appleKeys.stop()
         listener.stop()

@@ -9,6 +9,9 @@ public struct BrokerConfiguration: Sendable {
     public var databaseURL: String?
     /// `BROKER_LISTEN`, `host:port`.
     public var listen: String = "127.0.0.1:8080"
+    /// `BROKER_METRICS_LISTEN`, `host:port`: serve `/metrics` there, and only there; nil
+    /// serves it on `BROKER_LISTEN`.
+    public var metricsListen: String?
     /// `BROKER_DATA_DIR`: local state (the embedded cluster).
     public var dataDirectory: String = "./.appleid-broker"
     /// `BROKER_HTTP_THREADS`: libmicrohttpd worker threads.
@@ -123,6 +126,9 @@ public struct BrokerConfiguration: Sendable {
         public var maximumAgeSeconds = 86_400
         /// `BROKER_EVENT_RETENTION_SECONDS`: delivered deliveries and events are pruned after this.
         public var retentionSeconds = 7 * 86_400
+        /// `BROKER_NOTIFICATION_RETENTION_SECONDS`: Apple's notifications stay in the inbox (for
+        /// deduplication by `jti`) this long; older notifications are answered `stale`.
+        public var notificationRetentionSeconds = 30 * 86_400
     }
 
     public init() {}
@@ -206,6 +212,10 @@ public struct BrokerConfiguration: Sendable {
         configuration.listen = reader.string("BROKER_LISTEN") ?? configuration.listen
         if !configuration.listen.contains(":") {
             reader.problem("BROKER_LISTEN: expected host:port such as 127.0.0.1:8080, got '\(configuration.listen)'")
+        }
+        configuration.metricsListen = reader.string("BROKER_METRICS_LISTEN")
+        if let metricsListen = configuration.metricsListen, !metricsListen.contains(":") || metricsListen == configuration.listen {
+            reader.problem("BROKER_METRICS_LISTEN: expected host:port other than BROKER_LISTEN, got '\(metricsListen)'")
         }
         configuration.dataDirectory = reader.string("BROKER_DATA_DIR") ?? configuration.dataDirectory
         configuration.httpThreads = reader.integer("BROKER_HTTP_THREADS", in: 1...1024) ?? configuration.httpThreads
@@ -306,6 +316,8 @@ public struct BrokerConfiguration: Sendable {
         dispatch.retryMaximumSeconds = reader.integer("BROKER_WEBHOOK_RETRY_MAX_SECONDS", in: 1...86_400) ?? dispatch.retryMaximumSeconds
         dispatch.maximumAgeSeconds = reader.integer("BROKER_WEBHOOK_MAX_AGE_SECONDS", in: 1...(30 * 86_400)) ?? dispatch.maximumAgeSeconds
         dispatch.retentionSeconds = reader.integer("BROKER_EVENT_RETENTION_SECONDS", in: 60...(365 * 86_400)) ?? dispatch.retentionSeconds
+        dispatch.notificationRetentionSeconds =
+            reader.integer("BROKER_NOTIFICATION_RETENTION_SECONDS", in: 86_400...(3_650 * 86_400)) ?? dispatch.notificationRetentionSeconds
         configuration.dispatch = dispatch
         if let keys = reader.string("TOKEN_ENCRYPTION_KEY") {
             do {

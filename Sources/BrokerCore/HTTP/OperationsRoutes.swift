@@ -4,7 +4,10 @@ import PostgresClient
 
 /// `/healthz`, `/readyz` and `/metrics`: for load balancers, orchestrators and Prometheus.
 enum OperationsRoutes {
-    static func register(on router: inout Router, database: Database, metrics: MetricsRegistry, health: HealthState) {
+    /// - Parameter servesMetrics: false when `/metrics` has a listener of its own (`BROKER_METRICS_LISTEN`).
+    static func register(
+        on router: inout Router, database: Database, metrics: MetricsRegistry, health: HealthState, servesMetrics: Bool = true
+    ) {
         router.get("/healthz") { _ in
             .json(["status": "ok"])
         }
@@ -19,12 +22,17 @@ enum OperationsRoutes {
             }
             return .json(["status": "ready"])
         }
-        router.get("/metrics") { _ in
-            .text(metrics.render(), contentType: "text/plain; version=0.0.4; charset=utf-8")
-        }
+        if servesMetrics { registerMetrics(on: &router, metrics: metrics) }
         let description = Array((EmbeddedFiles.text(named: "openapi.json") ?? "{}").utf8)
         router.get("/openapi.json") { _ in
             HTTPResponse(status: 200, headers: ["Content-Type": "application/json"], body: description)
+        }
+    }
+
+    /// `GET /metrics`, on the main router or the metrics listener's.
+    static func registerMetrics(on router: inout Router, metrics: MetricsRegistry) {
+        router.get("/metrics") { _ in
+            .text(metrics.render(), contentType: "text/plain; version=0.0.4; charset=utf-8")
         }
     }
 }

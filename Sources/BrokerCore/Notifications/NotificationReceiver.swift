@@ -31,6 +31,8 @@ public final class NotificationReceiver: Sendable {
     let clientIDs: Set<String>
     let teamID: String
     let leeway: TimeInterval
+    /// How long the inbox keeps a notification's `jti`; an older notification is `stale`.
+    let retentionSeconds: Int
     let pool: PostgresPool
     let logger: Logger
     let now: @Sendable () -> Date
@@ -41,7 +43,8 @@ public final class NotificationReceiver: Sendable {
     private let outcomes: CounterFamily
 
     init(
-        verifier: AppleTokenVerifier, clientIDs: Set<String>, groups: AppGroups, teamID: String, leeway: TimeInterval, pool: PostgresPool,
+        verifier: AppleTokenVerifier, clientIDs: Set<String>, groups: AppGroups, teamID: String, leeway: TimeInterval,
+        retentionSeconds: Int = 30 * 86_400, pool: PostgresPool,
         metrics: MetricsRegistry, logger: Logger, now: @escaping @Sendable () -> Date = Date.init,
         onDeletionRequested: @escaping @Sendable () -> Void = {}, eventsWritten: @escaping @Sendable () -> Void = {}
     ) {
@@ -51,6 +54,7 @@ public final class NotificationReceiver: Sendable {
         self.clientIDs = clientIDs.union(groups.allClientIDs)
         self.teamID = teamID
         self.leeway = leeway
+        self.retentionSeconds = retentionSeconds
         self.pool = pool
         self.logger = logger
         self.now = now
@@ -69,6 +73,12 @@ public final class NotificationReceiver: Sendable {
             outcomes.increment("unverified", "rejected")
             request.logger.warning("notification rejected", [("code", problem.code)])
             throw problem
+        }
+        // Past the inbox's retention a jti can no longer be recognised as a duplicate: so old
+        // a notification is not applied (Apple retries for hours, not weeks).
+        if notification.eventTime.timeIntervalSince1970 < now().timeIntervalSince1970 - Double(retentionSeconds) {
+            outcomes.increment(notification.type, "stale")
+            return .json(.object(["status": .string("stale")]))
         }
         let outcome: String
         let group = groups.group(of: notification.audience)
@@ -98,6 +108,11 @@ public final class NotificationReceiver: Sendable {
     }
 
     static let deletionTypes: Set<String> = ["account-delete", "account-deleted"]
+
+    /// Prunes the inbox: notifications received longer ago than the retention.
+    package static func prune(_ pool: PostgresPool, retentionSeconds: Int) throws {
+        try pool.query("DELETE FROM apple_notifications WHERE received_at < now() - make_interval(secs => \(retentionSeconds))")
+    }
 
     /// Checks the body's shape and the JWS, and decodes the event.
     func decode(_ request: HTTPRequest) throws -> AppleNotification {
