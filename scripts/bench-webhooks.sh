@@ -18,6 +18,8 @@ trap stop_everything EXIT
 
 echo "== webhooks: $COUNT events, $CONCURRENCY dispatcher lanes; then $RATE notifications/s for 10 s (nproc $(nproc))"
 export BROKER_DISPATCH_CONCURRENCY=$CONCURRENCY BROKER_DB_POOL_SIZE=$((CONCURRENCY + 16))
+# The receiver is on loopback.
+export BROKER_WEBHOOK_ALLOW_PRIVATE_NETWORKS=true
 start_stack
 socket=$(sed -n 5p "$WORK/data/postgres/postmaster.pid")
 sql() { psql -h "$socket" -U broker -d postgres -qAt -c "$1"; }

@@ -352,6 +352,7 @@ def main():
         "DATABASE_URL": postgres.url, "BROKER_LISTEN": f"127.0.0.1:{BROKER_PORT}",
         "BROKER_LOG_LEVEL": "warning", "BROKER_ACCESS_LOG": "false",
         "BROKER_RATE_LIMIT_PER_KEY": "0", "BROKER_RATE_LIMIT_NOTIFICATIONS_PER_IP": "0", "BROKER_RATE_LIMIT_AUTH_FAILURES_PER_IP": "0",
+        "BROKER_WEBHOOK_ALLOW_PRIVATE_NETWORKS": "true",
         # Retries come back quickly, so that the run settles within CI's time.
         "BROKER_WEBHOOK_RETRY_BASE_MS": "200", "BROKER_WEBHOOK_RETRY_MAX_SECONDS": "3",
         "BROKER_DELETION_RETRY_BASE_MS": "200", "BROKER_DELETION_RETRY_MAX_SECONDS": "3",

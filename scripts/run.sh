@@ -39,6 +39,8 @@ if [ -z "${APPLE_CLIENT_IDS:-}" ]; then
   # Web sign-in through the broker for the Services ID, ending at an app's page on :3000.
   export BROKER_PUBLIC_URL="${BROKER_PUBLIC_URL:-http://${BROKER_LISTEN:-127.0.0.1:8080}}"
   export APPLE_WEB_RETURN_URLS="${APPLE_WEB_RETURN_URLS:-com.example.web=http://localhost:3000/apple/done}"
+  # The tour's webhook receiver is on this machine; outside the demo receivers must be public.
+  export BROKER_WEBHOOK_ALLOW_PRIVATE_NETWORKS="${BROKER_WEBHOOK_ALLOW_PRIVATE_NETWORKS:-true}"
   echo "== demo mode: Apple settings from $demo; the Apple simulator plays appleid.apple.com" >&2
   "$bin/apple-sim" serve --listen "$sim_listen" --team "$APPLE_TEAM_ID" --key-id "$APPLE_KEY_ID" \
     --key "$APPLE_PRIVATE_KEY_PATH" --client-ids "$APPLE_CLIENT_IDS" \

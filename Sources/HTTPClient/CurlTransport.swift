@@ -54,7 +54,11 @@ final class EasyHandle: @unchecked Sendable {
         let sink = ResponseSink(limit: maximumResponseBytes)
         let sinkPointer = Unmanaged.passUnretained(sink).toOpaque()
         var headerList: UnsafeMutablePointer<curl_slist>? = nil
-        defer { curl_slist_free_all(headerList) }
+        var resolveList: UnsafeMutablePointer<curl_slist>? = nil
+        defer {
+            curl_slist_free_all(headerList)
+            curl_slist_free_all(resolveList)
+        }
         for (name, value) in request.headers {
             headerList = curl_slist_append(headerList, "\(name): \(value)")
         }
@@ -76,6 +80,16 @@ final class EasyHandle: @unchecked Sendable {
         _ = cbroker_curl_setopt_write_function(handle, CURLOPT_HEADERFUNCTION, curlWriteHeader)
         _ = cbroker_curl_setopt_ptr(handle, CURLOPT_HEADERDATA, sinkPointer)
         if let caCertificatesPath { _ = cbroker_curl_setopt_string(handle, CURLOPT_CAINFO, caCertificatesPath) }
+        if let pinned = request.pinnedAddresses {
+            // host:port:address,… (IPv6 in brackets) replaces whatever the handle's DNS cache
+            // holds for host:port; TLS still verifies the certificate against the host name.
+            guard let url = URLParts(request.url), !pinned.isEmpty else { throw HTTPClientError(.invalidURL, "unusable URL") }
+            let addresses = pinned.map { $0.contains(":") ? "[\($0)]" : $0 }.joined(separator: ",")
+            resolveList = curl_slist_append(resolveList, "\(url.host):\(url.port):\(addresses)")
+            _ = cbroker_curl_setopt_ptr(handle, CURLOPT_RESOLVE, UnsafeMutableRawPointer(resolveList))
+            // Nothing but the pinned addresses: no proxy from the environment either.
+            _ = cbroker_curl_setopt_string(handle, CURLOPT_NOPROXY, "*")
+        }
         guard status == CURLE_OK else { throw HTTPClientError(.invalidURL, "unusable URL") }
 
         let code: CURLcode = request.body.withUnsafeBytes { body in
@@ -116,6 +130,42 @@ final class EasyHandle: @unchecked Sendable {
         case CURLE_WRITE_ERROR where sink.overflowed: return HTTPClientError(.responseTooLarge, text)
         case CURLE_URL_MALFORMAT, CURLE_UNSUPPORTED_PROTOCOL: return HTTPClientError(.invalidURL, text)
         default: return HTTPClientError(.other, text)
+        }
+    }
+}
+
+/// The host and port of an absolute http(s) URL, as libcurl's CURLOPT_RESOLVE names them.
+public struct URLParts: Sendable, Equatable {
+    public var scheme: String
+    /// Without brackets for IPv6.
+    public var host: String
+    public var port: Int
+
+    public init?(_ url: String) {
+        let lowered = url.prefix(8).lowercased()
+        let schemeLength = lowered.hasPrefix("https://") ? 5 : lowered.hasPrefix("http://") ? 4 : 0
+        guard schemeLength > 0 else { return nil }
+        scheme = String(lowered.prefix(schemeLength))
+        let rest = url.dropFirst(schemeLength + 3)
+        let authority = rest.prefix { $0 != "/" && $0 != "?" && $0 != "#" }
+        guard !authority.contains("@"), !authority.isEmpty else { return nil }
+        var hostPart = Substring(authority)
+        var portText: Substring?
+        if authority.hasPrefix("[") {
+            guard let close = authority.firstIndex(of: "]") else { return nil }
+            hostPart = authority[authority.index(after: authority.startIndex)..<close]
+            let after = authority[authority.index(after: close)...]
+            if after.hasPrefix(":") { portText = after.dropFirst() } else if !after.isEmpty { return nil }
+        } else if let colon = authority.lastIndex(of: ":") {
+            hostPart = authority[..<colon]
+            portText = authority[authority.index(after: colon)...]
+        }
+        host = String(hostPart).lowercased()
+        if let portText {
+            guard let value = Int(portText), (1...65_535).contains(value) else { return nil }
+            port = value
+        } else {
+            port = scheme == "https" ? 443 : 80
         }
     }
 }

@@ -6,6 +6,9 @@ public struct HTTPClientRequest: Sendable {
     public var body: [UInt8]
     /// Whole-exchange limit, connection included.
     public var timeout: Duration
+    /// Connect only to these addresses for the URL's host (checked before, so that a second
+    /// lookup cannot answer differently: DNS rebinding); nil resolves as usual.
+    public var pinnedAddresses: [String]?
 
     public init(
         method: String = "GET", url: String, headers: [(String, String)] = [], body: [UInt8] = [],

@@ -1,5 +1,7 @@
+import AppleSimulator
 import BrokerCore
 import Foundation
+import Glibc
 import HTTPClient
 import PostgresClient
 import ProcessRunner
@@ -28,6 +30,68 @@ struct SecurityTests {
         let statuses = try (0..<8).map { _ in try broker.post("/v1/apple/notifications", json: #"{"payload":"x"}"#).status }
         #expect(statuses.prefix(5).allSatisfy { $0 == 401 }, "a burst of five reaches verification")
         #expect(statuses.last == 429)
+    }
+
+    @Test("webhook URLs that reach loopback, private, link-local, CGNAT or numeric-form addresses are refused at subscription")
+    func webhookSSRFAtSubscription() throws {
+        let broker = try TestBroker(extra: ["BROKER_WEBHOOK_ALLOW_PRIVATE_NETWORKS": "false"])
+        let admin = try broker.key([.admin])
+        func create(_ url: String) throws -> String {
+            let body = try JSONSerialization.data(withJSONObject: ["url": url, "topics": ["*"]])
+            let response = try broker.post("/v1/webhook-subscriptions", json: String(decoding: body, as: UTF8.self), key: admin)
+            return "\(response.status) \(response.json["code"] as? String ?? "-")"
+        }
+        let refused = [
+            "https://169.254.169.254/latest/meta-data/", "https://127.0.0.1:8443/", "http://localhost:9/", "https://10.1.2.3/",
+            "https://192.168.0.10/", "https://100.64.0.1/", "https://0.0.0.0/", "https://2130706433/", "https://0x7f.0.0.1/",
+            "https://127.1/", "https://0177.0.0.1/", "https://api.localhost/", "https://localhost./", "http://127.0.0.1:9/hook",
+            "https://224.0.0.1/", "https://172.16.5.4/",
+        ]
+        for url in refused {
+            #expect(try create(url) == "400 invalid_webhook_url", "\(url)")
+        }
+        #expect(try broker.count("SELECT count(*) FROM webhook_subscriptions") == 0)
+        #expect(try create("https://hooks.example.com/in") == "201 -", "a name is resolved at delivery, not here")
+        #expect(try create("https://8.8.8.8/in") == "201 -", "a public literal address is fine")
+
+        // Address rules themselves, IPv6 included.
+        for (text, expected) in [
+            ("::1", false), ("fe80::1", false), ("fd00::5", false), ("::ffff:10.0.0.1", false), ("64:ff9b::a9fe:a9fe", false),
+            ("ff02::1", false), ("2001:db8::1", false), ("2606:4700::1111", true), ("::ffff:8.8.8.8", true),
+        ] {
+            var address = in6_addr()
+            #expect(inet_pton(AF_INET6, text, &address) == 1)
+            #expect(OutboundAddress.isPublic(withUnsafeBytes(of: address) { Array($0) }) == expected, "\(text)")
+        }
+    }
+
+    @Test("a webhook host name that resolves to a private address is not connected to; last_error names a category only")
+    func webhookSSRFAtDelivery() throws {
+        // This machine's own name resolves to loopback (/etc/hosts); without such a name there
+        // is nothing to resolve privately on an offline machine.
+        var buffer = [CChar](repeating: 0, count: 256)
+        gethostname(&buffer, buffer.count)
+        let hostname = String(cString: buffer)
+        guard let resolved = try? OutboundAddress.resolve(hostname), resolved.contains(where: { !OutboundAddress.isPublic($0.bytes) }) else {
+            Issue.record("\(hostname) does not resolve to a private address here; the delivery-time check was not exercised")
+            return
+        }
+        let broker = try TestBroker(extra: [
+            "BROKER_WEBHOOK_ALLOW_PRIVATE_NETWORKS": "false", "BROKER_DISPATCH_INTERVAL_MS": "50", "BROKER_WEBHOOK_RETRY_BASE_MS": "50",
+        ])
+        let receiver = try WebhookReceiver()
+        let admin = try broker.key([.admin])
+        let body = try JSONSerialization.data(withJSONObject: ["url": "https://\(hostname):\(receiver.port)/hook", "topics": ["*"]])
+        #expect(try broker.post("/v1/webhook-subscriptions", json: String(decoding: body, as: UTF8.self), key: admin).status == 201)
+        _ = try broker.login(["identity_token": try broker.mint().idToken])
+        let deadline = Date().addingTimeInterval(10)
+        while try broker.count("SELECT count(*) FROM webhook_deliveries WHERE attempts > 0 AND last_error IS NOT NULL") == 0, Date() < deadline {
+            Thread.sleep(forTimeInterval: 0.05)
+        }
+        let row = try broker.pool.query("SELECT last_error, last_status FROM webhook_deliveries").single()
+        #expect(try row.decode(String?.self, 0) == "address_not_allowed")
+        #expect(try row.decode(Int?.self, 1) == nil)
+        #expect(receiver.deliveries.isEmpty, "nothing reached the loopback receiver")
     }
 
     @Test("with a certificate and key the listener speaks HTTPS")

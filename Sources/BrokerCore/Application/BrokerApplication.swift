@@ -79,7 +79,8 @@ public final class BrokerApplication: Sendable {
                 ).step)
             : nil
         let wakeDeletions: @Sendable () -> Void = { deletionWorker?.wake() }
-        let subscriptions = WebhookSubscriptionStore(pool: pool, tokenKeys: tokenKeys)
+        var subscriptions = WebhookSubscriptionStore(pool: pool, tokenKeys: tokenKeys)
+        subscriptions.allowPrivateNetworks = configuration.dispatch.allowPrivateNetworks
         let dispatcher: WorkerGroup? =
             configuration.roles.contains(.dispatch)
             ? WorkerGroup(

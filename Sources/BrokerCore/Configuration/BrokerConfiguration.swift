@@ -126,6 +126,9 @@ public struct BrokerConfiguration: Sendable {
         public var maximumAgeSeconds = 86_400
         /// `BROKER_EVENT_RETENTION_SECONDS`: delivered deliveries and events are pruned after this.
         public var retentionSeconds = 7 * 86_400
+        /// `BROKER_WEBHOOK_ALLOW_PRIVATE_NETWORKS`: webhook receivers may be on loopback and
+        /// private networks (the demo, tests); off, only public addresses are reached.
+        public var allowPrivateNetworks = false
         /// `BROKER_NOTIFICATION_RETENTION_SECONDS`: Apple's notifications stay in the inbox (for
         /// deduplication by `jti`) this long; older notifications are answered `stale`.
         public var notificationRetentionSeconds = 30 * 86_400
@@ -316,6 +319,7 @@ public struct BrokerConfiguration: Sendable {
         dispatch.retryMaximumSeconds = reader.integer("BROKER_WEBHOOK_RETRY_MAX_SECONDS", in: 1...86_400) ?? dispatch.retryMaximumSeconds
         dispatch.maximumAgeSeconds = reader.integer("BROKER_WEBHOOK_MAX_AGE_SECONDS", in: 1...(30 * 86_400)) ?? dispatch.maximumAgeSeconds
         dispatch.retentionSeconds = reader.integer("BROKER_EVENT_RETENTION_SECONDS", in: 60...(365 * 86_400)) ?? dispatch.retentionSeconds
+        dispatch.allowPrivateNetworks = reader.boolean("BROKER_WEBHOOK_ALLOW_PRIVATE_NETWORKS") ?? false
         dispatch.notificationRetentionSeconds =
             reader.integer("BROKER_NOTIFICATION_RETENTION_SECONDS", in: 86_400...(3_650 * 86_400)) ?? dispatch.notificationRetentionSeconds
         configuration.dispatch = dispatch

@@ -128,19 +128,58 @@ final class WebhookDispatcher: Sendable {
             body: body, timeout: timeout)
     }
 
+    /// What `last_error` says about a failed attempt: a category, never connect details
+    /// (addresses, ports, TLS or resolver messages would make deliveries a scanner's oracle).
+    enum Failure: String, Error {
+        case addressNotAllowed = "address_not_allowed"
+        case dnsFailed = "dns_failed"
+        case timeout, connectionFailed = "connection_failed", connectionClosed = "connection_closed"
+        case responseTooLarge = "response_too_large", invalidURL = "invalid_url", transportError = "transport_error"
+        case httpStatus = "http_status"
+        case secretUnreadable = "secret_unreadable"
+
+        init(_ error: HTTPClientError) {
+            self =
+                switch error.code {
+                case .timeout: .timeout
+                case .connectionFailed: .connectionFailed
+                case .connectionClosed: .connectionClosed
+                case .responseTooLarge: .responseTooLarge
+                case .invalidURL: .invalidURL
+                default: .transportError
+                }
+        }
+    }
+
     private func deliver(_ delivery: Claimed) {
         let started = ContinuousClock.now
         var status = 0
-        var failure: String?
+        var failure: Failure?
         do {
-            let secret = try subscriptions.secret(sealed: delivery.secret, keyID: delivery.keyID, subscriptionID: delivery.subscriptionID)
-            let request = Self.request(delivery, secret: secret, timestamp: Int(Date().timeIntervalSince1970), timeout: settings.timeout)
+            let secret: [UInt8]
+            do {
+                secret = try subscriptions.secret(sealed: delivery.secret, keyID: delivery.keyID, subscriptionID: delivery.subscriptionID)
+            } catch {
+                throw Failure.secretUnreadable
+            }
+            var request = Self.request(delivery, secret: secret, timestamp: Int(Date().timeIntervalSince1970), timeout: settings.timeout)
+            if !subscriptions.allowPrivateNetworks {
+                // Resolved here, every time, and the connection pinned to what was checked.
+                guard let parts = URLParts(delivery.url) else { throw Failure.invalidURL }
+                do {
+                    request.pinnedAddresses = try OutboundAddress.publicAddresses(of: parts.host)
+                } catch let refusal as OutboundAddress.Refusal {
+                    throw refusal.description.contains("does not resolve") ? Failure.dnsFailed : Failure.addressNotAllowed
+                }
+            }
             status = try transport.send(request).status
-            if !(200..<300).contains(status) { failure = "the receiver answered \(status)" }
+            if !(200..<300).contains(status) { failure = .httpStatus }
+        } catch let category as Failure {
+            failure = category
         } catch let transportError as HTTPClientError {
-            failure = "\(transportError.code)"
+            failure = Failure(transportError)
         } catch {
-            failure = "\(error)"
+            failure = .transportError
         }
         latency.observe((ContinuousClock.now - started).seconds)
         do {
@@ -153,7 +192,7 @@ final class WebhookDispatcher: Sendable {
                     UPDATE webhook_deliveries SET
                         state = CASE WHEN \(expired) THEN 'failed' ELSE 'pending' END,
                         next_attempt_at = now() + \(String(delay) + " milliseconds")::interval,
-                        last_status = \(status == 0 ? nil : status), last_error = \(failure)
+                        last_status = \(status == 0 ? nil : status), last_error = \(failure.rawValue)
                     WHERE id = \(delivery.id)
                     """)
                 outcomes.increment(expired ? "failed" : "retry")
@@ -164,6 +203,9 @@ final class WebhookDispatcher: Sendable {
                     WHERE id = \(delivery.id)
                     """)
                 outcomes.increment("delivered")
+            }
+            if failure == .addressNotAllowed {
+                logger.warning("webhook receiver refused: not a public address", [("subscription", delivery.subscriptionID.lowercasedString)])
             }
         } catch {
             // The lease brings the delivery back; the receiver may see it twice (at least once).

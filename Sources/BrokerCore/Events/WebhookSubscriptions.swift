@@ -1,5 +1,6 @@
 import BrokerCrypto
 import Foundation
+import HTTPClient
 import HTTPServer
 import Observability
 import PostgresClient
@@ -37,9 +38,15 @@ struct WebhookSubscription: Sendable {
 package struct WebhookSubscriptionStore: Sendable {
     let pool: PostgresPool
     let tokenKeys: TokenKeyRing
+    /// `BROKER_WEBHOOK_ALLOW_PRIVATE_NETWORKS`: receivers on loopback or private networks
+    /// are allowed (the demo and the tests); otherwise only public addresses (SSRF).
+    var allowPrivateNetworks = false
 
-    /// The URLs a subscription may name (`URLRule`).
-    package static func validate(url text: String) throws -> String {
+    /// The URLs a subscription may name (`URLRule`), and, unless private networks are
+    /// allowed, only those whose host is not localhost, a numeric form or a non-public
+    /// literal address (`OutboundAddress.checkHost`). Host names are not resolved here (a
+    /// name may not resolve yet); every delivery checks what they resolve to.
+    package static func validate(url text: String, allowPrivateNetworks: Bool = true) throws -> String {
         guard text.utf8.count <= URLRule.maximumBytes else { throw invalidURL("the URL is longer than 2048 bytes") }
         guard URLRule.accepts(text) else {
             if text.lowercased().hasPrefix("http://") {
@@ -47,7 +54,22 @@ package struct WebhookSubscriptionStore: Sendable {
             }
             throw invalidURL("not an absolute https URL without user info or fragment")
         }
+        if !allowPrivateNetworks {
+            guard let parts = URLParts(text), parts.scheme == "https" else {
+                throw invalidURL("webhook URLs must use https to a public address")
+            }
+            do {
+                try OutboundAddress.checkHost(parts.host)
+            } catch let refusal as OutboundAddress.Refusal {
+                throw invalidURL("the receiver must be on a public address: \(refusal.description)")
+            }
+        }
         return text
+    }
+
+    /// `validate(url:)` with this store's policy.
+    func validate(url text: String) throws -> String {
+        try Self.validate(url: text, allowPrivateNetworks: allowPrivateNetworks)
     }
 
     static func invalidURL(_ detail: String) -> Problem {

@@ -12,7 +12,7 @@ enum EventRoutes {
     ) {
         router.post("/v1/webhook-subscriptions", keys.protect(.admin) { request, key in
             let body = try request.jsonObject()
-            let url = try WebhookSubscriptionStore.validate(url: try body.requiredString("url"))
+            let url = try subscriptions.validate(url: try body.requiredString("url"))
             guard let topics = try body.strings("topics") else { throw Problem.badRequest("field `topics` is required") }
             let description = try body.string("description")
             if let description, description.utf8.count > 500 { throw Problem.badRequest("field `description` is too long") }

@@ -31,6 +31,8 @@ enum TestEnvironment {
             "APPLE_CLIENT_IDS": "com.example.app,com.example.web",
             "APPLE_BASE_URL": "http://127.0.0.1:9",
             "TOKEN_ENCRYPTION_KEY": Data(SecureRandom.bytes(32)).base64EncodedString(),
+            // Webhook receivers in tests listen on loopback (SecurityTests turn this off).
+            "BROKER_WEBHOOK_ALLOW_PRIVATE_NETWORKS": "true",
         ]
         environment.merge(extra) { $1 }
         return environment
