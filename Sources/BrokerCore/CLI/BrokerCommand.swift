@@ -46,6 +46,12 @@ public enum BrokerCommand {
                 summary: "receiving side: each transfer_sub exchanged for the new sub\n"
                     + "and linked to its user; prints a report; resumable",
                 options: ["in", "client-id", "rate"]),
+            CommandSpec(
+                ["reencrypt"], "[--batch 500]",
+                summary: "re-seal every secret at rest (refresh and access tokens, webhook secrets,\n"
+                    + "deletion codes) with the first key of TOKEN_ENCRYPTION_KEY; resumable.\n"
+                    + "Prints counts; exit 0 when no row is left under another key",
+                options: ["batch"]),
             CommandSpec(["version"], summary: "print the version (also --version)"),
         ],
         footer: """
@@ -101,6 +107,8 @@ public enum BrokerCommand {
                 return try DeletionCommands.run(parsed, environment: environment)
             case "transfer export", "transfer import":
                 return try TransferCommands.run(parsed, environment: environment)
+            case "reencrypt":
+                return try ReEncryptCommand.run(parsed, environment: environment)
             case "version":
                 print("appleid-broker \(version)")
                 return 0
