@@ -289,7 +289,7 @@ struct LoginTests {
         try broker.pool.query(
             """
             INSERT INTO tombstones (deletion_id, team_id, sub_hash, user_id, reason, requested_by)
-            VALUES (\(UUID()), \(TestBroker.teamID), \(SHA256.hexHash(minted.sub)), \(userID), 'test', 'test')
+            VALUES (\(UUID()), \(TestBroker.teamID), \(broker.subjectHash(minted.sub)), \(userID), 'test', 'test')
             """)
         try broker.pool.query("DELETE FROM users WHERE id = \(userID)")
         let after = try broker.login(["identity_token": try broker.mint { $0.sub = minted.sub }.idToken])

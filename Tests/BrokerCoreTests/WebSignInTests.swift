@@ -4,6 +4,7 @@ import BrokerCrypto
 import Foundation
 import HTTPClient
 import PostgresClient
+import ProcessRunner
 import Testing
 import TestSupport
 
@@ -314,5 +315,45 @@ struct WebSignInTests {
         let payload = try #require(idToken.split(separator: ".").dropFirst().first)
         let claims = try JSONSerialization.jsonObject(with: Data(try #require(Base64URL.decode(payload)))) as? [String: Any]
         #expect(claims?["real_user_status"] == nil, "Apple sends real_user_status to native apps only")
+    }
+
+    @Test("after a purge a pg_dump holds no sub, e-mail or name, nor an unkeyed SHA-256 of any (web results and notifications included)")
+    func nothingPersonalAfterPurge() throws {
+        let broker = try TestBroker(extra: [
+            "BROKER_PUBLIC_URL": Self.publicURL, "APPLE_WEB_RETURN_URLS": "\(TestBroker.webClientID)=\(Self.returnTo)",
+            "BROKER_DELETION_RETRY_BASE_MS": "50", "BROKER_DELETION_INTERVAL_SECONDS": "1",
+        ])
+        broker.simulator.registerReturnURLs(clientID: TestBroker.webClientID, urls: [Self.publicURL + "/v1/apple/web/callback"])
+        // A web sign-in whose result is never redeemed: its answer (sub, e-mail, name) waits in web_results.
+        let back = try Redirect(try post(try startSignIn(broker, sim: [("sim_first_name", "Augusta"), ("sim_last_name", "Byronesque")]), to: broker))
+        #expect(back.query["result_code"] != nil)
+        let identity = try broker.pool.query("SELECT user_id, sub, email FROM apple_identities").single()
+        let userID = try identity.decode(UUID.self, 0)
+        let sub = try identity.decode(String.self, 1)
+        let email = try identity.decode(String.self, 2)
+        // A notification about the user: the inbox and the audit log name the subject.
+        var notification = NotificationRequest(
+            url: broker.baseURL + "/v1/apple/notifications", type: "email-disabled", sub: sub, clientID: TestBroker.webClientID)
+        notification.eventTimeMilliseconds = Int64(Date().timeIntervalSince1970 * 1000)
+        #expect(try broker.simulator.sendNotification(notification).status == 200)
+
+        let body = #"{"user_id":"\#(userID.lowercasedString)","reason":"asked in the app","requested_by":"support"}"#
+        #expect(try broker.post("/v1/deletions", json: body, key: broker.key([.compliance])).status == 202)
+        try waitUntil(seconds: 30) { try broker.count("SELECT count(*) FROM deletion_requests WHERE state = 'done'") == 1 }
+
+        let pgDump = try #require(
+            (try? FileManager.default.contentsOfDirectory(atPath: "/usr/lib/postgresql"))?.sorted().last
+                .map { "/usr/lib/postgresql/\($0)/bin/pg_dump" } ?? Repository.executable("pg_dump"))
+        let dump = try ChildProcess.run(pgDump, ["--data-only", "--no-owner", "-d", broker.environment["DATABASE_URL"]!])
+        #expect(dump.status == 0, "\(dump.output.prefix(500))")
+        #expect(dump.output.contains("tombstones"), "the dump is the broker's")
+        for (what, text) in [("sub", sub), ("e-mail", email), ("given name", "Augusta"), ("family name", "Byronesque")] {
+            #expect(!dump.output.contains(text), "the \(what) survived the purge")
+            #expect(!dump.output.contains(SHA256.hexHash(text)), "the SHA-256 of the \(what) survived the purge")
+        }
+        // What stands for the sub afterwards is keyed: a tombstone and the notification's inbox row.
+        #expect(try broker.count("SELECT count(*) FROM tombstones WHERE sub_hash LIKE '%:%'") == 1)
+        #expect(try broker.count("SELECT count(*) FROM apple_notifications WHERE sub_hash LIKE '%:%'") == 1)
+        #expect(try broker.count("SELECT count(*) FROM web_results") == 0)
     }
 }

@@ -67,7 +67,7 @@ public final class BrokerApplication: Sendable {
         let retry = RetryPolicy(maximumAttempts: appleSettings.maximumAttempts)
 
         // The deletion job exists before the routes so they can wake it.
-        let deletionStore = DeletionStore(pool: pool, teamID: appleSettings.teamID)
+        let deletionStore = DeletionStore(pool: pool, teamID: appleSettings.teamID, hasher: SubjectHasher(keys: tokenKeys))
         let deletionWorker: WorkerGroup? =
             configuration.roles.contains(.deletion)
             ? WorkerGroup(
@@ -137,7 +137,7 @@ public final class BrokerApplication: Sendable {
         if configuration.roles.contains(.notifications) {
             let receiver = NotificationReceiver(
                 verifier: verifier, clientIDs: Set(appleSettings.clientIDs), groups: appleSettings.appGroups,
-                teamID: appleSettings.teamID,
+                teamID: appleSettings.teamID, hasher: SubjectHasher(keys: tokenKeys),
                 leeway: TimeInterval(configuration.login.tokenLeewaySeconds),
                 retentionSeconds: configuration.dispatch.notificationRetentionSeconds, pool: pool, metrics: metrics,
                 logger: logger.labelled("notifications"), onDeletionRequested: wakeDeletions, eventsWritten: eventsWritten)

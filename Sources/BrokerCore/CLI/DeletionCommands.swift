@@ -29,7 +29,8 @@ enum DeletionCommands {
         }
         let configuration = try BrokerConfiguration.load(environment: environment, requireApple: code != nil)
         return try BrokerCommand.withDatabase(environment) { database in
-            var service = DeletionService(store: DeletionStore(pool: database.pool, teamID: teamID), wake: {})
+            let store = DeletionStore(pool: database.pool, teamID: teamID, hasher: configuration.tokenKeys.map(SubjectHasher.init(keys:)))
+            var service = DeletionService(store: store, wake: {})
             if let tokenKeys = configuration.tokenKeys, let apple = configuration.apple {
                 service.codes = .init(
                     tokenKeys: tokenKeys, clientIDs: Set(apple.clientIDs), redirectURIs: apple.redirectURIs,

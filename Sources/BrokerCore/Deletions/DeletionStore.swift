@@ -61,6 +61,9 @@ public struct DeletionRecord: Sendable {
 struct DeletionStore: Sendable {
     let pool: PostgresPool
     let teamID: String
+    /// Tombstones name a purged sub by its keyed hash; nil (a CLI without
+    /// TOKEN_ENCRYPTION_KEY) cannot look tombstones up by sub nor purge.
+    var hasher: SubjectHasher?
 
     /// Where a deletion request points.
     enum Target {
@@ -86,8 +89,12 @@ struct DeletionStore: Sendable {
             if let row = try pool.query("SELECT user_id FROM apple_identities WHERE team_id = \(teamID) AND sub = \(sub)").first {
                 return .user(try row.decode(UUID.self, 0))
             }
-            if let deletion = try pool.query(
-                "SELECT deletion_id FROM tombstones WHERE team_id = \(teamID) AND sub_hash = \(SHA256.hexHash(sub)) ORDER BY deleted_at DESC LIMIT 1"
+            if let hasher, let deletion = try pool.query(
+                """
+                SELECT deletion_id FROM tombstones
+                WHERE team_id = \(teamID) AND sub_hash = ANY (\(PostgresTextArray(hasher.candidates(teamID: teamID, sub: sub))))
+                ORDER BY deleted_at DESC LIMIT 1
+                """
             ).first {
                 return .deleted(deletionID: try deletion.decode(UUID.self, 0))
             }
@@ -363,7 +370,21 @@ struct DeletionStore: Sendable {
 
     /// Runs the purge transaction; false when another worker already finished it.
     func purge(_ id: UUID) throws -> Bool {
-        try pool.query("SELECT broker_purge_user(\(id))").single().decode(Bool.self, 0)
+        guard let hasher else { preconditionFailure("a purge needs the subject hasher (TOKEN_ENCRYPTION_KEY)") }
+        // The keyed hash of each identity's sub, for its tombstone; the purge refuses (and the
+        // job retries) if the identities changed in between.
+        let identities = try pool.query(
+            """
+            SELECT i.team_id, i.sub FROM apple_identities i JOIN deletion_requests d ON d.user_id = i.user_id
+            WHERE d.id = \(id) ORDER BY i.id
+            """
+        ).map { (try $0.decode(String.self, 0), try $0.decode(String.self, 1)) }
+        return try pool.query(
+            """
+            SELECT broker_purge_user(\(id), \(PostgresTextArray(identities.map(\.0))),
+                \(PostgresTextArray(identities.map { hasher.hash(teamID: $0.0, sub: $0.1) })))
+            """
+        ).single().decode(Bool.self, 0)
     }
 
     /// Schedules the next attempt, or dead-letters the request after its last attempt.

@@ -35,7 +35,7 @@ public final class LoginService: Sendable {
         self.apple = apple
         self.store = LoginStore(
             pool: pool, teamID: teamID, lastLoginResolution: settings.lastLoginResolutionSeconds,
-            groups: groups)
+            groups: groups, hasher: SubjectHasher(keys: tokenKeys))
         self.ledger = CodeExchangeLedger(pool: pool)
         self.tokenKeys = tokenKeys
         self.teamID = teamID

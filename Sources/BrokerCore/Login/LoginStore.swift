@@ -12,6 +12,8 @@ struct LoginStore: Sendable {
     let lastLoginResolution: Int
     /// A login re-activates consent for its client id's group only.
     let groups: AppGroups
+    /// Names the sub in the tombstone check without the sub itself.
+    let hasher: SubjectHasher
 
     struct Record: Sendable {
         var outcome: String
@@ -60,7 +62,8 @@ struct LoginStore: Sendable {
                 \(identity.emailVerified), \(identity.isPrivateEmail), \(identity.realUserStatus),
                 \(user?.name?.firstName), \(user?.name?.lastName), \(user?.email), \(identity.transferSub),
                 \(sealedRefreshToken?.sealed), \(sealedRefreshToken?.keyID),
-                \(String(lastLoginResolution) + " seconds")::interval, \(String(validationJitterSeconds) + " seconds")::interval)
+                \(String(lastLoginResolution) + " seconds")::interval, \(String(validationJitterSeconds) + " seconds")::interval,
+                \(PostgresTextArray(hasher.candidates(teamID: teamID, sub: identity.sub))))
             """
         ).single()
         return Record(

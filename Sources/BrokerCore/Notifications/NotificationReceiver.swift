@@ -30,6 +30,8 @@ public final class NotificationReceiver: Sendable {
     /// deployment still receives notifications for the app's primary App ID, §10.2).
     let clientIDs: Set<String>
     let teamID: String
+    /// The inbox, the audit log and log lines name the subject by its keyed hash only.
+    let hasher: SubjectHasher
     let leeway: TimeInterval
     /// How long the inbox keeps a notification's `jti`; an older notification is `stale`.
     let retentionSeconds: Int
@@ -43,7 +45,8 @@ public final class NotificationReceiver: Sendable {
     private let outcomes: CounterFamily
 
     init(
-        verifier: AppleTokenVerifier, clientIDs: Set<String>, groups: AppGroups, teamID: String, leeway: TimeInterval,
+        verifier: AppleTokenVerifier, clientIDs: Set<String>, groups: AppGroups, teamID: String, hasher: SubjectHasher,
+        leeway: TimeInterval,
         retentionSeconds: Int = 30 * 86_400, pool: PostgresPool,
         metrics: MetricsRegistry, logger: Logger, now: @escaping @Sendable () -> Date = Date.init,
         onDeletionRequested: @escaping @Sendable () -> Void = {}, eventsWritten: @escaping @Sendable () -> Void = {}
@@ -53,6 +56,7 @@ public final class NotificationReceiver: Sendable {
         self.groups = groups
         self.clientIDs = clientIDs.union(groups.allClientIDs)
         self.teamID = teamID
+        self.hasher = hasher
         self.leeway = leeway
         self.retentionSeconds = retentionSeconds
         self.pool = pool
@@ -82,11 +86,13 @@ public final class NotificationReceiver: Sendable {
         }
         let outcome: String
         let group = groups.group(of: notification.audience)
+        let subjectHash = hasher.hash(teamID: teamID, sub: notification.sub)
         do {
             outcome = try pool.query(
                 """
                 SELECT broker_apply_notification(\(notification.jti), \(notification.type), \(teamID),
-                    \(notification.sub), \(notification.eventTime), \(group.primary), \(PostgresTextArray(group.clientIDs)))
+                    \(notification.sub), \(notification.eventTime), \(group.primary), \(PostgresTextArray(group.clientIDs)),
+                    \(subjectHash))
                 """
             ).single().decode(String.self, 0)
         } catch let error as PostgresError where error.isUniqueViolation {
@@ -99,7 +105,7 @@ public final class NotificationReceiver: Sendable {
         outcomes.increment(notification.type, outcome)
         request.logger.info(
             "notification", [("type", notification.type), ("outcome", outcome), ("jti", notification.jti),
-                             ("subject", String(SHA256.hexHash(notification.sub).prefix(16)))])
+                             ("subject", String(subjectHash.prefix(24)))])
         if outcome == "applied" {
             eventsWritten()
             if Self.deletionTypes.contains(notification.type) { onDeletionRequested() }

@@ -122,6 +122,11 @@ final class TestBroker: Sendable {
         return (userID!, sub!)
     }
 
+    /// The keyed hash the broker keeps for a sub of its team (tombstones, inbox, audit).
+    func subjectHash(_ sub: String) throws -> String {
+        SubjectHasher(keys: try TokenKeyRing(parsing: environment["TOKEN_ENCRYPTION_KEY"]!)).hash(teamID: Self.teamID, sub: sub)
+    }
+
     /// A single integer from SQL.
     func count(_ query: PostgresQuery) throws -> Int {
         try pool.query(query).single().decode(Int.self, 0)
