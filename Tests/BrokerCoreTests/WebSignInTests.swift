@@ -356,4 +356,20 @@ struct WebSignInTests {
         #expect(try broker.count("SELECT count(*) FROM apple_notifications WHERE sub_hash LIKE '%:%'") == 1)
         #expect(try broker.count("SELECT count(*) FROM web_results") == 0)
     }
+
+    @Test("a result code cannot be redeemed with a key limited to another app, nor spent by it")
+    func redeemWithLimitedKey() throws {
+        let broker = try TestBroker(extra: [
+            "BROKER_PUBLIC_URL": Self.publicURL, "APPLE_WEB_RETURN_URLS": "\(TestBroker.webClientID)=\(Self.returnTo)",
+            "APPLE_APP_GROUPS": "\(TestBroker.clientID);\(TestBroker.webClientID)",
+        ])
+        broker.simulator.registerReturnURLs(clientID: TestBroker.webClientID, urls: [Self.publicURL + "/v1/apple/web/callback"])
+        let code = try #require(try Redirect(try post(try startSignIn(broker), to: broker)).query["result_code"])
+        let appOnly = try APIKeyStore(pool: broker.pool).create(name: "app", scopes: [.login], clientIDs: [TestBroker.clientID]).secret
+        let body = String(decoding: try JSONSerialization.data(withJSONObject: ["result_code": code]), as: UTF8.self)
+        let refused = try broker.post("/v1/apple/web/redeem", json: body, key: appOnly)
+        #expect(refused.status == 403)
+        #expect(refused.json["code"] as? String == "client_not_allowed")
+        #expect(try redeem(code, broker).status == 200, "the code was not spent by the refused attempt")
+    }
 }

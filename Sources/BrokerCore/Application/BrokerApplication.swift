@@ -46,7 +46,8 @@ public final class BrokerApplication: Sendable {
             store: APIKeyStore(pool: pool),
             limiter: RateLimiter(rate: configuration.rateLimitPerKey, burst: configuration.rateLimitPerKey * 2),
             failures: RateLimiter(
-                rate: configuration.rateLimitAuthFailuresPerAddress, burst: max(10, configuration.rateLimitAuthFailuresPerAddress * 30)))
+                rate: configuration.rateLimitAuthFailuresPerAddress, burst: max(10, configuration.rateLimitAuthFailuresPerAddress * 30)),
+            groups: appleSettings.appGroups)
         listener = PostgresListener(configuration: database.connection, logger: logger.labelled("listener"))
 
         let secrets = ClientSecretProvider(

@@ -38,11 +38,30 @@ public struct APIKey: Sendable, Equatable, Codable {
     public let scopes: Set<Scope>
     public let createdAt: Date
     public let revokedAt: Date?
+    /// The apps the key is limited to (`api-keys create --client-ids`), as given; nil: every app.
+    public var clientIDs: [String]? = nil
+    /// `clientIDs` widened to their app groups (what the key may reach); nil: every app.
+    /// Set by the authenticator, which knows the groups.
+    public var reach: Set<String>? = nil
 
     enum CodingKeys: String, CodingKey {
         case id, name, scopes
         case createdAt = "created_at"
         case revokedAt = "revoked_at"
+        case clientIDs = "client_ids"
+    }
+
+    /// Whether the key may act for `clientID` (a token's `aud`, a result's client id).
+    public func reaches(_ clientID: String) -> Bool { reach?.contains(clientID) ?? true }
+
+    /// `reach` as a SQL array, nil for an unlimited key (queries test `IS NULL` first).
+    var reachArray: PostgresTextArray? { reach.map { PostgresTextArray($0.sorted()) } }
+
+    /// 403 `client_not_allowed`.
+    static func notAllowed(_ clientID: String) -> Problem {
+        Problem(
+            status: 403, code: "client_not_allowed", title: "Client id not allowed",
+            detail: "this API key is limited to other apps than \(clientID)")
     }
 }
 
@@ -56,7 +75,9 @@ public struct APIKeyStore: Sendable {
     public init(pool: PostgresPool) { self.pool = pool }
 
     /// Creates a key; returns its facts and the key itself, which is shown only this once.
-    public func create(name: String, scopes: Set<Scope>, actor: String = "cli") throws -> (key: APIKey, secret: String) {
+    public func create(
+        name: String, scopes: Set<Scope>, clientIDs: [String]? = nil, actor: String = "cli"
+    ) throws -> (key: APIKey, secret: String) {
         let alphabet = Array("abcdefghijklmnopqrstuvwxyz234567")
         let id = String(SecureRandom.bytes(12).map { alphabet[Int($0) % alphabet.count] })
         let secret = "abk_\(id)_" + Base64URL.encode(SecureRandom.bytes(32))
@@ -64,27 +85,26 @@ public struct APIKeyStore: Sendable {
         let createdAt = try pool.withTransaction { connection in
             let row = try connection.query(
                 """
-                INSERT INTO api_keys (id, name, key_hash, scopes) VALUES (\(id), \(name), \(SHA256.hash(secret)), \(scopeText))
+                INSERT INTO api_keys (id, name, key_hash, scopes, client_ids)
+                VALUES (\(id), \(name), \(SHA256.hash(secret)), \(scopeText), \(clientIDs.map { PostgresTextArray($0.sorted()) }))
                 RETURNING created_at
                 """
             ).single()
             try AuditLog.record(
                 connection, actor: actor, action: "api_key.created",
-                detail: ["key_id": .string(id), "name": .string(name), "scopes": .string(scopeText)])
+                detail: ["key_id": .string(id), "name": .string(name), "scopes": .string(scopeText)]
+                    .merging(clientIDs.map { ["client_ids": .string($0.sorted().joined(separator: ","))] } ?? [:]) { $1 })
             return try row.decode(Date.self, 0)
         }
-        let key = APIKey(id: id, name: name, scopes: scopes, createdAt: createdAt, revokedAt: nil)
+        let key = APIKey(id: id, name: name, scopes: scopes, createdAt: createdAt, revokedAt: nil, clientIDs: clientIDs?.sorted())
         return (key, secret)
     }
 
     /// Every key, newest first.
     public func list() throws -> [APIKey] {
-        try pool.query("SELECT id, name, scopes, created_at, revoked_at FROM api_keys ORDER BY created_at DESC, id").map {
-            APIKey(
-                id: try $0.decode(String.self, 0), name: try $0.decode(String.self, 1),
-                scopes: Scope.parseList(try $0.decode(String.self, 2)) ?? [],
-                createdAt: try $0.decode(Date.self, 3), revokedAt: try $0.decode(Date?.self, 4))
-        }
+        try pool.query(
+            "SELECT id, name, scopes, created_at, revoked_at, array_to_string(client_ids, ',') FROM api_keys ORDER BY created_at DESC, id"
+        ).map { try Self.key($0) }
     }
 
     /// Revokes a key; every running broker stops accepting it at once (NOTIFY).
@@ -107,13 +127,17 @@ public struct APIKeyStore: Sendable {
 
     func find(id: String) throws -> Stored? {
         guard let row = try pool.query(
-            "SELECT id, name, scopes, created_at, revoked_at, key_hash FROM api_keys WHERE id = \(id)"
+            "SELECT id, name, scopes, created_at, revoked_at, array_to_string(client_ids, ','), key_hash FROM api_keys WHERE id = \(id)"
         ).first else { return nil }
-        let key = APIKey(
+        return Stored(key: try Self.key(row), hash: try row.decode([UInt8].self, 6))
+    }
+
+    private static func key(_ row: PostgresRow) throws -> APIKey {
+        APIKey(
             id: try row.decode(String.self, 0), name: try row.decode(String.self, 1),
             scopes: Scope.parseList(try row.decode(String.self, 2)) ?? [],
-            createdAt: try row.decode(Date.self, 3), revokedAt: try row.decode(Date?.self, 4))
-        return Stored(key: key, hash: try row.decode([UInt8].self, 5))
+            createdAt: try row.decode(Date.self, 3), revokedAt: try row.decode(Date?.self, 4),
+            clientIDs: try row.decode(String?.self, 5).map { $0.split(separator: ",").map(String.init) })
     }
 }
 
@@ -135,11 +159,14 @@ public final class APIKeyAuthenticator: Sendable {
     private let unknown = Mutex<[String: ContinuousClock.Instant]>([:])
     private static let maximumUnknownIDs = 10_000
     private static let unknownTTL: Duration = .seconds(5)
+    /// Widens a limited key's client ids to their app groups.
+    private let groups: AppGroups
 
     public init(
         store: APIKeyStore, cacheTTL: Duration = .seconds(30), limiter: RateLimiter = RateLimiter(rate: 0, burst: 1),
-        failures: RateLimiter = RateLimiter(rate: 0, burst: 1)
+        failures: RateLimiter = RateLimiter(rate: 0, burst: 1), groups: AppGroups = AppGroups(groups: [])
     ) {
+        self.groups = groups
         self.store = store
         self.cacheTTL = cacheTTL
         self.limiter = limiter
@@ -182,7 +209,14 @@ public final class APIKeyAuthenticator: Sendable {
                 status: 403, code: "insufficient_scope", title: "Insufficient scope",
                 detail: "this endpoint needs an API key with the '\(scope.rawValue)' scope")
         }
-        return stored.key
+        var key = stored.key
+        key.reach = key.clientIDs.map { ids in
+            Set(ids.flatMap { id in
+                let group = groups.group(of: id)
+                return [id, group.primary] + group.clientIDs
+            })
+        }
+        return key
     }
 
     /// Counts a failed authentication against the address: 401, or 429 once over budget.

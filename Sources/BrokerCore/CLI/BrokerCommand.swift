@@ -21,8 +21,10 @@ public enum BrokerCommand {
                     + "for container healthchecks (needs no shell)",
                 options: ["url"]),
             CommandSpec(
-                ["api-keys", "create"], "--name NAME --scopes login,read[,compliance,events,admin]",
-                summary: "create an API key; prints the key as the only line on stdout", options: ["name", "scopes"]),
+                ["api-keys", "create"], "--name NAME --scopes login,read[,compliance,events,admin] [--client-ids A,B]",
+                summary: "create an API key; prints the key as the only line on stdout.\n"
+                    + "--client-ids limits it to those apps (and their app groups)",
+                options: ["name", "scopes", "client-ids"]),
             CommandSpec(["api-keys", "list"], "[--json]", flags: ["json"]),
             CommandSpec(["api-keys", "revoke"], "ID", operands: 1...1),
             CommandSpec(

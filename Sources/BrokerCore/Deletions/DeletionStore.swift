@@ -157,12 +157,14 @@ struct DeletionStore: Sendable {
     }
 
     /// Requests, newest first, optionally in one state.
-    func list(state: String?, limit: Int) throws -> [DeletionRecord] {
+    /// - Parameter reach: a limited key's client ids: only deletions of users in them.
+    func list(state: String?, limit: Int, reach: PostgresTextArray? = nil) throws -> [DeletionRecord] {
         try pool.query(
             """
             SELECT id, user_id, source, reason, requested_by, state, attempts, last_error, created_at, updated_at,
                    completed_at, next_attempt_at, apple_revocation
-            FROM deletion_requests WHERE \(state)::text IS NULL OR state = \(state)::text
+            FROM deletion_requests
+            WHERE (\(state)::text IS NULL OR state = \(state)::text) AND (\(reach)::text[] IS NULL OR client_ids && \(reach)::text[])
             ORDER BY created_at DESC LIMIT \(limit)
             """
         ).map(Self.record)

@@ -36,7 +36,8 @@ struct EventFeed: Sendable {
         }
     }
 
-    func page(after cursor: Cursor, limit: Int) throws -> (events: [JSONValue], next: Cursor) {
+    /// - Parameter reach: a limited key's client ids: only events of those apps' users.
+    func page(after cursor: Cursor, limit: Int, reach: PostgresTextArray? = nil) throws -> (events: [JSONValue], next: Cursor) {
         // ORDER BY qualifies its columns: a bare `txid` would name the *output* column
         // `txid::text` and sort "1000" before "995", which once skipped and repeated events.
         let rows = try pool.query(
@@ -45,6 +46,7 @@ struct EventFeed: Sendable {
             WHERE e.txid >= \(String(cursor.transaction))::xid8
               AND (e.txid > \(String(cursor.transaction))::xid8 OR e.id > \(cursor.event))
               AND e.txid < pg_snapshot_xmin(pg_current_snapshot())
+              AND (\(reach)::text[] IS NULL OR broker_event_in_apps(e.user_id, e.payload, \(reach)::text[]))
             ORDER BY e.txid, e.id LIMIT \(limit)
             """)
         var next = cursor

@@ -87,8 +87,13 @@ package struct WebhookSubscriptionStore: Sendable {
 
     static func associatedData(_ id: UUID) -> [UInt8] { Array("webhook_subscriptions|\(id.lowercasedString)".utf8) }
 
-    /// Creates a subscription; returns it and its signing secret (`whsec_…`, shown once).
-    func create(url: String, topics: [String], description: String?, actor: String) throws -> (WebhookSubscription, String) {
+    /// Creates a subscription; returns it and its signing secret (`whsec_…`, shown once). A
+    /// subscription made by a key limited to some apps belongs to that key and receives only
+    /// those apps' events.
+    func create(
+        url: String, topics: [String], description: String?, actor: String, owner: APIKey? = nil
+    ) throws -> (WebhookSubscription, String) {
+        let ownerID = owner?.reach == nil ? nil : owner?.id
         let id = UUID()
         let secret = SecureRandom.bytes(32)
         let sealed = try tokenKeys.seal(secret, associatedData: Self.associatedData(id))
@@ -96,8 +101,9 @@ package struct WebhookSubscriptionStore: Sendable {
         let createdAt = try pool.withTransaction { connection in
             let row = try connection.query(
                 """
-                INSERT INTO webhook_subscriptions (id, url, topics, secret, key_id, description)
-                VALUES (\(id), \(url), \(topicsJSON), \(sealed.sealed), \(sealed.keyID), \(description))
+                INSERT INTO webhook_subscriptions (id, url, topics, secret, key_id, description, api_key_id, client_ids)
+                VALUES (\(id), \(url), \(topicsJSON), \(sealed.sealed), \(sealed.keyID), \(description), \(ownerID),
+                        \(owner?.reachArray))
                 RETURNING created_at
                 """
             ).single()
@@ -116,22 +122,39 @@ package struct WebhookSubscriptionStore: Sendable {
         try AuditLog.record(connection, actor: actor, action: action, detail: detail)
     }
 
-    func list() throws -> [WebhookSubscription] {
-        try pool.query("SELECT id, url, topics::text, status, description, created_at FROM webhook_subscriptions ORDER BY created_at")
-            .map(Self.subscription)
+    /// The id a limited key's own subscriptions carry; nil for an unlimited key, which sees them all.
+    static func owner(_ key: APIKey) -> String? { key.reach == nil ? nil : key.id }
+
+    /// Every subscription, or a limited key's own (`ownedBy`).
+    func list(ownedBy owner: String? = nil) throws -> [WebhookSubscription] {
+        try pool.query(
+            """
+            SELECT id, url, topics::text, status, description, created_at FROM webhook_subscriptions
+            WHERE \(owner)::text IS NULL OR api_key_id = \(owner)::text ORDER BY created_at
+            """
+        ).map(Self.subscription)
     }
 
-    func find(_ id: UUID) throws -> WebhookSubscription? {
-        try pool.query("SELECT id, url, topics::text, status, description, created_at FROM webhook_subscriptions WHERE id = \(id)")
-            .first.map(Self.subscription)
+    func find(_ id: UUID, ownedBy owner: String? = nil) throws -> WebhookSubscription? {
+        try pool.query(
+            """
+            SELECT id, url, topics::text, status, description, created_at FROM webhook_subscriptions
+            WHERE id = \(id) AND (\(owner)::text IS NULL OR api_key_id = \(owner)::text)
+            """
+        ).first.map(Self.subscription)
     }
 
     /// Pauses or resumes; deliveries keep being queued while paused and go out on resume.
     /// A paused subscription's deliveries are parked at `next_attempt_at = 'infinity'` (out
     /// of the dispatcher's way); resuming makes them all due at once, in order.
-    func setStatus(_ id: UUID, _ status: String, actor: String) throws -> Bool {
+    func setStatus(_ id: UUID, _ status: String, actor: String, ownedBy owner: String? = nil) throws -> Bool {
         try pool.withTransaction { connection in
-            guard try connection.query("UPDATE webhook_subscriptions SET status = \(status) WHERE id = \(id)").affectedRows == 1
+            guard try connection.query(
+                """
+                UPDATE webhook_subscriptions SET status = \(status)
+                WHERE id = \(id) AND (\(owner)::text IS NULL OR api_key_id = \(owner)::text)
+                """
+            ).affectedRows == 1
             else { return false }
             try connection.query(
                 """
@@ -164,9 +187,11 @@ package struct WebhookSubscriptionStore: Sendable {
     }
 
     /// Deletes the subscription and its queued deliveries.
-    func delete(_ id: UUID, actor: String) throws -> Bool {
+    func delete(_ id: UUID, actor: String, ownedBy owner: String? = nil) throws -> Bool {
         try pool.withTransaction { connection in
-            guard try connection.query("DELETE FROM webhook_subscriptions WHERE id = \(id)").affectedRows == 1 else { return false }
+            guard try connection.query(
+                "DELETE FROM webhook_subscriptions WHERE id = \(id) AND (\(owner)::text IS NULL OR api_key_id = \(owner)::text)"
+            ).affectedRows == 1 else { return false }
             try Self.audit(connection, actor: actor, action: "webhook_subscription.deleted", id: id)
             return true
         }

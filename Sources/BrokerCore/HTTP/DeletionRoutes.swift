@@ -11,14 +11,14 @@ enum DeletionRoutes {
     static func register(on router: inout Router, service: DeletionService, keys: APIKeyAuthenticator) {
         router.post("/v1/deletions", keys.protect(.compliance) { request, key in
             let body = try request.jsonObject()
-            let result = try service.request(try DeletionService.Request(body), source: "api", actor: "api:\(key.id)")
+            let result = try service.request(try DeletionService.Request(body), source: "api", actor: "api:\(key.id)", visibleTo: key)
             return .json(
                 .object([
                     "deletion_id": .string(result.id.lowercasedString), "state": .string(result.state),
                     "created": .bool(result.created),
                 ]), status: 202)
         })
-        router.get("/v1/deletions", keys.protect(.compliance) { request, _ in
+        router.get("/v1/deletions", keys.protect(.compliance) { request, key in
             let state = request.query["state"]
             if let state, !states.contains(state) {
                 throw Problem.badRequest("state must be one of \(states.sorted().joined(separator: ", "))")
@@ -27,16 +27,20 @@ enum DeletionRoutes {
                 guard let limit = Int(text), (1...1000).contains(limit) else { throw Problem.badRequest("limit must be 1…1000") }
                 return limit
             } ?? 100
-            return .json(.object(["deletions": .array(try service.store.list(state: state, limit: limit).map(\.json))]))
+            return .json(.object(["deletions": .array(try service.store.list(state: state, limit: limit, reach: key.reachArray).map(\.json))]))
         })
-        router.get("/v1/deletions/{id}", keys.protect(.compliance) { request, _ in
+        router.get("/v1/deletions/{id}", keys.protect(.compliance) { request, key in
             let id = try deletionID(request)
-            guard let record = try service.store.record(id) else { throw notFound }
+            guard try AppReach.deletion(id, visibleTo: key, pool: service.store.pool), let record = try service.store.record(id) else {
+                throw notFound
+            }
             return .json(record.json)
         })
         router.post("/v1/deletions/{id}/retry", keys.protect(.compliance) { request, key in
             let id = try deletionID(request)
-            guard try service.store.record(id) != nil else { throw notFound }
+            guard try AppReach.deletion(id, visibleTo: key, pool: service.store.pool), try service.store.record(id) != nil else {
+                throw notFound
+            }
             guard try service.store.retry(id, by: "api:\(key.id)") else {
                 throw Problem(
                     status: 409, code: "deletion_not_failed", title: "Not a failed deletion",
@@ -161,9 +165,20 @@ package struct DeletionService: Sendable {
 
     /// Opens the request (or returns the open one). 404 for an unknown user, 410 with the
     /// original deletion id for a user already deleted.
-    func request(_ request: Request, source: String, actor: String) throws -> (id: UUID, state: String, created: Bool) {
+    /// - Parameter key: the API key asking; a key limited to some apps finds only their users.
+    func request(
+        _ request: Request, source: String, actor: String, visibleTo key: APIKey? = nil
+    ) throws -> (id: UUID, state: String, created: Bool) {
         for _ in 0..<2 {
-            switch try store.resolve(request.target) {
+            let resolution = try store.resolve(request.target)
+            if let key {
+                switch resolution {
+                case .user(let id) where try !AppReach.user(id, visibleTo: key, pool: store.pool): throw UserDirectory.notFound
+                case .deleted(let id) where try !AppReach.deletion(id, visibleTo: key, pool: store.pool): throw UserDirectory.notFound
+                default: break
+                }
+            }
+            switch resolution {
             case .notFound:
                 throw Problem(status: 404, code: "user_not_found", title: "User not found", detail: "no user matches")
             case .deleted(let deletionID):

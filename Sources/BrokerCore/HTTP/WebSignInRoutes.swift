@@ -32,8 +32,8 @@ enum WebSignInRoutes {
                 return redirect(to: try service.callback(form: fields), status: 303)
             }
         }
-        router.post("/v1/apple/web/redeem", keys.protect(.login) { request, _ in
-            .json(try service.redeem(try request.jsonObject().requiredString("result_code")))
+        router.post("/v1/apple/web/redeem", keys.protect(.login) { request, key in
+            .json(try service.redeem(try request.jsonObject().requiredString("result_code"), by: key))
         })
     }
 

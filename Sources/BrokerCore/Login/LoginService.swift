@@ -85,6 +85,9 @@ public final class LoginService: Sendable {
         } catch AppleKeyError.unavailable {
             throw Self.appleUnavailable("Apple's signing keys cannot be fetched")
         }
+        if let allowed = request.allowedClientIDs, !allowed.contains(identity.clientID) {
+            throw APIKey.notAllowed(identity.clientID)
+        }
         try request.afterVerification?(identity)
 
         if let redirectURI = request.redirectURI, !request.redirectURIIsOurs,

@@ -140,6 +140,11 @@ struct UserDirectory: Sendable {
     }
 
     /// The deletion that purged this user, if one did.
+    static let notFound = Problem(status: 404, code: "user_not_found", title: "User not found", detail: "no user with this id")
+
+    /// Whether `key` may see this user (`AppReach`).
+    func isVisible(_ id: UUID, to key: APIKey) throws -> Bool { try AppReach.user(id, visibleTo: key, pool: pool) }
+
     func deletion(ofPurgedUser id: UUID) throws -> UUID? {
         try pool.query("SELECT deletion_id FROM tombstones WHERE user_id = \(id) LIMIT 1").first?.decode(UUID.self, 0)
     }

@@ -150,8 +150,12 @@ final class WebSignInService: Sendable {
     }
 
     /// The login answer for a result code, once.
-    func redeem(_ code: String) throws -> JSONValue {
+    func redeem(_ code: String, by key: APIKey) throws -> JSONValue {
         guard settings != nil else { throw Self.notConfigured }
+        // A key limited to other apps may not take this sign-in's answer (nor spend its code).
+        if key.reach != nil, code.utf8.count <= 256, let clientID = try store.clientID(ofResult: code), !key.reaches(clientID) {
+            throw APIKey.notAllowed(clientID)
+        }
         guard code.utf8.count <= 256, let response = try store.redeem(code) else {
             throw Problem.badRequest(code: "result_code_invalid", "the result code is unknown, already redeemed or expired")
         }

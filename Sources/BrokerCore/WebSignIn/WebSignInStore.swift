@@ -40,6 +40,11 @@ struct WebSignInStore: Sendable {
         return code
     }
 
+    /// The client id a result code was issued for, without redeeming it.
+    func clientID(ofResult code: String) throws -> String? {
+        try pool.query("SELECT client_id FROM web_results WHERE code_hash = \(SHA256.hexHash(code))").first?.decode(String.self, 0)
+    }
+
     /// The login answer for a result code, which is deleted: nil when unknown, used or expired.
     func redeem(_ code: String) throws -> JSONValue? {
         let rows = try pool.query(

@@ -1,0 +1,98 @@
+import AppleSimulator
+import BrokerCore
+import Foundation
+import HTTPClient
+import PostgresClient
+import StrictJSON
+import TestSupport
+import Testing
+
+/// API keys limited to some apps (`api-keys create --client-ids`): a team with two apps gives
+/// each backend a key that reaches its own app's users and nothing else.
+@Suite("API keys limited to apps")
+struct LimitedKeyTests {
+    @Test("a key limited to one app logs in only its tokens and sees only its users, deletions, events and subscriptions")
+    func isolation() throws {
+        // Two apps in separate groups: com.example.app and com.example.web do not share users here.
+        let broker = try TestBroker(extra: [
+            "APPLE_APP_GROUPS": "\(TestBroker.clientID);\(TestBroker.webClientID)",
+            "BROKER_DELETION_RETRY_BASE_MS": "50", "BROKER_DELETION_INTERVAL_SECONDS": "1",
+            "BROKER_DISPATCH_INTERVAL_MS": "50",
+        ])
+        let store = APIKeyStore(pool: broker.pool)
+        let all: Set<Scope> = [.login, .read, .compliance, .events, .admin]
+        let limited = try store.create(name: "app-backend", scopes: all, clientIDs: [TestBroker.clientID]).secret
+        let unlimited = try broker.key(all)
+        let (appUser, _) = try broker.signIn(clients: [TestBroker.clientID])
+        let (webUser, _) = try broker.signIn(clients: [TestBroker.webClientID])
+
+        // Logins: a token for the other app is refused before its code is exchanged.
+        let exchanges = broker.simulator.statistics.token
+        let web = try broker.mint { $0.clientID = TestBroker.webClientID; $0.withCode = true }
+        let refused = try broker.login(["identity_token": web.idToken, "authorization_code": web.code!], key: limited)
+        #expect(refused.status == 403)
+        #expect(refused.json["code"] as? String == "client_not_allowed")
+        #expect(broker.simulator.statistics.token == exchanges, "the code was not exchanged")
+        #expect(try broker.login(["identity_token": try broker.mint().idToken], key: limited).status == 200)
+
+        // Users and credential state: the other app's user does not exist for this key.
+        #expect(try broker.get("/v1/users/\(appUser.lowercasedString)", key: limited).status == 200)
+        let hidden = try broker.get("/v1/users/\(webUser.lowercasedString)", key: limited)
+        #expect(hidden.status == 404)
+        #expect(hidden.json["code"] as? String == "user_not_found")
+        #expect(try broker.get("/v1/users/\(webUser.lowercasedString)/credential-state", key: limited).status == 404)
+        #expect(try broker.get("/v1/users/\(webUser.lowercasedString)", key: unlimited).status == 200, "unlimited keys keep their reach")
+
+        // Subscriptions: a limited key's own only, receiving only its app's events.
+        func subscribe(_ key: String) throws -> String {
+            let response = try broker.post(
+                "/v1/webhook-subscriptions", json: #"{"url":"https://hooks.example.com/in","topics":["*"]}"#, key: key)
+            #expect(response.status == 201)
+            return try #require(response.json["id"] as? String)
+        }
+        let own = try subscribe(limited)
+        let other = try subscribe(unlimited)
+        let listed = try #require(try broker.get("/v1/webhook-subscriptions", key: limited).json["subscriptions"] as? [[String: Any]])
+        #expect(listed.compactMap { $0["id"] as? String } == [own])
+        #expect(try broker.get("/v1/webhook-subscriptions/\(other)", key: limited).status == 404)
+        #expect(try broker.post("/v1/webhook-subscriptions/\(other)/pause", json: "{}", key: limited).status == 404)
+        #expect(try broker.get("/v1/webhook-subscriptions/\(other)", key: unlimited).status == 200)
+        try broker.pool.query("UPDATE webhook_subscriptions SET status = 'paused'")  // nothing goes out; rows are what count
+        _ = try broker.signIn(clients: [TestBroker.webClientID])
+        _ = try broker.signIn(clients: [TestBroker.clientID])
+        let ownUsers = Set(try broker.pool.query(
+            "SELECT DISTINCT e.user_id::text FROM webhook_deliveries d JOIN outbox_events e ON e.id = d.event_id WHERE d.subscription_id = \(own)::uuid"
+        ).map { try $0.decode(String.self, 0) })
+        let otherUsers = Set(try broker.pool.query(
+            "SELECT DISTINCT e.user_id::text FROM webhook_deliveries d JOIN outbox_events e ON e.id = d.event_id WHERE d.subscription_id = \(other)::uuid"
+        ).map { try $0.decode(String.self, 0) })
+        #expect(otherUsers.count == 2)
+        #expect(ownUsers.count == 1)
+        #expect(ownUsers.isSubset(of: Set(try broker.pool.query(
+            "SELECT user_id::text FROM apple_identities WHERE client_id = \(TestBroker.clientID)").map { try $0.decode(String.self, 0) })))
+
+        // Deletions: the other app's user cannot be deleted with this key; its own can, and the
+        // record and user.deleted stay visible to it after the purge.
+        func delete(_ user: UUID, _ key: String) throws -> HTTPClientResponse {
+            try broker.post("/v1/deletions", json: #"{"user_id":"\#(user.lowercasedString)","reason":"asked","requested_by":"t"}"#, key: key)
+        }
+        #expect(try delete(webUser, limited).status == 404)
+        let accepted = try delete(appUser, limited)
+        #expect(accepted.status == 202)
+        let deletionID = try #require(accepted.json["deletion_id"] as? String)
+        #expect(try delete(webUser, unlimited).status == 202)
+        try waitUntil(seconds: 30) { try broker.count("SELECT count(*) FROM deletion_requests WHERE state = 'done'") == 2 }
+        #expect(try broker.get("/v1/deletions/\(deletionID)", key: limited).json["state"] as? String == "done")
+        let deletions = try #require(try broker.get("/v1/deletions", key: limited).json["deletions"] as? [[String: Any]])
+        #expect(deletions.compactMap { $0["deletion_id"] as? String } == [deletionID])
+        #expect(try broker.get("/v1/users/\(appUser.lowercasedString)", key: limited).status == 410)
+        #expect(try broker.get("/v1/users/\(webUser.lowercasedString)", key: limited).status == 404)
+
+        // The feed: only the app's users' events, user.deleted of the purged one included.
+        let events = try #require(try broker.get("/v1/events?limit=1000", key: limited).json["events"] as? [[String: Any]])
+        let everything = try #require(try broker.get("/v1/events?limit=1000", key: unlimited).json["events"] as? [[String: Any]])
+        #expect(events.count < everything.count)
+        #expect(!events.contains { $0["user_id"] as? String == webUser.lowercasedString })
+        #expect(events.contains { $0["type"] as? String == "user.deleted" && $0["user_id"] as? String == appUser.lowercasedString })
+    }
+}
