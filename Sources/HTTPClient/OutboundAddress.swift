@@ -88,6 +88,9 @@ public enum OutboundAddress {
             throw Refusal(description: "the host name does not resolve")
         }
         defer { freeaddrinfo(list) }
+        func text(_ buffer: [CChar]) -> String {
+            String(decoding: buffer.prefix { $0 != 0 }.map(UInt8.init(bitPattern:)), as: UTF8.self)
+        }
         var addresses: [(String, [UInt8])] = []
         var entry: UnsafeMutablePointer<addrinfo>? = list
         while let current = entry {
@@ -95,11 +98,11 @@ public enum OutboundAddress {
             if current.pointee.ai_family == AF_INET {
                 var address = current.pointee.ai_addr.withMemoryRebound(to: sockaddr_in.self, capacity: 1) { $0.pointee.sin_addr }
                 inet_ntop(AF_INET, &address, &buffer, socklen_t(buffer.count))
-                addresses.append((String(cString: buffer), withUnsafeBytes(of: address) { Array($0) }))
+                addresses.append((text(buffer), withUnsafeBytes(of: address) { Array($0) }))
             } else if current.pointee.ai_family == AF_INET6 {
                 var address = current.pointee.ai_addr.withMemoryRebound(to: sockaddr_in6.self, capacity: 1) { $0.pointee.sin6_addr }
                 inet_ntop(AF_INET6, &address, &buffer, socklen_t(buffer.count))
-                addresses.append((String(cString: buffer), withUnsafeBytes(of: address) { Array($0) }))
+                addresses.append((text(buffer), withUnsafeBytes(of: address) { Array($0) }))
             }
             entry = current.pointee.ai_next
         }

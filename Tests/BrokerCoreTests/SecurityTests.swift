@@ -71,7 +71,7 @@ struct SecurityTests {
         // is nothing to resolve privately on an offline machine.
         var buffer = [CChar](repeating: 0, count: 256)
         gethostname(&buffer, buffer.count)
-        let hostname = String(cString: buffer)
+        let hostname = String(decoding: buffer.prefix { $0 != 0 }.map(UInt8.init(bitPattern:)), as: UTF8.self)
         guard let resolved = try? OutboundAddress.resolve(hostname), resolved.contains(where: { !OutboundAddress.isPublic($0.bytes) }) else {
             Issue.record("\(hostname) does not resolve to a private address here; the delivery-time check was not exercised")
             return
