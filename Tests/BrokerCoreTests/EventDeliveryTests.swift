@@ -54,6 +54,9 @@ struct EventDeliveryTests {
         #expect(deliveries.allSatisfy { $0.data["user_id"] == .string(userID) })
         #expect(!deliveries.contains { $0.data.values.contains { $0.stringValue?.contains("@") == true } })
         #expect(Set(deliveries.map(\.id)).count == 3)
+        // Each body names its event as the pull feed does.
+        let feed = try #require(try broker.get("/v1/events", key: broker.key([.events])).json["events"] as? [[String: Any]])
+        #expect(deliveries.map(\.eventID) == feed.compactMap { $0["id"] as? String }, "\(deliveries.map(\.eventID))")
     }
 
     @Test("a receiver down for a while, then failing with 500, a redirect and a stall, gets every event, in per-user order")

@@ -6,7 +6,7 @@ import PostgresClient
 import StrictJSON
 
 /// Delivers outbox events to webhook subscribers, Standard Webhooks style: a JSON body
-/// `{type, timestamp, data}` and headers `webhook-id` (stable per event and subscription, so
+/// `{id, type, timestamp, data}` (`id` as in the pull feed) and headers `webhook-id` (stable per event and subscription, so
 /// receivers can deduplicate), `webhook-timestamp` and
 /// `webhook-signature: v1,<base64 HMAC-SHA256 of "id.timestamp.body">`.
 ///
@@ -113,8 +113,10 @@ final class WebhookDispatcher: Sendable {
         _ delivery: Claimed, secret: [UInt8], timestamp: Int, timeout: Duration
     ) -> HTTPClientRequest {
         let data = (try? JSONValue.parse(Array(delivery.payload.utf8))) ?? .null
+        // `id` is the event's id in the pull feed (`evt_…`): a delivery and the feed can be matched.
         let body = JSONValue.object([
-            "type": .string(delivery.type), "timestamp": .string(RFC3339.string(from: delivery.eventCreatedAt)), "data": data,
+            "id": .string("evt_\(delivery.eventID)"), "type": .string(delivery.type),
+            "timestamp": .string(RFC3339.string(from: delivery.eventCreatedAt)), "data": data,
         ]).serialized()
         let id = messageID(eventID: delivery.eventID, subscriptionID: delivery.subscriptionID)
         let signed = Array("\(id).\(timestamp).".utf8) + body

@@ -18,6 +18,8 @@ final class WebhookReceiver: Sendable {
 
     struct Received: Sendable {
         var id: String
+        /// The body's `id`: the event's id in the pull feed.
+        var eventID: String
         var type: String
         var data: [String: JSONValue]
         var signatureValid: Bool
@@ -79,7 +81,7 @@ final class WebhookReceiver: Sendable {
             receiver.received.withLock {
                 $0.append(
                     Received(
-                        id: id, type: object["type"]?.stringValue ?? "", data: object["data"]?.objectValue ?? [:],
+                        id: id, eventID: object["id"]?.stringValue ?? "", type: object["type"]?.stringValue ?? "", data: object["data"]?.objectValue ?? [:],
                         signatureValid: request.headers["webhook-signature"] == expected && !id.isEmpty))
             }
             return HTTPResponse(status: 204)
