@@ -9,6 +9,7 @@
 //                  ProcessRunner (posix_spawn), CommandArguments (command lines), EmbeddedPostgres (a private cluster), HTTPServer (libmicrohttpd), HTTPClient (libcurl)
 //   Product        BrokerCore (configuration, storage, API, workers, CLI) and the thin `appleid-broker` executable
 //   Simulator      AppleSimulator + `apple-sim`: appleid.apple.com on loopback
+//   Client         AppleIDBrokerClient: the library Swift app backends call the broker with
 import PackageDescription
 
 /// `BROKER_FUZZ=1` (scripts/fuzz.sh): every Swift target gets libFuzzer's coverage and
@@ -30,6 +31,8 @@ let package = Package(
     products: [
         .executable(name: "appleid-broker", targets: ["appleid-broker"]),
         .executable(name: "apple-sim", targets: ["apple-sim"]),
+        // For Swift app backends (Vapor, Hummingbird): typed calls to the broker over URLSession.
+        .library(name: "AppleIDBrokerClient", targets: ["AppleIDBrokerClient"]),
     ],
     targets: [
         // MARK: C bridges (headers and link flags come from pkg-config)
@@ -79,6 +82,10 @@ let package = Package(
         ),
         .executableTarget(name: "apple-sim", dependencies: ["AppleSimulator"], swiftSettings: swiftSettings),
 
+        // MARK: The client library for Swift app backends: Foundation's URLSession, and OpenSSL's
+        // HMAC (BrokerCrypto) for webhook signatures; nothing of the server.
+        .target(name: "AppleIDBrokerClient", dependencies: ["BrokerCrypto"], swiftSettings: swiftSettings),
+
         // MARK: Micro-benchmarks (figures for `make bench`, never timed tests)
         .executableTarget(
             name: "broker-bench",
@@ -118,7 +125,7 @@ let package = Package(
         .testTarget(
             name: "BrokerCoreTests",
             dependencies: ["BrokerCore", "AppleSimulator", "JOSE", "StrictJSON", "BrokerCrypto", "TestSupport", "ProcessRunner",
-                "CommandArguments",
+                "CommandArguments", "AppleIDBrokerClient",
             ],
             swiftSettings: swiftSettings
         ),

@@ -9,7 +9,10 @@ timestamps, and deduplicate on webhook-id (deliveries are at least once).
     python3 examples/webhook_receiver.py --broker http://127.0.0.1:8080 --key "$KEY"
 
 --exit-after TYPE stops after the first event of that type (the README's tour uses it);
---ready-file PATH is written once the subscription exists.
+--ready-file PATH is written once the subscription exists; --record FILE appends each
+verified delivery (headers and body) as a JSON line. For production prefer the official
+Standard Webhooks library (`pip install standardwebhooks`; also npm, Go, Java, Ruby, PHP,
+Rust, C#): https://github.com/standard-webhooks/standard-webhooks
 """
 import argparse
 import base64
@@ -28,6 +31,7 @@ parser.add_argument("--port", type=int, default=9000, help="port to listen on (1
 parser.add_argument("--topics", default="*", help="comma-separated topics (default: all)")
 parser.add_argument("--exit-after", help="stop after the first event of this type")
 parser.add_argument("--ready-file", help="write this file once subscribed")
+parser.add_argument("--record", help="append each verified delivery to this file (JSON lines)")
 args = parser.parse_args()
 
 
@@ -74,6 +78,10 @@ class Receiver(http.server.BaseHTTPRequestHandler):
             return  # a retry of something already handled
         seen.add(webhook_id)
         event = json.loads(body)
+        if args.record:
+            with open(args.record, "a") as record:
+                headers = {name: self.headers.get(name) for name in ("webhook-id", "webhook-timestamp", "webhook-signature")}
+                record.write(json.dumps({"secret": subscription["secret"], "headers": headers, "body": body.decode()}) + "\n")
         print(f"{event['timestamp']}  {event['type']:<26} {json.dumps(event['data'], sort_keys=True)}", flush=True)
         if event["type"] == args.exit_after:
             done = True

@@ -6,7 +6,8 @@ set -euo pipefail
 
 packages=(pkg-config libmicrohttpd-dev libpq-dev libssl-dev libcurl4-openssl-dev postgresql openssl)
 if [ "${1:-}" = "test" ]; then
-  packages+=(wrk procps python3 python3-venv prometheus)
+  # nodejs and golang-go run the integration examples (scripts/examples.sh).
+  packages+=(wrk procps python3 python3-venv prometheus nodejs golang-go)
 fi
 
 missing=()

@@ -13,7 +13,7 @@ echo "== test" >&2
 swift test --skip-build --parallel "$@"
 
 # The whole suite (no filter given) also checks the live API against its description, the
-# deployment files against the code, runs the README's tour, the resilience suite, each
+# deployment files against the code, runs the README's tour, the integration examples, the resilience suite, each
 # fuzz target for a minute, and the Swift suite again under ThreadSanitizer.
 if [ $# -eq 0 ]; then
   echo "== API conformance (schemathesis)" >&2
@@ -21,6 +21,8 @@ if [ $# -eq 0 ]; then
   scripts/check-deploy.sh
   echo "== the README's tour, as a newcomer runs it (make run + its commands)" >&2
   scripts/tour.sh
+  echo "== integration examples (Python, Node, Go) against a live broker; official standardwebhooks check" >&2
+  scripts/examples.sh
   echo "== resilience: load while PostgreSQL crashes, the broker is killed, Apple fails, a receiver is down" >&2
   LOAD_SECONDS=${LOAD_SECONDS:-60} scripts/resilience.sh
   echo "== fuzzing (libFuzzer + AddressSanitizer)" >&2

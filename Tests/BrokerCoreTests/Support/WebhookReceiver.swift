@@ -23,6 +23,9 @@ final class WebhookReceiver: Sendable {
         var type: String
         var data: [String: JSONValue]
         var signatureValid: Bool
+        /// The delivery as it arrived, for verifiers other than this one.
+        var body: [UInt8] = []
+        var headers: [String: String] = [:]
     }
 
     private let received = Mutex<[Received]>([])
@@ -82,7 +85,8 @@ final class WebhookReceiver: Sendable {
                 $0.append(
                     Received(
                         id: id, eventID: object["id"]?.stringValue ?? "", type: object["type"]?.stringValue ?? "", data: object["data"]?.objectValue ?? [:],
-                        signatureValid: request.headers["webhook-signature"] == expected && !id.isEmpty))
+                        signatureValid: request.headers["webhook-signature"] == expected && !id.isEmpty, body: request.body,
+                        headers: Dictionary(request.headers.map { ($0.name.lowercased(), $0.value) }) { first, _ in first }))
             }
             return HTTPResponse(status: 204)
         }

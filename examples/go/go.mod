@@ -1,0 +1,3 @@
+module example.com/appleid-broker-example
+
+go 1.19
