@@ -25,6 +25,25 @@ struct MonitoringTests {
         #expect(broker.application.metricsPort == UInt16(port))
     }
 
+    @Test("/metrics says which build runs (version and commit) and the usual process_* figures")
+    func buildAndProcessMetrics() throws {
+        let broker = try TestBroker()
+        let text = try broker.get("/metrics").bodyText
+        let head = try ChildProcess.run("/usr/bin/git", ["-C", Repository.root.path, "rev-parse", "HEAD"])
+        let commit = head.status == 0 ? String(head.output.prefix(12)) : "unknown"
+        #expect(text.contains("appleid_broker_build_info{version=\"\(BrokerCommand.version)\",commit=\"\(commit)\"} 1"), "\(commit)")
+        func value(_ name: String) -> Double? {
+            text.split(separator: "\n").first { $0.hasPrefix(name + " ") }.flatMap { Double($0.split(separator: " ")[1]) }
+        }
+        #expect((value("process_resident_memory_bytes") ?? 0) > 1_000_000)
+        #expect((value("process_open_fds") ?? 0) > 3)
+        #expect((value("process_threads") ?? 0) > 4)
+        #expect((value("process_cpu_seconds_total") ?? 0) > 0)
+        #expect((value("process_max_fds") ?? 0) >= (value("process_open_fds") ?? 0))
+        let started = value("process_start_time_seconds") ?? 0
+        #expect(abs(started - Date().timeIntervalSince1970) < 3600, "the test process started within the hour")
+    }
+
     @Test("the Grafana dashboard is well-formed and every panel's metric is served on /metrics")
     func dashboard() throws {
         let dashboard = try #require(
@@ -61,6 +80,13 @@ struct MonitoringTests {
             }
         }
         #expect(panels.count >= 20)
+        // In a Prometheus shared with other services (http_requests_total is a common name),
+        // every query keeps to the broker's jobs, and "All" means the broker's jobs only.
+        for expression in expressions {
+            for selector in expression.matches(of: /([a-z_:]+)\{([^}]*)\}/) {
+                #expect(selector.2.contains("job=~\"$job\""), "not limited to the broker's jobs: \(expression)")
+            }
+        }
         // The job variable's query names a metric too.
         let variables = try #require((dashboard["templating"] as? [String: Any])?["list"] as? [[String: Any]])
         for case let definition as String in variables.map({ $0["definition"] }) {
@@ -68,6 +94,9 @@ struct MonitoringTests {
             let metric = definition.firstMatch(of: /label_values\(([a-z_:]+),/).map { String($0.1) }
             #expect(metric.map(served.contains) == true, "variable query: \(definition)")
         }
+        let job = try #require(variables.first { $0["name"] as? String == "job" })
+        #expect(job["definition"] as? String == "label_values(appleid_broker_build_info, job)")
+        #expect(job["allValue"] == nil, "All must stay the broker's own jobs, not .*")
 
         // Every expression parses as PromQL: promtool checks them as recording rules.
         guard let promtool = Self.promtool else { return }

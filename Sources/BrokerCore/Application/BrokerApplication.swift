@@ -216,6 +216,13 @@ public final class BrokerApplication: Sendable {
             metricsServer = nil
         }
         registerPoolMetrics()
+        ProcessMetrics.register(on: metrics)
+        let commit = EmbeddedFiles.text(named: "build-commit") ?? "unknown"
+        metrics.collect {
+            [CollectedSample(
+                name: "appleid_broker_build_info", help: "The running build: version and commit (always 1).",
+                labels: [("version", BrokerCommand.version), ("commit", commit)], value: 1)]
+        }
         let apiKeys = self.apiKeys
         listener.subscribe(APIKeyStore.changedChannel) { _ in apiKeys.invalidate() }
     }

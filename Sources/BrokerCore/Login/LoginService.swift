@@ -23,6 +23,7 @@ public final class LoginService: Sendable {
     let eventsWritten: @Sendable () -> Void
     private let outcomes: CounterFamily
     private let successes: CounterFamily
+    private let newUsers: CounterFamily
 
     init(
         validator: IdentityTokenValidator, apple: AppleClient, pool: PostgresPool, tokenKeys: TokenKeyRing, teamID: String,
@@ -47,6 +48,9 @@ public final class LoginService: Sendable {
         successes = metrics.counter(
             "login_success_total", help: "Successful logins by relay e-mail and real_user_status.",
             labels: ["private_email", "real_user_status"])
+        newUsers = metrics.counter(
+            "login_new_users_total", help: "Users created by a login, by whether their e-mail is an Apple relay (Hide My Email).",
+            labels: ["private_email"])
     }
 
     public func login(_ request: LoginRequest) throws -> LoginResponse {
@@ -54,6 +58,7 @@ public final class LoginService: Sendable {
             let response = try perform(request)
             outcomes.increment("success")
             successes.increment(String(response.isPrivateEmail), response.realUserStatus)
+            if response.isNewUser { newUsers.increment(String(response.isPrivateEmail)) }
             return response
         } catch let problem as Problem {
             outcomes.increment(problem.code)
