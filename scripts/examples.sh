@@ -93,13 +93,19 @@ done
 # The official Standard Webhooks library agrees with every example, and refuses a tampered body.
 "$TOOLS_VENV/bin/python" - "$WORK"/*.deliveries <<'PY'
 import json, sys
+import jsonschema
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
+# Each body must also be what the description's `webhooks` section says for its type.
+description = json.load(open("docs/openapi.json"))
 checked = 0
 for path in sys.argv[1:]:
     for line in open(path):
         delivery = json.loads(line)
         hook = Webhook(delivery["secret"])
         hook.verify(delivery["body"], delivery["headers"])
+        body = json.loads(delivery["body"])
+        model = description["webhooks"][body["type"]]["post"]["requestBody"]["content"]["application/json"]["schema"]["$ref"]
+        jsonschema.Draft202012Validator({"$ref": model, "components": description["components"]}).validate(body)
         try:
             hook.verify(delivery["body"].replace('"type"', '"typ3"', 1), delivery["headers"])
         except WebhookVerificationError:
@@ -107,7 +113,7 @@ for path in sys.argv[1:]:
         else:
             sys.exit(f"{path}: a tampered delivery verified")
         checked += 1
-print(f"examples: standardwebhooks verified {checked} deliveries and refused each tampered copy", file=sys.stderr)
+print(f"examples: standardwebhooks verified {checked} deliveries (each matching its `webhooks` schema) and refused each tampered copy", file=sys.stderr)
 PY
 stop_all
 rm -rf "$WORK"

@@ -23,6 +23,8 @@ if [ $# -eq 0 ]; then
   scripts/tour.sh
   echo "== integration examples (Python, Node, Go) against a live broker; official standardwebhooks check" >&2
   scripts/examples.sh
+  echo "== a Python client generated from docs/openapi.json (openapi-python-client): login and user read" >&2
+  scripts/generated-client.sh
   echo "== resilience: load while PostgreSQL crashes, the broker is killed, Apple fails, a receiver is down" >&2
   LOAD_SECONDS=${LOAD_SECONDS:-60} scripts/resilience.sh
   echo "== fuzzing (libFuzzer + AddressSanitizer)" >&2
