@@ -110,6 +110,11 @@ struct SecurityTests {
         let client = CurlTransport(caCertificatesPath: directory + "/cert.pem")
         let response = try client.send(.init(url: "https://127.0.0.1:\(broker.application.port)/healthz"))
         #expect(response.status == 200)
+        // Terminating TLS itself, the broker tells browsers to stay on HTTPS, and limits
+        // connections per address by default.
+        #expect(response.header("strict-transport-security") == "max-age=31536000")
+        #expect(response.header("x-content-type-options") == "nosniff")
+        #expect(broker.application.configuration.connectionsPerAddress == 64)
         #expect(throws: HTTPClientError.self) { try CurlTransport().send(.init(url: "https://127.0.0.1:\(broker.application.port)/healthz")) }
     }
 
