@@ -4,7 +4,7 @@
 //
 // Layers, bottom up:
 //   C bridges      CMicroHTTPD, CLibpq, COpenSSL, CCurl (system libraries) + CBrokerShims (variadic calls)
-//   Foundations    Observability (logs, metrics), StrictJSON (a strict JSON reader/writer),
+//   Foundations    Locking (Lock, the one lock type), Observability (logs, metrics), StrictJSON (a strict JSON reader/writer),
 //                  BrokerCrypto (OpenSSL), JOSE (JWS/JWK), PostgresClient (libpq),
 //                  ProcessRunner (posix_spawn), CommandArguments (command lines), EmbeddedPostgres (a private cluster), HTTPServer (libmicrohttpd), HTTPClient (libcurl)
 //   Product        BrokerCore (configuration, storage, API, workers, CLI) and the thin `appleid-broker` executable
@@ -16,14 +16,13 @@ import PackageDescription
 /// AddressSanitizer, and the fuzz targets below exist. Build tools are left alone.
 let fuzzing = Context.environment["BROKER_FUZZ"] == "1"
 
-/// `BROKER_TSAN=1` (scripts/test-tsan.sh): each module's `Mutex` becomes PThreadMutex, which
-/// ThreadSanitizer can see (ThreadSanitizerSupport says why). Member-import visibility is
-/// off then, since the files calling `withLock` do not import the module that defines it.
+/// `BROKER_TSAN=1` (scripts/test-tsan.sh): `Lock` (the Locking module) becomes PThreadMutex,
+/// which ThreadSanitizer can see (Sources/Locking says why). Same upcoming features otherwise.
 let threadSanitizer = Context.environment["BROKER_TSAN"] == "1"
 
 let swiftSettings: [SwiftSetting] =
-    [.enableUpcomingFeature("ExistentialAny")]
-    + (threadSanitizer ? [.define("BROKER_TSAN")] : [.enableUpcomingFeature("MemberImportVisibility")])
+    [.enableUpcomingFeature("ExistentialAny"), .enableUpcomingFeature("MemberImportVisibility")]
+    + (threadSanitizer ? [.define("BROKER_TSAN")] : [])
     + (fuzzing ? [.unsafeFlags(["-sanitize=fuzzer,address"])] : [])
 
 let package = Package(
@@ -132,13 +131,13 @@ let package = Package(
     ]
 )
 
-// Every Swift target may use PThreadMutex (ThreadSanitizer builds swap it in for Mutex).
-package.targets.append(.target(name: "ThreadSanitizerSupport", swiftSettings: swiftSettings))
+// One lock type for every Swift target: `Lock` (Mutex, or PThreadMutex under ThreadSanitizer).
+package.targets.append(.target(name: "Locking", swiftSettings: swiftSettings))
 for target in package.targets
 where [.regular, .executable, .test].contains(target.type) && !target.name.hasPrefix("C")
-    && !["ThreadSanitizerSupport", "embed-resources"].contains(target.name)
+    && !["Locking", "embed-resources"].contains(target.name)
 {
-    target.dependencies.append("ThreadSanitizerSupport")
+    target.dependencies.append("Locking")
 }
 
 // MARK: Fuzz targets (scripts/fuzz.sh): each hands its body to libFuzzer through FuzzDriver.

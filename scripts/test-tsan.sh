@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The Swift test suite under ThreadSanitizer. BROKER_TSAN=1 makes each module's Mutex a
-# pthread mutex (Sources/ThreadSanitizerSupport says why); the build goes to .build/tsan.
+# The Swift test suite under ThreadSanitizer. BROKER_TSAN=1 makes `Lock` (Sources/Locking) a
+# pthread mutex (PThreadMutex says why); the build goes to .build/tsan.
 # Any report fails the run (TSAN_OPTIONS halt_on_error).  [swift test args] scripts/test-tsan.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."

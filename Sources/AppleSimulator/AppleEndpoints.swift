@@ -3,6 +3,7 @@ import Foundation
 import HTTPClient
 import HTTPServer
 import JOSE
+import Locking
 import StrictJSON
 import Synchronization
 

@@ -3,6 +3,7 @@ import Foundation
 import HTTPClient
 import HTTPServer
 import JOSE
+import Locking
 import StrictJSON
 import Observability
 import Synchronization
@@ -70,10 +71,10 @@ public final class AppleSimulator: Sendable {
         var returnURLs: [String: Set<String>] = [:]
     }
 
-    let state: Mutex<State>
+    let state: Lock<State>
     let logger: Logger
     let transport: any HTTPTransport
-    private let server = Mutex<HTTPServer?>(nil)
+    private let server = Lock<HTTPServer?>(nil)
     /// The team used when a request names none and several are registered.
     public let defaultTeamID: String
 
@@ -85,7 +86,7 @@ public final class AppleSimulator: Sendable {
         var initial = State()
         initial.signingKeys = [(Self.makeKeyID(), try AsymmetricKey.generateRSA())]
         initial.teams[defaultTeamID] = Team(teamID: defaultTeamID, keys: [:], clientIDs: [])
-        state = Mutex(initial)
+        state = Lock(initial)
     }
 
     // MARK: Teams and keys
@@ -207,8 +208,8 @@ public final class AppleSimulator: Sendable {
         let (keyID, key) = state.withLock { $0.signingKeys.last! }
         let signer = try JWSSigner(key: key, keyID: keyID)
         let now = Int64(Date().timeIntervalSince1970)
-        let tokens = Mutex<[String?]>(Array(repeating: nil, count: batch.count))
-        let failures = Mutex<Int>(0)
+        let tokens = Lock<[String?]>(Array(repeating: nil, count: batch.count))
+        let failures = Lock<Int>(0)
         DispatchQueue.concurrentPerform(iterations: batch.count) { index in
             let number = Int.random(in: 0..<batch.users)
             let sub = "001234." + String(repeating: "0", count: max(0, 32 - String(number).count)) + String(number) + ".0042"
@@ -234,7 +235,7 @@ public final class AppleSimulator: Sendable {
         let (keyID, key) = state.withLock { $0.signingKeys.last! }
         let signer = try JWSSigner(key: key, keyID: keyID)
         let now = Int64(Date().timeIntervalSince1970)
-        let bodies = Mutex<[String?]>(Array(repeating: nil, count: batch.count))
+        let bodies = Lock<[String?]>(Array(repeating: nil, count: batch.count))
         DispatchQueue.concurrentPerform(iterations: batch.count) { index in
             let number = Int.random(in: 0..<batch.users)
             let sub = "001234." + String(repeating: "0", count: max(0, 32 - String(number).count)) + String(number) + ".0042"

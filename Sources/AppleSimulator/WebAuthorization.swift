@@ -1,6 +1,7 @@
 import BrokerCrypto
 import Foundation
 import HTTPServer
+import Locking
 import StrictJSON
 import Synchronization
 

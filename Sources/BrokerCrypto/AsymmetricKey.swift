@@ -1,5 +1,6 @@
 import COpenSSL
 import Glibc
+import Locking
 import Synchronization
 
 /// An RSA or EC P-256 key held in an OpenSSL `EVP_PKEY`, freed when the last reference goes.
@@ -22,7 +23,7 @@ public final class AsymmetricKey: @unchecked Sendable {
 
     let pointer: OpaquePointer
     /// Verification contexts, initialised once and reused (one per concurrent caller).
-    private let verifyContexts = Mutex<[VerifyContext]>([])
+    private let verifyContexts = Lock<[VerifyContext]>([])
     /// RSA (with its modulus size) or EC P-256.
     public let kind: Kind
     /// Whether the private half is present (only then can it `sign`).

@@ -1,5 +1,6 @@
 import CBrokerShims
 import CCurl
+import Locking
 import Synchronization
 
 /// `HTTPTransport` on libcurl. Easy handles are pooled and reused, so keep-alive
@@ -10,7 +11,7 @@ public final class CurlTransport: HTTPTransport {
     public let maximumResponseBytes: Int
     /// A PEM file of CA certificates to trust instead of the system's (private CAs, tests).
     public let caCertificatesPath: String?
-    private let idleHandles = Mutex<[EasyHandle]>([])
+    private let idleHandles = Lock<[EasyHandle]>([])
     private let maximumIdleHandles: Int
 
     public init(maximumResponseBytes: Int = 1 << 20, maximumIdleHandles: Int = 32, caCertificatesPath: String? = nil) {

@@ -2,6 +2,7 @@ import CBrokerShims
 import CMicroHTTPD
 import Foundation
 import Glibc
+import Locking
 import Observability
 import Synchronization
 
@@ -60,7 +61,7 @@ public final class HTTPServer: Sendable {
     }
 
     let core: ServerCore
-    private let daemon = Mutex<Daemon?>(nil)
+    private let daemon = Lock<Daemon?>(nil)
 
     /// - Parameters:
     ///   - errorMapper: turns errors that are not `Problem`s into problems (for example a

@@ -2,6 +2,7 @@ import CBrokerShims
 import CMicroHTTPD
 import Foundation
 import Glibc
+import Locking
 import Observability
 import Synchronization
 
@@ -25,7 +26,7 @@ final class HeaderDeadline: Sendable {
     }
 
     let seconds: Int
-    private let connections = Mutex<[UInt: Waiting]>([:])
+    private let connections = Lock<[UInt: Waiting]>([:])
     private let stopped = Atomic<Bool>(false)
     private let expired: CounterFamily
 

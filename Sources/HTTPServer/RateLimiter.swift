@@ -1,4 +1,5 @@
 import Glibc
+import Locking
 import Synchronization
 
 /// A token bucket per key (an API key id, a client address): `rate` requests per second on
@@ -6,7 +7,7 @@ import Synchronization
 public final class RateLimiter: Sendable {
     public let rate: Double
     public let burst: Double
-    private let buckets = Mutex<[String: (tokens: Double, updated: ContinuousClock.Instant)]>([:])
+    private let buckets = Lock<[String: (tokens: Double, updated: ContinuousClock.Instant)]>([:])
     /// Bounds memory when keys are many (a scan of addresses). At the bound the buckets that
     /// cost least to forget go first: forgetting one gives its key a full bucket, so those
     /// nearest full are dropped, never the whole table (one flood must not reset the budget

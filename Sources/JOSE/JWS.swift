@@ -2,6 +2,7 @@ import BrokerCrypto
 #if canImport(Glibc)
 import Glibc
 #endif
+import Locking
 import StrictJSON
 import Synchronization
 
@@ -201,7 +202,7 @@ final class JWSHeaderCache: Sendable {
         var encoded: [UInt8]
         var header: JWSHeader
     }
-    private let entries = Mutex<(items: [Entry], next: Int)>(([], 0))
+    private let entries = Lock<(items: [Entry], next: Int)>(([], 0))
 
     func header(for candidate: UnsafeBufferPointer<UInt8>) -> JWSHeader? {
         entries.withLock { state in

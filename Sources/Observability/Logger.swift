@@ -1,4 +1,5 @@
 import Foundation
+import Locking
 import Synchronization
 
 /// A structured logger that writes one JSON object per line.
@@ -93,7 +94,7 @@ public struct Logger: Sendable {
 public final class LogSink: Sendable {
     public let level: Logger.Level
     private let descriptor: Int32
-    private let capture: Mutex<[String]?>
+    private let capture: Lock<[String]?>
 
     /// Lines to standard output at `info` and above.
     public static let standardOutput = LogSink(level: .info)
@@ -101,7 +102,7 @@ public final class LogSink: Sendable {
     public init(level: Logger.Level, descriptor: Int32 = 1) {
         self.level = level
         self.descriptor = descriptor
-        self.capture = Mutex(nil)
+        self.capture = Lock(nil)
     }
 
     /// A sink that keeps its lines in memory instead of writing them (for tests).

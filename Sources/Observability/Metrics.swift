@@ -1,4 +1,5 @@
 import Foundation
+import Locking
 import Synchronization
 
 /// A Prometheus metrics registry: counters, gauges and histograms with labels,
@@ -6,12 +7,12 @@ import Synchronization
 ///
 /// Families are created once at start-up and kept; updating a series takes one lock.
 public final class MetricsRegistry: Sendable {
-    private let families: Mutex<[any MetricFamily]>
-    private let collectors: Mutex<[@Sendable () -> [CollectedSample]]>
+    private let families: Lock<[any MetricFamily]>
+    private let collectors: Lock<[@Sendable () -> [CollectedSample]]>
 
     public init() {
-        families = Mutex([])
-        collectors = Mutex([])
+        families = Lock([])
+        collectors = Lock([])
     }
 
     /// A monotonically increasing counter family.
@@ -127,13 +128,13 @@ public final class CounterFamily: MetricFamily, Sendable {
     public let name: String
     let help: String
     let labelNames: [String]
-    private let series: Mutex<[[String]: Double]>
+    private let series: Lock<[[String]: Double]>
 
     init(name: String, help: String, labelNames: [String]) {
         self.name = name
         self.help = help
         self.labelNames = labelNames
-        self.series = Mutex([:])
+        self.series = Lock([:])
     }
 
     /// Adds `amount` (default 1) to the series with these label values.
@@ -166,13 +167,13 @@ public final class GaugeFamily: MetricFamily, Sendable {
     public let name: String
     let help: String
     let labelNames: [String]
-    private let series: Mutex<[[String]: Double]>
+    private let series: Lock<[[String]: Double]>
 
     init(name: String, help: String, labelNames: [String]) {
         self.name = name
         self.help = help
         self.labelNames = labelNames
-        self.series = Mutex([:])
+        self.series = Lock([:])
     }
 
     public func set(_ value: Double, _ labelValues: String...) {
@@ -218,14 +219,14 @@ public final class HistogramFamily: MetricFamily, Sendable {
     let help: String
     let labelNames: [String]
     let buckets: [Double]
-    private let series: Mutex<[[String]: Histogram]>
+    private let series: Lock<[[String]: Histogram]>
 
     init(name: String, help: String, labelNames: [String], buckets: [Double]) {
         self.name = name
         self.help = help
         self.labelNames = labelNames
         self.buckets = buckets.sorted()
-        self.series = Mutex([:])
+        self.series = Lock([:])
     }
 
     /// Records one observation in the series with these label values.

@@ -1,5 +1,6 @@
 import Foundation
 import Glibc
+import Locking
 import Observability
 import Synchronization
 
@@ -12,7 +13,7 @@ public final class PostgresListener: Sendable {
 
     private let configuration: PostgresConfiguration
     private let logger: Logger
-    private let handlers = Mutex<[String: [Handler]]>([:])
+    private let handlers = Lock<[String: [Handler]]>([:])
     private let stopped = Atomic<Bool>(false)
     private let finished = DispatchSemaphore(value: 0)
     private let started = Atomic<Bool>(false)
@@ -94,7 +95,7 @@ public final class PostgresListener: Sendable {
 /// A level-triggered wake-up: `signal()` makes the next (or current) `wait` return at once.
 /// Workers wait on it between polls of their queue; NOTIFY handlers and local producers signal it.
 public final class WakeupSignal: Sendable {
-    private let pending = Mutex(false)
+    private let pending = Lock(false)
     private let semaphore = DispatchSemaphore(value: 0)
 
     public init() {}

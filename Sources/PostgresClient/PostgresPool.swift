@@ -1,5 +1,6 @@
 import Dispatch
 import Foundation
+import Locking
 import Observability
 import Synchronization
 
@@ -43,7 +44,7 @@ public final class PostgresPool: Sendable {
 
     public let configuration: Configuration
     private let slots: DispatchSemaphore
-    private let state = Mutex(State())
+    private let state = Lock(State())
     private let logger: Logger
 
     public init(configuration: Configuration, logger: Logger = Logger(label: "postgres")) {

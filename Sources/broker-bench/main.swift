@@ -19,6 +19,7 @@ import Foundation
 import HTTPClient
 import HTTPServer
 import JOSE
+import Locking
 import Observability
 import PostgresClient
 import StrictJSON
@@ -271,7 +272,7 @@ func pace() -> Int32 {
     let headers = [("Content-Type", "application/json")] + (extra.map { [$0] } ?? [])
     let threads = option("threads").flatMap(Int.init) ?? 16
     let next = Atomic<Int>(0)
-    let results = Mutex<(latencies: [Double], failures: Int)>(([], 0))
+    let results = Lock<(latencies: [Double], failures: Int)>(([], 0))
     let transport = CurlTransport()
     let start = ContinuousClock.now
     let group = DispatchGroup()

@@ -4,6 +4,7 @@ import Foundation
 import HTTPClient
 import HTTPServer
 import JOSE
+import Locking
 import StrictJSON
 import Observability
 import Synchronization
@@ -222,7 +223,7 @@ final class AppleSimulatorTests {
 
     @Test("notifications are signed JWS with events as a JSON string and event_time in milliseconds")
     func notifications() throws {
-        let received = Mutex<[[UInt8]]>([])
+        let received = Lock<[[UInt8]]>([])
         var router = Router()
         router.post("/hook") { request in
             received.withLock { $0.append(request.body) }

@@ -2,6 +2,7 @@ import BrokerCore
 import BrokerCrypto
 import Foundation
 import JOSE
+import Locking
 import Observability
 import Synchronization
 import Testing
@@ -12,7 +13,7 @@ import Testing
 struct ClientSecretProviderTests {
     /// A clock the test moves.
     final class Clock: Sendable {
-        private let current = Mutex(Date())
+        private let current = Lock(Date())
         var now: Date { current.withLock { $0 } }
         func advance(_ seconds: TimeInterval) { current.withLock { $0 += seconds } }
     }

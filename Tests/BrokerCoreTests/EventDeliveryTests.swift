@@ -3,6 +3,7 @@ import BrokerCrypto
 @testable import BrokerCore
 import Foundation
 import HTTPClient
+import Locking
 import PostgresClient
 import ProcessRunner
 import StrictJSON
@@ -246,7 +247,7 @@ struct EventDeliveryTests {
         let configuration = broker.application.database.connection
         let writers = 8
         let perWriter = 25
-        let done = Mutex<Int>(0)
+        let done = Lock<Int>(0)
         for writer in 0..<writers {
             Thread {
                 let connection = try! PostgresConnection(configuration: configuration)

@@ -1,6 +1,7 @@
 @testable import BrokerCore
 import Foundation
 import HTTPClient
+import Locking
 import Observability
 import PostgresClient
 import Synchronization
@@ -19,7 +20,7 @@ struct WorkerGroupTests {
             var mostBusy = 0
             var lanes: Set<UInt> = []
         }
-        let state = Mutex(State())
+        let state = Lock(State())
 
         /// One step as a lane runs it: claim an item if there is one.
         func step() -> Bool {

@@ -2,6 +2,7 @@ import Dispatch
 import Foundation
 import HTTPClient
 import HTTPServer
+import Locking
 import Observability
 import Synchronization
 import TestSupport
@@ -234,7 +235,7 @@ struct HTTPServerTests {
     @Test("graceful shutdown finishes the in-flight request, then refuses new connections")
     func gracefulShutdown() throws {
         try withServer(demoRouter()) { server, base, _ in
-            let result = Mutex<Result<HTTPClientResponse, any Error>?>(nil)
+            let result = Lock<Result<HTTPClientResponse, any Error>?>(nil)
             let done = DispatchSemaphore(value: 0)
             Thread {
                 let outcome = Result { try CurlTransport().send(.init(url: base + "/slow")) }

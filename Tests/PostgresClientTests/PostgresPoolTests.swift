@@ -1,5 +1,6 @@
 import Dispatch
 import EmbeddedPostgres
+import Locking
 import Observability
 import Foundation
 import PostgresClient
@@ -161,7 +162,7 @@ struct PostgresPoolTests {
     func listenNotify() throws {
         let configuration = try TestPostgres.freshDatabase()
         let listener = PostgresListener(configuration: configuration, logger: .init(label: "test"))
-        let payloads = Mutex<[String]>([])
+        let payloads = Lock<[String]>([])
         let wakeup = WakeupSignal()
         listener.subscribe("jobs") { payload in
             payloads.withLock { $0.append(payload) }

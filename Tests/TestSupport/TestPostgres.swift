@@ -1,5 +1,6 @@
 import EmbeddedPostgres
 import Foundation
+import Locking
 import Observability
 import PostgresClient
 import Synchronization
@@ -8,7 +9,7 @@ import Synchronization
 /// temporary directory and stopped and removed when the process exits, and a fresh database
 /// per test so tests running in parallel never see each other's rows.
 public enum TestPostgres {
-    private static let clusters = Mutex<[EmbeddedPostgres]>([])
+    private static let clusters = Lock<[EmbeddedPostgres]>([])
 
     private static let shared: Result<EmbeddedPostgres, any Error> = Result {
         let cluster = try makeCluster(name: "shared")

@@ -1,12 +1,13 @@
 import Dispatch
 import Foundation
+import Locking
 import Synchronization
 
 /// Runs `body(0..<count)` on `count` threads of their own at once and waits for all.
 /// Tests use it for real concurrency on blocking code (the pool, HTTP), which must not
 /// run on Swift concurrency's small cooperative pool.
 public func onThreads<T: Sendable>(_ count: Int, _ body: @escaping @Sendable (Int) throws -> T) -> [Result<T, any Error>] {
-    let results = Mutex<[Int: Result<T, any Error>]>([:])
+    let results = Lock<[Int: Result<T, any Error>]>([:])
     let group = DispatchGroup()
     for index in 0..<count {
         group.enter()

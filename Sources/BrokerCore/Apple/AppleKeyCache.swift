@@ -1,6 +1,7 @@
 import Dispatch
 import Foundation
 import JOSE
+import Locking
 import StrictJSON
 import Observability
 import Synchronization
@@ -45,10 +46,10 @@ public final class AppleKeyCache: AppleKeyProvider {
     private let refreshInterval: Duration
     private let refetchInterval: Duration
     private let fetchTimeout: Duration
-    private let state = Mutex(State())
+    private let state = Lock(State())
     private let logger: Logger
     private let fetches: CounterFamily
-    private let worker: Mutex<BackgroundWorker?> = Mutex(nil)
+    private let worker: Lock<BackgroundWorker?> = Lock(nil)
 
     public init(
         refreshInterval: Duration = .seconds(900), refetchInterval: Duration = .seconds(10), fetchTimeout: Duration = .seconds(10),

@@ -2,6 +2,7 @@ import BrokerCrypto
 import Foundation
 import Glibc
 import JOSE
+import Locking
 import StrictJSON
 import Observability
 import Synchronization
@@ -35,8 +36,8 @@ public final class ClientSecretProvider: Sendable {
     private let fixedKeyID: String
     private let lifetime: TimeInterval
     private let now: @Sendable () -> Date
-    private let loaded = Mutex<LoadedKey?>(nil)
-    private let cache = Mutex<[String: (secret: String, expires: Date, keyID: String)]>([:])
+    private let loaded = Lock<LoadedKey?>(nil)
+    private let cache = Lock<[String: (secret: String, expires: Date, keyID: String)]>([:])
     private let mints: CounterFamily?
     private let reloadFailures: CounterFamily?
     private let logger: Logger?

@@ -1,6 +1,7 @@
 import BrokerCrypto
 import Foundation
 import HTTPServer
+import Locking
 import PostgresClient
 import StrictJSON
 import Synchronization
@@ -154,9 +155,9 @@ public final class APIKeyAuthenticator: Sendable {
     /// an address over it gets 429 for unknown key ids without a database query.
     private let failures: RateLimiter
     /// Keys found in the database; only real keys get in, so the table is as small as the key list.
-    private let known = Mutex<[String: (stored: APIKeyStore.Stored, expires: ContinuousClock.Instant)]>([:])
+    private let known = Lock<[String: (stored: APIKeyStore.Stored, expires: ContinuousClock.Instant)]>([:])
     /// Ids the database did not have, for a moment; bounded, and a flood of them empties only this.
-    private let unknown = Mutex<[String: ContinuousClock.Instant]>([:])
+    private let unknown = Lock<[String: ContinuousClock.Instant]>([:])
     private static let maximumUnknownIDs = 10_000
     private static let unknownTTL: Duration = .seconds(5)
     /// Widens a limited key's client ids to their app groups.

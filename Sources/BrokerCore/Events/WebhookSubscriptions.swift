@@ -2,6 +2,7 @@ import BrokerCrypto
 import Foundation
 import HTTPClient
 import HTTPServer
+import Locking
 import Observability
 import PostgresClient
 import StrictJSON
@@ -216,7 +217,7 @@ package struct WebhookSubscriptionStore: Sendable {
 /// without webhooks pays no claim per login.
 final class ActiveSubscriptionProbe: Sendable {
     private let pool: PostgresPool
-    private let answer = Mutex<(at: ContinuousClock.Instant, any: Bool)?>(nil)
+    private let answer = Lock<(at: ContinuousClock.Instant, any: Bool)?>(nil)
     private let lifetime = Duration.seconds(1)
 
     init(pool: PostgresPool) { self.pool = pool }

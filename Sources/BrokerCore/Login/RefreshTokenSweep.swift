@@ -1,5 +1,6 @@
 import BrokerCrypto
 import Foundation
+import Locking
 import Observability
 import PostgresClient
 import Synchronization
@@ -43,7 +44,7 @@ final class RefreshTokenSweep: Sendable {
 
     /// The breaker's state, shared with the metrics collector.
     private final class Breaker: Sendable {
-        private let openUntil = Mutex<ContinuousClock.Instant?>(nil)
+        private let openUntil = Lock<ContinuousClock.Instant?>(nil)
 
         var isOpen: Bool { openUntil.withLock { until in until.map { $0 > ContinuousClock.now } ?? false } }
 

@@ -1,4 +1,5 @@
 import Foundation
+import Locking
 import Observability
 import PostgresClient
 import Synchronization
@@ -136,7 +137,7 @@ public final class WorkerGroup: Sendable {
 
 /// The lanes of a group, for lanes to wake one another.
 private final class LaneRing: Sendable {
-    private let lanes = Mutex<[BackgroundWorker]>([])
+    private let lanes = Lock<[BackgroundWorker]>([])
 
     func set(_ workers: [BackgroundWorker]) { lanes.withLock { $0 = workers } }
 

@@ -3,6 +3,7 @@ import BrokerCore
 import BrokerCrypto
 import Foundation
 import HTTPClient
+import Locking
 import Observability
 import PostgresClient
 import ProcessRunner
@@ -91,7 +92,7 @@ final class TestBroker: Sendable {
         return try post("/v1/apple/login", json: String(decoding: data, as: UTF8.self), key: key ?? loginKey())
     }
 
-    private let cachedKeys = Mutex<[Set<Scope>: String]>([:])
+    private let cachedKeys = Lock<[Set<Scope>: String]>([:])
 
     /// One key per scope set, created on first use.
     func key(_ scopes: Set<Scope>) throws -> String {

@@ -1,6 +1,7 @@
 import BrokerCrypto
 import Foundation
 import HTTPServer
+import Locking
 import Observability
 import StrictJSON
 import Synchronization
@@ -28,10 +29,10 @@ final class WebhookReceiver: Sendable {
         var headers: [String: String] = [:]
     }
 
-    private let received = Mutex<[Received]>([])
-    private let mode = Mutex<Mode>(.accept)
-    private let secret = Mutex<[UInt8]>([])
-    private let server = Mutex<HTTPServer?>(nil)
+    private let received = Lock<[Received]>([])
+    private let mode = Lock<Mode>(.accept)
+    private let secret = Lock<[UInt8]>([])
+    private let server = Lock<HTTPServer?>(nil)
     let port: UInt16
 
     var url: String { "http://127.0.0.1:\(port)/hook" }
