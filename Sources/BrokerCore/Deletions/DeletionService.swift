@@ -1,0 +1,151 @@
+import BrokerCrypto
+import Foundation
+import HTTPServer
+import PostgresClient
+import StrictJSON
+
+/// Opens deletion requests for the compliance API and the CLI.
+package struct DeletionService: Sendable {
+    let store: DeletionStore
+    /// Wakes the deletion job in this process (others are woken by NOTIFY).
+    let wake: @Sendable () -> Void
+    /// Where handed-over authorization codes may come from, and how they are sealed; nil
+    /// refuses requests carrying one.
+    var codes: CodeIntake?
+
+    /// Checks and seals the authorization code a request may carry (§10.3).
+    struct CodeIntake: Sendable {
+        let tokenKeys: TokenKeyRing
+        let clientIDs: Set<String>
+        /// `APPLE_REDIRECT_URIS`, and the broker's own web callback for its Services IDs.
+        let redirectURIs: [String: Set<String>]
+        let webCallbackURL: String?
+
+        func seal(_ request: Request, userID: UUID) throws -> DeletionStore.SealedCode? {
+            guard let code = request.authorizationCode else { return nil }
+            if let clientID = request.clientID, !clientIDs.contains(clientID) {
+                throw Problem.badRequest(code: "invalid_client_id", "client_id must be one of APPLE_CLIENT_IDS")
+            }
+            if let redirectURI = request.redirectURI {
+                guard let clientID = request.clientID else {
+                    throw Problem.badRequest("field `redirect_uri` needs `client_id`: the client id the web code was issued to")
+                }
+                guard redirectURI == webCallbackURL || redirectURIs[clientID]?.contains(redirectURI) == true else {
+                    throw Problem(
+                        status: 400, code: "redirect_uri_not_registered", title: "redirect_uri not registered",
+                        detail: "redirect_uri is not one of the Return URLs registered for this client id (APPLE_REDIRECT_URIS)")
+                }
+            }
+            let sealed = try tokenKeys.seal(
+                Array(code.utf8), associatedData: DeletionStore.SealedCode.associatedData(userID: userID))
+            return .init(sealed: sealed.sealed, keyID: sealed.keyID, clientID: request.clientID, redirectURI: request.redirectURI)
+        }
+    }
+
+    package struct Request {
+        var target: DeletionStore.Target
+        var reason: String
+        var requestedBy: String
+        /// A fresh authorization code (the app re-authenticated the user to delete the
+        /// account): the job exchanges it and revokes what it yields.
+        var authorizationCode: String?
+        /// The client id the code was issued to; nil: the one the user signed in with last.
+        var clientID: String?
+        /// The `redirect_uri` of a web code.
+        var redirectURI: String?
+
+        init(
+            target: DeletionStore.Target, reason: String, requestedBy: String, authorizationCode: String? = nil,
+            clientID: String? = nil, redirectURI: String? = nil
+        ) {
+            self.target = target
+            self.reason = reason
+            self.requestedBy = requestedBy
+            self.authorizationCode = authorizationCode
+            self.clientID = clientID
+            self.redirectURI = redirectURI
+        }
+
+        package init(_ body: JSONObjectReader) throws {
+            let userID = try body.string("user_id")
+            let appleSub = try body.string("apple_sub")
+            switch (userID, appleSub) {
+            case (let userID?, nil):
+                guard let id = UUID(canonicalText: userID) else {
+                    throw Problem.badRequest(code: "invalid_user_id", "the user id must be a UUID")
+                }
+                target = .user(id)
+            case (nil, let sub?):
+                guard !sub.isEmpty, sub.utf8.count <= 256 else { throw Problem.badRequest("field `apple_sub` is invalid") }
+                target = .appleSub(sub)
+            default:
+                throw Problem.badRequest("give exactly one of `user_id` and `apple_sub`")
+            }
+            reason = try body.requiredString("reason")
+            requestedBy = try body.requiredString("requested_by")
+            guard !reason.isEmpty, reason.utf8.count <= 500 else { throw Problem.badRequest("field `reason` must be 1…500 bytes") }
+            guard !requestedBy.isEmpty, requestedBy.utf8.count <= 200 else {
+                throw Problem.badRequest("field `requested_by` must be 1…200 bytes")
+            }
+            authorizationCode = try body.string("authorization_code")
+            clientID = try body.string("client_id")
+            redirectURI = try body.string("redirect_uri")
+            for (field, value, limit) in [
+                ("authorization_code", authorizationCode, 2048), ("client_id", clientID, 256), ("redirect_uri", redirectURI, 2048),
+            ] {
+                if let value, value.isEmpty || value.utf8.count > limit {
+                    throw Problem.badRequest("field `\(field)` must be 1…\(limit) bytes")
+                }
+            }
+            if authorizationCode == nil && (clientID != nil || redirectURI != nil) {
+                throw Problem.badRequest("fields `client_id` and `redirect_uri` go with `authorization_code`")
+            }
+            if redirectURI != nil && clientID == nil {
+                throw Problem.badRequest("field `redirect_uri` needs `client_id`: the client id the web code was issued to")
+            }
+        }
+    }
+
+    /// Opens the request (or returns the open one). 404 for an unknown user, 410 with the
+    /// original deletion id for a user already deleted.
+    /// - Parameter key: the API key asking; a key limited to some apps finds only their users.
+    func request(
+        _ request: Request, source: String, actor: String, visibleTo key: APIKey? = nil
+    ) throws -> (id: UUID, state: String, created: Bool) {
+        for _ in 0..<2 {
+            let resolution = try store.resolve(request.target)
+            if let key {
+                switch resolution {
+                case .user(let id) where try !AppReach.user(id, visibleTo: key, pool: store.pool): throw UserDirectory.notFound
+                case .deleted(let id) where try !AppReach.deletion(id, visibleTo: key, pool: store.pool): throw UserDirectory.notFound
+                default: break
+                }
+            }
+            switch resolution {
+            case .notFound:
+                throw Problem(status: 404, code: "user_not_found", title: "User not found", detail: "no user matches")
+            case .deleted(let deletionID):
+                throw Problem(
+                    status: 410, code: "user_deleted", title: "User deleted", detail: "this user was already deleted",
+                    extensions: ["deletion_id": deletionID.lowercasedString])
+            case .user(let userID):
+                let code: DeletionStore.SealedCode?
+                if request.authorizationCode != nil {
+                    guard let codes else {
+                        throw Problem.badRequest("this command cannot take an authorization code (TOKEN_ENCRYPTION_KEY unset)")
+                    }
+                    code = try codes.seal(request, userID: userID)
+                } else {
+                    code = nil
+                }
+                guard let opened = try store.request(
+                    userID: userID, source: source, reason: request.reason, requestedBy: request.requestedBy, code: code)
+                else { continue }  // Purged between the two queries: resolve again.
+                if opened.created { wake() }
+                let state = try store.record(opened.id)?.state ?? "requested"
+                return (opened.id, state, opened.created)
+            }
+        }
+        throw Problem(status: 404, code: "user_not_found", title: "User not found", detail: "no user matches")
+    }
+}

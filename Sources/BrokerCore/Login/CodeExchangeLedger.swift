@@ -1,0 +1,64 @@
+import BrokerCrypto
+import Foundation
+import PostgresClient
+
+/// Remembers which authorization codes have been (or are being) exchanged, by SHA-256, so
+/// a code is exchanged at most once even when a client retries a login concurrently: the
+/// second request waits for the first and reuses its outcome.
+struct CodeExchangeLedger: Sendable {
+    let pool: PostgresPool
+    /// How long a second request waits for the first to finish.
+    var waitLimit: Duration = .seconds(15)
+
+    enum Claim {
+        /// This request exchanges the code.
+        case claimed
+        /// Another request exchanged it and stored the refresh token.
+        case alreadyExchanged
+    }
+
+    func claim(_ code: String, clientID: String) throws -> Claim {
+        let hash = SHA256.hexHash(code)
+        let inserted = try pool.query(
+            """
+            INSERT INTO authorization_codes (code_hash, client_id, state) VALUES (\(hash), \(clientID), 'exchanging')
+            ON CONFLICT (code_hash) DO NOTHING RETURNING 1
+            """)
+        if !inserted.isEmpty { return .claimed }
+        let deadline = ContinuousClock.now + waitLimit
+        while ContinuousClock.now < deadline {
+            guard let row = try pool.query(
+                "SELECT state, error_code, now() - updated_at > interval '60 seconds' FROM authorization_codes WHERE code_hash = \(hash)"
+            ).first else {
+                // The other attempt failed transiently and let go: try to take it.
+                return try claim(code, clientID: clientID)
+            }
+            switch try row.decode(String.self, 0) {
+            case "exchanged":
+                return .alreadyExchanged
+            case "failed":
+                throw LoginService.problem(for: TokenRejection(try row.decode(String?.self, 1) ?? "authorization_code_invalid", "the code was refused"))
+            default:
+                if try row.decode(Bool.self, 2) {
+                    // Its exchanger died mid-way; Apple has likely consumed the code.
+                    throw LoginService.problem(for: TokenRejection("authorization_code_invalid", "the code's exchange did not finish"))
+                }
+                Thread.sleep(forTimeInterval: 0.05)
+            }
+        }
+        throw LoginService.appleUnavailable("the code is still being exchanged by another request")
+    }
+
+    func finish(_ code: String, succeeded: Bool, errorCode: String? = nil) {
+        let hash = SHA256.hexHash(code)
+        if succeeded {
+            _ = try? pool.query("UPDATE authorization_codes SET state = 'exchanged', updated_at = now() WHERE code_hash = \(hash)")
+        } else if let errorCode {
+            _ = try? pool.query(
+                "UPDATE authorization_codes SET state = 'failed', error_code = \(errorCode), updated_at = now() WHERE code_hash = \(hash)")
+        } else {
+            // A transient failure (Apple or the database down): let a retry try again.
+            _ = try? pool.query("DELETE FROM authorization_codes WHERE code_hash = \(hash)")
+        }
+    }
+}
