@@ -3,7 +3,7 @@
 // appleid-broker: a self-hosted Sign in with Apple identity broker.
 //
 // Layers, bottom up:
-//   C bridges      CMicroHTTPD, CLibpq, COpenSSL, CCurl (system libraries) + CBrokerShims (variadic calls)
+//   C bridges      CMicroHTTPD, CLibpq, COpenSSL, CCurl (system libraries) + CMicroHTTPDShims, CCurlShims (variadic calls)
 //   Foundations    Locking (Lock, the one lock type), Observability (logs, metrics), StrictJSON (a strict JSON reader/writer),
 //                  BrokerCrypto (OpenSSL), JOSE (JWS/JWK), PostgresClient (libpq),
 //                  ProcessRunner (posix_spawn), CommandArguments (command lines), EmbeddedPostgres (a private cluster), HTTPServer (libmicrohttpd), HTTPClient (libcurl)
@@ -39,7 +39,9 @@ let package = Package(
         .systemLibrary(name: "CLibpq", pkgConfig: "libpq", providers: [.apt(["libpq-dev"])]),
         .systemLibrary(name: "COpenSSL", pkgConfig: "openssl", providers: [.apt(["libssl-dev"])]),
         .systemLibrary(name: "CCurl", pkgConfig: "libcurl", providers: [.apt(["libcurl4-openssl-dev"])]),
-        .target(name: "CBrokerShims", dependencies: ["CMicroHTTPD", "CCurl"]),
+        // C wrappers for each library's variadic calls, one target per library.
+        .target(name: "CMicroHTTPDShims", dependencies: ["CMicroHTTPD"]),
+        .target(name: "CCurlShims", dependencies: ["CCurl"]),
 
         // MARK: Foundations, one job each
         .target(name: "Observability", swiftSettings: swiftSettings),
@@ -54,10 +56,10 @@ let package = Package(
         ),
         .target(
             name: "HTTPServer",
-            dependencies: ["CMicroHTTPD", "CBrokerShims", "Observability", "StrictJSON"],
+            dependencies: ["CMicroHTTPD", "CMicroHTTPDShims", "Observability", "StrictJSON"],
             swiftSettings: swiftSettings
         ),
-        .target(name: "HTTPClient", dependencies: ["CCurl", "CBrokerShims"], swiftSettings: swiftSettings),
+        .target(name: "HTTPClient", dependencies: ["CCurl", "CCurlShims"], swiftSettings: swiftSettings),
         .target(name: "StrictJSON", swiftSettings: swiftSettings),
         .target(name: "JOSE", dependencies: ["BrokerCrypto", "StrictJSON"], swiftSettings: swiftSettings),
 

@@ -1,4 +1,4 @@
-import CBrokerShims
+import CCurlShims
 import CCurl
 import Locking
 import Synchronization

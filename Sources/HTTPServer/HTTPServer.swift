@@ -1,4 +1,4 @@
-import CBrokerShims
+import CMicroHTTPDShims
 import CMicroHTTPD
 import Foundation
 import Glibc

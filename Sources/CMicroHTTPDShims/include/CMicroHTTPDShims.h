@@ -1,18 +1,14 @@
 /*
- * Non-variadic C entry points for the variadic functions of libmicrohttpd and
- * libcurl, which Swift cannot call directly ("Variadic function is unavailable").
- * Every symbol is prefixed `cbroker_`.
+ * Non-variadic C entry points for libmicrohttpd's variadic functions, which Swift cannot
+ * call directly ("Variadic function is unavailable"). Every symbol is prefixed `cbroker_mhd_`.
  */
-#ifndef CBROKER_SHIMS_H
-#define CBROKER_SHIMS_H
+#ifndef CMICROHTTPD_SHIMS_H
+#define CMICROHTTPD_SHIMS_H
 
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/socket.h>
 #include <microhttpd.h>
-#include <curl/curl.h>
-
-/* ---- libmicrohttpd ---------------------------------------------------- */
 
 /// Everything `cbroker_mhd_start` passes to `MHD_start_daemon`.
 typedef struct {
@@ -55,15 +51,5 @@ int cbroker_mhd_client_address(struct MHD_Connection *_Nonnull connection, char 
 
 /// The socket of a connection, or -1.
 int cbroker_mhd_connection_fd(struct MHD_Connection *_Nonnull connection);
-
-/* ---- libcurl ---------------------------------------------------------- */
-
-CURLcode cbroker_curl_setopt_long(CURL *_Nonnull handle, CURLoption option, long value);
-CURLcode cbroker_curl_setopt_ptr(CURL *_Nonnull handle, CURLoption option, void *_Nullable value);
-CURLcode cbroker_curl_setopt_string(CURL *_Nonnull handle, CURLoption option, const char *_Nullable value);
-CURLcode cbroker_curl_setopt_off_t(CURL *_Nonnull handle, CURLoption option, int64_t value);
-CURLcode cbroker_curl_setopt_write_function(CURL *_Nonnull handle, CURLoption option,
-    size_t (*_Nullable callback)(char *_Nonnull, size_t, size_t, void *_Nullable));
-CURLcode cbroker_curl_getinfo_long(CURL *_Nonnull handle, CURLINFO info, long *_Nonnull value);
 
 #endif
