@@ -13,7 +13,9 @@ import Synchronization
 ///
 /// Simulator-only parameters choose what the "user" does: `sim_sub` (sign in as this
 /// existing user; default a new one, whose first authorization carries `user`),
-/// `sim_cancel=1` (the user cancels: `error=user_cancelled_authorize`),
+/// `sim_cancel=1` (the user cancels: `error=user_cancelled_authorize`, with `state`),
+/// `sim_cancel=nostate` (the same without `state`: whether Apple sends it on a cancel is
+/// unconfirmed, protocol reference §10.6),
 /// `sim_first_name`/`sim_last_name`, `sim_email` (a real address instead of a relay one).
 extension AppleSimulator {
     func authorize(_ request: HTTPRequest) -> HTTPResponse {
@@ -43,6 +45,9 @@ extension AppleSimulator {
         if let state = query["state"] { fields.append(("state", state)) }
         if query["sim_cancel"] == "1" {
             return formPost(to: redirectURI, fields: [("error", "user_cancelled_authorize")] + fields)
+        }
+        if query["sim_cancel"] == "nostate" {
+            return formPost(to: redirectURI, fields: [("error", "user_cancelled_authorize")])
         }
         let firstAuthorization: Bool
         let user: SimulatedUser

@@ -372,4 +372,33 @@ struct WebSignInTests {
         #expect(refused.json["code"] as? String == "client_not_allowed")
         #expect(try redeem(code, broker).status == 200, "the code was not spent by the refused attempt")
     }
+
+    @Test("a cancel posted without a state (unconfirmed whether Apple sends one, §10.6) does not strand the browser")
+    func cancelWithoutState() throws {
+        // One return URL registered: the browser goes back there with Apple's error.
+        let single = try TestBroker(extra: [
+            "BROKER_PUBLIC_URL": Self.publicURL, "APPLE_WEB_RETURN_URLS": "\(TestBroker.webClientID)=\(Self.returnTo)",
+        ])
+        single.simulator.registerReturnURLs(clientID: TestBroker.webClientID, urls: [Self.publicURL + "/v1/apple/web/callback"])
+        let form = try startSignIn(single, sim: [("sim_cancel", "nostate")])
+        #expect(form["state"] == nil, "the simulator plays a cancel without state")
+        let back = try post(form, to: single)
+        #expect(back.status == 303)
+        let redirect = try Redirect(back)
+        #expect(redirect.base == Self.returnTo)
+        #expect(redirect.query["error"] == "user_cancelled_authorize")
+
+        // Several: a browser gets a page saying what happened (no JSON), an API client the problem.
+        let several = try Self.broker()
+        let stateless = try startSignIn(several, sim: [("sim_cancel", "nostate")])
+        let page = try several.client.send(
+            .init(
+                method: "POST", url: several.baseURL + "/v1/apple/web/callback",
+                headers: [("Content-Type", "application/x-www-form-urlencoded"), ("Accept", "text/html")],
+                body: Array(FormEncoding.encode(stateless.fields).utf8)))
+        #expect(page.status == 400)
+        #expect(page.header("content-type") == "text/html; charset=utf-8")
+        #expect(page.bodyText.contains("Sign-in cancelled"))
+        #expect(try post(stateless, to: several).json["code"] as? String == "invalid_state")
+    }
 }

@@ -21,7 +21,7 @@ enum WebSignInRoutes {
         }
         router.post("/v1/apple/web/callback") { request in
             let fields = FormEncoding.fields(String(decoding: request.body, as: UTF8.self))
-            return try forBrowsers(request, service: service, state: fields["state"]) {
+            return try forBrowsers(request, service: service, state: fields["state"], cancelled: fields["error"] != nil) {
                 try perAddress.check(address: request.remoteAddress)
                 guard request.mediaType == "application/x-www-form-urlencoded" else {
                     throw Problem(
@@ -43,15 +43,16 @@ enum WebSignInRoutes {
 
     /// Runs `body`; a problem becomes a page when a browser asked.
     private static func forBrowsers(
-        _ request: HTTPRequest, service: WebSignInService, state: String? = nil, clientID: String? = nil, returnTo: String? = nil,
-        _ body: () throws -> HTTPResponse
+        _ request: HTTPRequest, service: WebSignInService, state: String? = nil, cancelled: Bool = false, clientID: String? = nil,
+        returnTo: String? = nil, _ body: () throws -> HTTPResponse
     ) throws -> HTTPResponse {
         do {
             return try body()
         } catch let problem as Problem where request.prefersHTML {
             let back = service.returnTo(state: state, clientID: clientID, returnTo: returnTo)
             return HTMLPage.response(
-                status: problem.status, title: pageTitle(problem.code), message: pageMessage(problem),
+                status: problem.status, title: cancelled ? "Sign-in cancelled" : pageTitle(problem.code),
+                message: cancelled ? "Sign in with Apple was cancelled. Go back to the app to try again." : pageMessage(problem),
                 link: back.map { ($0, "Back to the app") },
                 headers: HTTPHeaders(problem.headers.map { ($0.key, $0.value) }))
         }

@@ -80,8 +80,17 @@ final class WebSignInService: Sendable {
         if let state, let opened = WebSignInState.open(state, keys: keys) {
             return settings.returnURLs[opened.clientID]?.contains(opened.returnTo) == true ? opened.returnTo : nil
         }
-        guard let clientID, let returnTo else { return nil }
-        return settings.returnURLs[clientID]?.contains(returnTo) == true ? returnTo : nil
+        if let clientID, let returnTo {
+            return settings.returnURLs[clientID]?.contains(returnTo) == true ? returnTo : nil
+        }
+        return state == nil ? onlyReturnURL : nil
+    }
+
+    /// The return URL when exactly one is registered for all client ids: where a callback
+    /// without a state can still send the browser.
+    var onlyReturnURL: String? {
+        let all = Set(settings?.returnURLs.values.flatMap { $0 } ?? [])
+        return all.count == 1 ? all.first : nil
     }
 
     /// A state spent by an earlier callback (the Back button, a double submit).
@@ -91,6 +100,14 @@ final class WebSignInService: Sendable {
     func callback(form fields: [String: String]) throws -> String {
         guard let settings else { throw Self.notConfigured }
         guard let stateText = fields["state"], !stateText.isEmpty else {
+            // Whether Apple sends `state` with a cancel is unconfirmed (protocol reference
+            // §10.6, from "Incorporating Sign in with Apple into other platforms"): a cancel
+            // without one still goes back to the app when there is only one place to go.
+            if let error = fields["error"], let only = onlyReturnURL {
+                let code = Self.appleErrors.contains(error) ? error : "apple_error"
+                outcomes.increment(code)
+                return only + (only.contains("?") ? "&" : "?") + Self.query([("error", code)])
+            }
             throw Problem.badRequest(code: "invalid_state", "the callback carries no state")
         }
         guard let authorization = WebSignInState.open(stateText, keys: keys), !authorization.isExpired,
