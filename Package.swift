@@ -83,9 +83,9 @@ let package = Package(
         ),
         .executableTarget(name: "apple-sim", dependencies: ["AppleSimulator"], swiftSettings: swiftSettings),
 
-        // MARK: The client library for Swift app backends: Foundation's URLSession, and OpenSSL's
-        // HMAC (BrokerCrypto) for webhook signatures; nothing of the server.
-        .target(name: "AppleIDBrokerClient", dependencies: ["BrokerCrypto"], swiftSettings: swiftSettings),
+        // MARK: The client library for Swift app backends: Foundation's URLSession, OpenSSL's
+        // HMAC (BrokerCrypto) for webhook signatures, StrictJSON for event data; nothing of the server.
+        .target(name: "AppleIDBrokerClient", dependencies: ["BrokerCrypto", "StrictJSON"], swiftSettings: swiftSettings),
 
         // MARK: Micro-benchmarks (figures for `make bench`, never timed tests)
         .executableTarget(

@@ -1,5 +1,6 @@
 import BrokerCrypto
 import Foundation
+import StrictJSON
 
 /// Verifies the broker's webhook deliveries (Standard Webhooks): `webhook-signature` holds
 /// `v1,<base64 HMAC-SHA256 of "{webhook-id}.{webhook-timestamp}.{body}">` entries under the
@@ -53,35 +54,11 @@ public struct WebhookVerifier: Sendable {
         public var type: String
         public var timestamp: String
         /// The event's fields; `user_id` always, never personal data.
-        public var data: [String: JSONScalar]
+        public var data: [String: JSONValue]
 
         enum CodingKeys: String, CodingKey {
             case eventID = "id"
             case type, timestamp, data
         }
-    }
-
-    /// A field of an event's `data` (strings, booleans, numbers, lists such as `changed`).
-    public indirect enum JSONScalar: Sendable, Decodable, Equatable {
-        case string(String), bool(Bool), number(Double), null, array([JSONScalar]), object([String: JSONScalar])
-
-        public init(from decoder: any Decoder) throws {
-            let container = try decoder.singleValueContainer()
-            if container.decodeNil() {
-                self = .null
-            } else if let value = try? container.decode(Bool.self) {
-                self = .bool(value)
-            } else if let value = try? container.decode(Double.self) {
-                self = .number(value)
-            } else if let value = try? container.decode(String.self) {
-                self = .string(value)
-            } else if let value = try? container.decode([JSONScalar].self) {
-                self = .array(value)
-            } else {
-                self = .object(try container.decode([String: JSONScalar].self))
-            }
-        }
-
-        public var string: String? { if case .string(let value) = self { value } else { nil } }
     }
 }

@@ -8,6 +8,8 @@ import Glibc
 public enum OutboundAddress {
     /// Why an address or host is refused.
     public struct Refusal: Error, Sendable, Equatable, CustomStringConvertible {
+        /// The host does not resolve at all (rather than to an address that is not public).
+        public var unresolvable = false
         public let description: String
     }
 
@@ -85,7 +87,7 @@ public enum OutboundAddress {
         var list: UnsafeMutablePointer<addrinfo>?
         let bare = host.hasPrefix("[") && host.hasSuffix("]") ? String(host.dropFirst().dropLast()) : host
         guard getaddrinfo(bare, nil, &hints, &list) == 0, let list else {
-            throw Refusal(description: "the host name does not resolve")
+            throw Refusal(unresolvable: true, description: "the host name does not resolve")
         }
         defer { freeaddrinfo(list) }
         func text(_ buffer: [CChar]) -> String {
@@ -114,7 +116,7 @@ public enum OutboundAddress {
     public static func publicAddresses(of host: String) throws -> [String] {
         try checkHost(host)
         let resolved = try resolve(host)
-        guard !resolved.isEmpty else { throw Refusal(description: "the host name does not resolve") }
+        guard !resolved.isEmpty else { throw Refusal(unresolvable: true, description: "the host name does not resolve") }
         // One private answer refuses the host: a name that mixes them is a rebinding attempt.
         guard resolved.allSatisfy({ isPublic($0.bytes) }) else {
             throw Refusal(description: "the host name resolves to an address that is not public")

@@ -57,9 +57,6 @@ final class HeaderDeadline: Sendable {
         connections.withLock { $0[Self.key(connection)]?.since = .now }
     }
 
-    /// Connections waiting for headers right now (for tests and metrics).
-    var waiting: Int { connections.withLock { $0.values.filter { $0.since != nil }.count } }
-
     /// Checks every half second until `stop()`, on a thread of its own.
     func start() {
         let thread = Thread { [self] in

@@ -88,19 +88,15 @@ public final class RateLimiter: Sendable {
 
     /// Throws 429 `rate_limited` with `Retry-After` when `key` is over its budget.
     public func check(_ key: String, what: String) throws {
-        try check(key: key, what: what)
-    }
-
-    /// Throws 429 when the client address (IPv6 by /64) is over its budget.
-    public func check(address: String) throws {
-        try check(key: Self.addressKey(address), what: "this address")
-    }
-
-    private func check(key: String, what: String) throws {
         if let wait = acquire(key) {
             throw Problem(
                 status: 429, code: "rate_limited", title: "Too many requests",
                 detail: "\(what) is over its request rate; retry later", headers: ["Retry-After": String(wait)])
         }
+    }
+
+    /// Throws 429 when the client address (IPv6 by /64) is over its budget.
+    public func check(address: String) throws {
+        try check(Self.addressKey(address), what: "this address")
     }
 }

@@ -171,7 +171,7 @@ final class WebhookDispatcher: Sendable {
                 do {
                     request.pinnedAddresses = try OutboundAddress.publicAddresses(of: parts.host)
                 } catch let refusal as OutboundAddress.Refusal {
-                    throw refusal.description.contains("does not resolve") ? Failure.dnsFailed : Failure.addressNotAllowed
+                    throw refusal.unresolvable ? Failure.dnsFailed : Failure.addressNotAllowed
                 }
             }
             status = try transport.send(request).status

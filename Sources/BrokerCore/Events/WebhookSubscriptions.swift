@@ -94,7 +94,7 @@ package struct WebhookSubscriptionStore: Sendable {
     func create(
         url: String, topics: [String], description: String?, actor: String, owner: APIKey? = nil
     ) throws -> (WebhookSubscription, String) {
-        let ownerID = owner?.reach == nil ? nil : owner?.id
+        let ownerID = owner.flatMap(Self.owner)
         let id = UUID()
         let secret = SecureRandom.bytes(32)
         let sealed = try tokenKeys.seal(secret, associatedData: Self.associatedData(id))
