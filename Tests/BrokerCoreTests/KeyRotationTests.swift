@@ -63,5 +63,17 @@ struct KeyRotationTests {
         #expect(try outcome.decode(String.self, 1) == "revoked")
         let revoked = first.simulator.revocations.filter { $0.sub == sub && $0.tokenTypeHint == "refresh_token" && $0.outcome == "revoked" }
         #expect(Set(revoked.map(\.clientID)) == [TestBroker.clientID, TestBroker.webClientID])
+
+        // The tombstone names the sub by a hash keyed with k2: after the next rotation it is
+        // still found while k2 stays configured, and no longer once k2 is removed.
+        let deletionID = try #require(try second.pool.query("SELECT id::text FROM deletion_requests").single().decode(String?.self, 0))
+        let bySub = #"{"apple_sub":"\#(sub)","reason":"again","requested_by":"test"}"#
+        let next = "k3:" + Data(SecureRandom.bytes(32)).base64EncodedString()
+        for (ring, expected) in [(next + "," + new, 410), (next, 404)] {
+            let third = try TestBroker(database: database, extra: ["TOKEN_ENCRYPTION_KEY": ring, "BROKER_ROLES": "api"])
+            let answer = try third.post("/v1/deletions", json: bySub, key: third.key([.compliance]))
+            #expect(answer.status == expected, "\(ring.prefix(2)): \(answer.bodyText)")
+            if expected == 410 { #expect(answer.json["deletion_id"] as? String == deletionID) }
+        }
     }
 }
