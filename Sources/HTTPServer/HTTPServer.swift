@@ -4,6 +4,7 @@ import Foundation
 import Glibc
 import Locking
 import Observability
+import StrictJSON
 import Synchronization
 
 /// An HTTP/1.1 server on GNU libmicrohttpd.
@@ -241,6 +242,8 @@ final class ServerCore: Sendable {
                 response = try route.handler(request)
             } catch let problem as Problem {
                 response = problem.response(instance: request.path, requestID: request.requestID)
+            } catch let error as JSONFieldError {
+                response = Problem.badRequest(error.detail).response(instance: request.path, requestID: request.requestID)
             } catch {
                 if let problem = errorMapper(error) {
                     if problem.status >= 500 {

@@ -32,6 +32,13 @@ public struct Problem: Error, Sendable, Equatable, CustomStringConvertible {
 
     public var description: String { "Problem(\(status) \(code))" }
 
+    /// Every `code` the server itself answers with (routing, bodies, limits); the
+    /// application's handlers add their own.
+    public static let serverCodes: Set<String> = [
+        "not_found", "method_not_allowed", "not_implemented", "payload_too_large", "unsupported_media_type",
+        "invalid_json", "invalid_request", "rate_limited", "internal_error",
+    ]
+
     /// The `type` URI of a code.
     public static func typeURI(_ code: String) -> String { "urn:appleid-broker:problem:\(code)" }
 

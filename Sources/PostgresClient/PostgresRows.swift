@@ -91,6 +91,15 @@ extension PostgresDecodable {
     }
 }
 
+/// A state or outcome kept as text: conform an enum whose raw values are the SQL values, and
+/// a value outside them fails to decode instead of passing as a string.
+extension PostgresDecodable where Self: RawRepresentable, RawValue == String {
+    public init(postgresText: String) throws {
+        guard let value = Self(rawValue: postgresText) else { throw Self.failure(postgresText) }
+        self = value
+    }
+}
+
 extension String: PostgresDecodable {
     public init(postgresText: String) throws { self = postgresText }
 }

@@ -27,7 +27,7 @@ struct APIKeyTests {
         configuration.accessLog = false
         let server = HTTPServer(
             configuration: configuration, router: router, logger: Logger(label: "t", sink: .capturing()),
-            metrics: MetricsRegistry())
+            metrics: MetricsRegistry(), errorMapper: ProblemCatalog.problem(for:))
         try server.start()
         defer { server.shutdown() }
         try body("http://127.0.0.1:\(server.port)", store, authenticator)

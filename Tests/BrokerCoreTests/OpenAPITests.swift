@@ -25,26 +25,36 @@ struct OpenAPITests {
         #expect(described.subtracting(served).isEmpty, "described but not served: \(described.subtracting(served).sorted())")
     }
 
-    @Test("every problem code the code can answer with is documented")
+    @Test("the problem codes the description lists are the catalog's, and each is explained")
     func problemCodes() throws {
-        // Collect `code: "…"` literals from the sources and look for each in the description.
-        let root = Repository.root
         let description = try Repository.text("docs/openapi.json")
-        var codes = Set<String>()
-        let enumerator = FileManager.default.enumerator(at: root.appendingPathComponent("Sources"), includingPropertiesForKeys: nil)!
-        let pattern = try NSRegularExpression(pattern: #"code: "([a-z_]+)""#)
-        // The simulator answers as Apple does, and the client library names its own local errors.
-        for case let file as URL in enumerator
-        where file.pathExtension == "swift" && !file.path.contains("AppleSimulator") && !file.path.contains("/AppleIDBrokerClient/") {
+        let document = try #require(try JSONSerialization.jsonObject(with: Data(description.utf8)) as? [String: Any])
+        let schemas = try #require((document["components"] as? [String: Any])?["schemas"] as? [String: Any])
+        let code = try #require(((schemas["Problem"] as? [String: Any])?["properties"] as? [String: Any])?["code"] as? [String: Any])
+        let listed = Set(try #require(code["x-problem-codes"] as? [String]))
+        let catalog = ProblemCatalog.documentedCodes
+        #expect(catalog.count > 40)
+        #expect(catalog.subtracting(listed).isEmpty, "codes the broker answers with, not listed: \(catalog.subtracting(listed).sorted())")
+        #expect(listed.subtracting(catalog).isEmpty, "listed codes the broker never answers with: \(listed.subtracting(catalog).sorted())")
+        // Listed is not enough: each is explained where an operation can answer with it.
+        let text = description.replacingOccurrences(of: "\"x-problem-codes\"", with: "")
+        let explained = catalog.filter { text.components(separatedBy: "`\($0)`").count > 1 }
+        #expect(explained == catalog, "codes never explained in a response: \(catalog.subtracting(explained).sorted())")
+    }
+
+    @Test("no problem is built outside the catalog and the HTTP foundation")
+    func problemsComeFromTheCatalog() throws {
+        // Services throw BrokerError / TokenRejection; only HTTP/ turns them into problems.
+        let root = Repository.root.appendingPathComponent("Sources/BrokerCore")
+        let enumerator = FileManager.default.enumerator(at: root, includingPropertiesForKeys: nil)!
+        var offenders: [String] = []
+        for case let file as URL in enumerator where file.pathExtension == "swift" {
             let text = try String(contentsOf: file, encoding: .utf8)
-            for match in pattern.matches(in: text, range: NSRange(text.startIndex..., in: text)) {
-                codes.insert(String(text[Range(match.range(at: 1), in: text)!]))
-            }
+            let relative = String(file.path.dropFirst(root.path.count + 1))
+            if relative.hasPrefix("HTTP/") || relative.hasPrefix("Application/") { continue }
+            if text.contains("import HTTPServer") || text.contains("Problem(") { offenders.append(relative) }
         }
-        for code in ["token_expired", "token_signature_invalid", "unknown_key", "nonce_mismatch"] { codes.insert(code) }
-        #expect(codes.count > 20)
-        let missing = codes.filter { !description.contains("`\($0)`") }
-        #expect(missing.isEmpty, "undocumented problem codes: \(missing.sorted())")
+        #expect(offenders.isEmpty, "service files that speak HTTP: \(offenders.sorted())")
     }
 
     @Test("the webhook URL pattern in the description is the rule the server applies")

@@ -3,20 +3,33 @@ import Foundation
 import JOSE
 import StrictJSON
 
-/// Why an Apple-signed JWT (identity token or notification) was refused. `code` is the
-/// problem code the API answers with.
+/// Why an Apple-signed JWT (identity token or notification) was refused. `code`'s raw value
+/// is the problem code the API answers with.
 public struct TokenRejection: Error, Sendable, Equatable, CustomStringConvertible {
-    public let code: String
+    public enum Code: String, Sendable, CaseIterable {
+        case tokenMalformed = "token_malformed"
+        case tokenSignatureInvalid = "token_signature_invalid"
+        case unknownKey = "unknown_key"
+        case tokenIssuerInvalid = "token_issuer_invalid"
+        case tokenAudienceInvalid = "token_audience_invalid"
+        case tokenExpired = "token_expired"
+        case tokenNotYetValid = "token_not_yet_valid"
+        case tokenTooOld = "token_too_old"
+        case nonceMismatch = "nonce_mismatch"
+        case nonceMissing = "nonce_missing"
+    }
+
+    public let code: Code
     public let detail: String
 
-    public init(_ code: String, _ detail: String) {
+    public init(_ code: Code, _ detail: String) {
         self.code = code
         self.detail = detail
     }
 
-    public var description: String { "\(code): \(detail)" }
+    public var description: String { "\(code.rawValue): \(detail)" }
 
-    static func malformed(_ detail: String) -> TokenRejection { TokenRejection("token_malformed", detail) }
+    static func malformed(_ detail: String) -> TokenRejection { TokenRejection(.tokenMalformed, detail) }
 }
 
 /// Verifies the signature of a JWT Apple signed (identity tokens, server-to-server
@@ -50,13 +63,13 @@ public struct AppleTokenVerifier: Sendable {
                 do {
                     return try keys.key(id: keyID)
                 } catch AppleKeyError.unknownKey {
-                    throw TokenRejection("unknown_key", "Apple publishes no key with this kid")
+                    throw TokenRejection(.unknownKey, "Apple publishes no key with this kid")
                 }
             })
         } catch let error as JOSEError {
             switch error.code {
             case .signatureInvalid, .algorithmMismatch, .keyNotFound:
-                throw TokenRejection("token_signature_invalid", "the signature does not verify with Apple's key")
+                throw TokenRejection(.tokenSignatureInvalid, "the signature does not verify with Apple's key")
             default:
                 throw TokenRejection.malformed(error.reason)
             }

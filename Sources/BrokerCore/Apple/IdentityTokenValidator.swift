@@ -50,7 +50,7 @@ public struct IdentityTokenValidator: Sendable {
         let claims = try verifier.verifyView(token)
         let claim = Self.claimNames
         guard claims.isString(claim.iss, equalTo: Self.issuer) else {
-            throw TokenRejection("token_issuer_invalid", "iss must be \(Self.issuer)")
+            throw TokenRejection(.tokenIssuerInvalid, "iss must be \(Self.issuer)")
         }
         func accepts(_ audience: String) -> Bool {
             clientIDs.contains(audience) && (clientIDHint == nil || audience == clientIDHint)
@@ -62,21 +62,21 @@ public struct IdentityTokenValidator: Sendable {
         default: throw TokenRejection.malformed("aud is missing")
         }
         guard let clientID else {
-            throw TokenRejection("token_audience_invalid", "aud is not one of this service's client ids")
+            throw TokenRejection(.tokenAudienceInvalid, "aud is not one of this service's client ids")
         }
         guard let expires = claims[claim.exp]?.integerValue else { throw TokenRejection.malformed("exp is missing") }
         guard let issuedAt = claims[claim.iat]?.integerValue else { throw TokenRejection.malformed("iat is missing") }
         let current = now().timeIntervalSince1970
-        guard TimeInterval(expires) + leeway >= current else { throw TokenRejection("token_expired", "the token has expired") }
+        guard TimeInterval(expires) + leeway >= current else { throw TokenRejection(.tokenExpired, "the token has expired") }
         guard TimeInterval(issuedAt) - leeway <= current else {
-            throw TokenRejection("token_not_yet_valid", "iat is in the future")
+            throw TokenRejection(.tokenNotYetValid, "iat is in the future")
         }
         if let notBefore = claims[claim.nbf] {
             guard let value = notBefore.integerValue else { throw TokenRejection.malformed("nbf is not a number") }
-            guard TimeInterval(value) - leeway <= current else { throw TokenRejection("token_not_yet_valid", "nbf is in the future") }
+            guard TimeInterval(value) - leeway <= current else { throw TokenRejection(.tokenNotYetValid, "nbf is in the future") }
         }
         if checkAge, current - TimeInterval(issuedAt) > maximumAge {
-            throw TokenRejection("token_too_old", "the token was issued more than \(Int(maximumAge)) s ago")
+            throw TokenRejection(.tokenTooOld, "the token was issued more than \(Int(maximumAge)) s ago")
         }
         guard let sub = claims[claim.sub]?.stringValue, !sub.isEmpty else { throw TokenRejection.malformed("sub is missing") }
 
@@ -84,12 +84,12 @@ public struct IdentityTokenValidator: Sendable {
             switch claims[claim.nonce] {
             case .string(let nonce):
                 guard ConstantTime.equals(Array(nonce.utf8), Array(SHA256.hexHash(rawNonce).utf8)) else {
-                    throw TokenRejection("nonce_mismatch", "nonce is not the hex SHA-256 of raw_nonce")
+                    throw TokenRejection(.nonceMismatch, "nonce is not the hex SHA-256 of raw_nonce")
                 }
             case nil:
                 // Apple says nonce_supported=false means the platform could not carry one.
                 guard claims[claim.nonceSupported]?.lenientBoolValue == false else {
-                    throw TokenRejection("nonce_missing", "the token carries no nonce")
+                    throw TokenRejection(.nonceMissing, "the token carries no nonce")
                 }
             default:
                 throw TokenRejection.malformed("nonce is not a string")

@@ -144,10 +144,8 @@ public final class BrokerApplication: Sendable {
                 logger: logger.labelled("notifications"), onDeletionRequested: wakeDeletions, eventsWritten: eventsWritten)
             let perAddress = RateLimiter(
                 rate: configuration.rateLimitNotificationsPerAddress, burst: configuration.rateLimitNotificationsPerAddress * 5)
-            router.post(configuration.notificationsPath) { request in
-                try perAddress.check(address: request.remoteAddress)
-                return try receiver.receive(request)
-            }
+            NotificationRoutes.register(
+                on: &router, path: configuration.notificationsPath, receiver: receiver, perAddress: perAddress)
         }
 
         var workers: [WorkerGroup] = []
@@ -199,7 +197,7 @@ public final class BrokerApplication: Sendable {
         serverConfiguration.tls = configuration.tls.map { (keyPEM: $0.keyPEM, certificatePEM: $0.certificatePEM) }
         server = HTTPServer(
             configuration: serverConfiguration, router: router, logger: logger.labelled("http"), metrics: metrics,
-            errorMapper: ErrorMapping.problem(for:))
+            errorMapper: ProblemCatalog.problem(for:))
         if let metricsListen = configuration.metricsListen {
             var metricsRouter = Router()
             OperationsRoutes.registerMetrics(on: &metricsRouter, metrics: metrics)

@@ -1,10 +1,7 @@
 import BrokerCrypto
 import Foundation
-import HTTPServer
-import Locking
 import PostgresClient
 import StrictJSON
-import Synchronization
 
 /// What an API key may do. Each endpoint requires one scope.
 public enum Scope: String, Sendable, CaseIterable, Codable, Comparable {
@@ -57,13 +54,6 @@ public struct APIKey: Sendable, Equatable, Codable {
 
     /// `reach` as a SQL array, nil for an unlimited key (queries test `IS NULL` first).
     var reachArray: PostgresTextArray? { reach.map { PostgresTextArray($0.sorted()) } }
-
-    /// 403 `client_not_allowed`.
-    static func notAllowed(_ clientID: String) -> Problem {
-        Problem(
-            status: 403, code: "client_not_allowed", title: "Client id not allowed",
-            detail: "this API key is limited to other apps than \(clientID)")
-    }
 }
 
 /// Creates, lists and revokes API keys. Keys look like `abk_<12-char id>_<43-char secret>`;
@@ -95,7 +85,7 @@ public struct APIKeyStore: Sendable {
                 connection, actor: actor, action: "api_key.created",
                 detail: ["key_id": .string(id), "name": .string(name), "scopes": .string(scopeText)]
                     .merging(clientIDs.map { ["client_ids": .string($0.sorted().joined(separator: ","))] } ?? [:]) { $1 })
-            return try row.decode(Date.self, 0)
+            return try row.decode(Date.self, "created_at")
         }
         let key = APIKey(id: id, name: name, scopes: scopes, createdAt: createdAt, revokedAt: nil, clientIDs: clientIDs?.sorted())
         return (key, secret)
@@ -104,7 +94,7 @@ public struct APIKeyStore: Sendable {
     /// Every key, newest first.
     public func list() throws -> [APIKey] {
         try pool.query(
-            "SELECT id, name, scopes, created_at, revoked_at, array_to_string(client_ids, ',') FROM api_keys ORDER BY created_at DESC, id"
+            "SELECT id, name, scopes, created_at, revoked_at, array_to_string(client_ids, ',') AS client_ids FROM api_keys ORDER BY created_at DESC, id"
         ).map { try Self.key($0) }
     }
 
@@ -128,141 +118,16 @@ public struct APIKeyStore: Sendable {
 
     func find(id: String) throws -> Stored? {
         guard let row = try pool.query(
-            "SELECT id, name, scopes, created_at, revoked_at, array_to_string(client_ids, ','), key_hash FROM api_keys WHERE id = \(id)"
+            "SELECT id, name, scopes, created_at, revoked_at, array_to_string(client_ids, ',') AS client_ids, key_hash FROM api_keys WHERE id = \(id)"
         ).first else { return nil }
-        return Stored(key: try Self.key(row), hash: try row.decode([UInt8].self, 6))
+        return Stored(key: try Self.key(row), hash: try row.decode([UInt8].self, "key_hash"))
     }
 
     private static func key(_ row: PostgresRow) throws -> APIKey {
         APIKey(
-            id: try row.decode(String.self, 0), name: try row.decode(String.self, 1),
-            scopes: Scope.parseList(try row.decode(String.self, 2)) ?? [],
-            createdAt: try row.decode(Date.self, 3), revokedAt: try row.decode(Date?.self, 4),
-            clientIDs: try row.decode(String?.self, 5).map { $0.split(separator: ",").map(String.init) })
-    }
-}
-
-/// Checks `Authorization: Bearer <key>` against the stored hashes.
-///
-/// Keys are cached for a short time so a login costs no extra query; a revocation empties
-/// the cache of every process through LISTEN/NOTIFY (see `invalidate`).
-public final class APIKeyAuthenticator: Sendable {
-    private let store: APIKeyStore
-    private let cacheTTL: Duration
-    /// Per-key request budget (`BROKER_RATE_LIMIT_PER_KEY`).
-    private let limiter: RateLimiter
-    /// Failed authentications per client address (`BROKER_RATE_LIMIT_AUTH_FAILURES_PER_IP`):
-    /// an address over it gets 429 for unknown key ids without a database query.
-    private let failures: RateLimiter
-    /// Keys found in the database; only real keys get in, so the table is as small as the key list.
-    private let known = Lock<[String: (stored: APIKeyStore.Stored, expires: ContinuousClock.Instant)]>([:])
-    /// Ids the database did not have, for a moment; bounded, and a flood of them empties only this.
-    private let unknown = Lock<[String: ContinuousClock.Instant]>([:])
-    private static let maximumUnknownIDs = 10_000
-    private static let unknownTTL: Duration = .seconds(5)
-    /// Widens a limited key's client ids to their app groups.
-    private let groups: AppGroups
-
-    public init(
-        store: APIKeyStore, cacheTTL: Duration = .seconds(30), limiter: RateLimiter = RateLimiter(rate: 0, burst: 1),
-        failures: RateLimiter = RateLimiter(rate: 0, burst: 1), groups: AppGroups = AppGroups(groups: [])
-    ) {
-        self.groups = groups
-        self.store = store
-        self.cacheTTL = cacheTTL
-        self.limiter = limiter
-        self.failures = failures
-    }
-
-    /// Drops every cached key (called when another process revokes one).
-    /// Known ids stay known (expired, so the next use reads the database again): a key that
-    /// works is never refused for its address's failures.
-    public func invalidate() {
-        let now = ContinuousClock.now
-        known.withLock { known in
-            for id in known.keys { known[id]?.expires = now }
-        }
-        unknown.withLock { $0.removeAll() }
-    }
-
-    /// The key presented with `request`, if it is valid and has `scope`.
-    /// - Throws: `Problem` 401 `unauthorized` for a missing, malformed, unknown, wrong or
-    ///   revoked key; 403 `insufficient_scope` when the key lacks `scope`; 429
-    ///   `rate_limited` when the address has failed too often.
-    public func authenticate(_ request: HTTPRequest, requiring scope: Scope) throws -> APIKey {
-        guard let presented = request.bearerToken else {
-            throw Self.unauthorized("send an API key as Authorization: Bearer <key>")
-        }
-        // abk_ + 12-character id + _ + secret
-        let utf8 = Array(presented.utf8)
-        guard utf8.count > 17, utf8.count <= 256, presented.hasPrefix("abk_"), utf8[16] == UInt8(ascii: "_") else {
-            throw try failed(request, "the API key is malformed")
-        }
-        let id = String(decoding: utf8[4..<16], as: UTF8.self)
-        guard let stored = try lookup(id, from: request),
-            ConstantTime.equals(SHA256.hash(utf8), stored.hash),
-            stored.key.revokedAt == nil
-        else {
-            throw try failed(request, "the API key is not valid")
-        }
-        guard stored.key.scopes.contains(scope) else {
-            throw Problem(
-                status: 403, code: "insufficient_scope", title: "Insufficient scope",
-                detail: "this endpoint needs an API key with the '\(scope.rawValue)' scope")
-        }
-        var key = stored.key
-        key.reach = key.clientIDs.map { ids in
-            Set(ids.flatMap { id in
-                let group = groups.group(of: id)
-                return [id, group.primary] + group.clientIDs
-            })
-        }
-        return key
-    }
-
-    /// Counts a failed authentication against the address: 401, or 429 once over budget.
-    private func failed(_ request: HTTPRequest, _ detail: String) throws -> Problem {
-        try failures.check(address: request.remoteAddress)
-        return Self.unauthorized(detail)
-    }
-
-    /// Wraps a handler so it runs only for a key with `scope`.
-    public func protect(
-        _ scope: Scope, _ handler: @escaping @Sendable (HTTPRequest, APIKey) throws -> HTTPResponse
-    ) -> HTTPHandler {
-        { request in
-            let key = try self.authenticate(request, requiring: scope)
-            try self.limiter.check(key.id, what: "this API key")
-            return try handler(request, key)
-        }
-    }
-
-    private func lookup(_ id: String, from request: HTTPRequest) throws -> APIKeyStore.Stored? {
-        let now = ContinuousClock.now
-        let cached = known.withLock { $0[id] }
-        if let cached, cached.expires > now { return cached.stored }
-        if cached == nil {
-            if let until = unknown.withLock({ $0[id] }), until > now { return nil }
-            // An id never seen from an address that keeps failing: refused without a query.
-            if failures.isExhausted(RateLimiter.addressKey(request.remoteAddress)) {
-                try failures.check(address: request.remoteAddress)
-            }
-        }
-        guard let stored = try store.find(id: id) else {
-            known.withLock { _ = $0.removeValue(forKey: id) }
-            unknown.withLock { unknown in
-                if unknown.count >= Self.maximumUnknownIDs { unknown.removeAll() }
-                unknown[id] = now + Self.unknownTTL
-            }
-            return nil
-        }
-        known.withLock { $0[id] = (stored, now + cacheTTL) }
-        return stored
-    }
-
-    static func unauthorized(_ detail: String) -> Problem {
-        Problem(
-            status: 401, code: "unauthorized", title: "Unauthorized", detail: detail,
-            headers: ["WWW-Authenticate": "Bearer realm=\"appleid-broker\""])
+            id: try row.decode(String.self, "id"), name: try row.decode(String.self, "name"),
+            scopes: Scope.parseList(try row.decode(String.self, "scopes")) ?? [],
+            createdAt: try row.decode(Date.self, "created_at"), revokedAt: try row.decode(Date?.self, "revoked_at"),
+            clientIDs: try row.decode(String?.self, "client_ids").map { $0.split(separator: ",").map(String.init) })
     }
 }

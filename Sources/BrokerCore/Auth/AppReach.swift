@@ -11,9 +11,9 @@ enum AppReach {
         return try pool.query(
             """
             SELECT broker_user_client_ids(\(id)) && \(reach)
-                OR EXISTS (SELECT 1 FROM deletion_requests d WHERE d.user_id = \(id) AND d.client_ids && \(reach))
+                OR EXISTS (SELECT 1 FROM deletion_requests d WHERE d.user_id = \(id) AND d.client_ids && \(reach)) AS visible
             """
-        ).single().decode(Bool.self, 0)
+        ).single().decode(Bool.self, "visible")
     }
 
     static func deletion(_ id: UUID, visibleTo key: APIKey, pool: PostgresPool) throws -> Bool {

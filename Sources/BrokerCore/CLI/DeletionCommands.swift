@@ -1,6 +1,5 @@
 import CommandArguments
 import Foundation
-import HTTPServer
 import Observability
 import PostgresClient
 import StrictJSON
@@ -45,9 +44,9 @@ enum DeletionCommands {
                 print(result.id.lowercasedString)
                 BrokerCommand.printError(result.created ? "deletion requested" : "a deletion is already open for this user")
                 return 0
-            } catch let problem as Problem {
-                var text = "\(problem.code): \(problem.detail ?? problem.title)"
-                if let deletion = problem.extensions["deletion_id"] { text += " (deletion \(deletion))" }
+            } catch let error as BrokerError {
+                var text = "\(error.code.rawValue): \(error.detail)"
+                if let deletion = error.extensions["deletion_id"] { text += " (deletion \(deletion))" }
                 BrokerCommand.printError(text)
                 return 1
             }
@@ -59,9 +58,12 @@ enum DeletionCommands {
             let store = DeletionStore(pool: database.pool, teamID: environment["APPLE_TEAM_ID"] ?? "")
             switch arguments.command.words[1] {
             case "list":
-                let state = arguments.options["state"]
-                if let state, !DeletionRoutes.states.contains(state) {
-                    throw arguments.usageError("--state must be one of \(DeletionRoutes.states.sorted().joined(separator: ", "))")
+                let state = try arguments.options["state"].map { text in
+                    guard let state = DeletionState(rawValue: text) else {
+                        throw arguments.usageError(
+                            "--state must be one of \(DeletionState.allCases.map(\.rawValue).sorted().joined(separator: ", "))")
+                    }
+                    return state
                 }
                 guard let limit = Int(arguments.options["limit"] ?? "100"), (1...10_000).contains(limit) else {
                     throw arguments.usageError("--limit must be a number from 1 to 10000")

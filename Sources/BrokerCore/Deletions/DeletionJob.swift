@@ -55,21 +55,22 @@ final class DeletionJob: Sendable {
         metrics.collect {
             guard let row = try? pool.query(
                 """
-                SELECT count(*) FILTER (WHERE state IN ('requested', 'revoking', 'purging')),
-                       count(*) FILTER (WHERE state = 'failed'),
+                SELECT count(*) FILTER (WHERE state IN ('requested', 'revoking', 'purging')) AS backlog,
+                       count(*) FILTER (WHERE state = 'failed') AS dead_letters,
                        COALESCE(EXTRACT(EPOCH FROM now() - min(created_at) FILTER (WHERE state IN ('requested', 'revoking', 'purging'))), 0)
+                           AS oldest_age
                 FROM deletion_requests
                 """
             ).first else { return [] }
             return [
                 CollectedSample(
-                    name: "deletion_backlog", help: "Deletion requests not yet done.", value: (try? row.decode(Double.self, 0)) ?? 0),
+                    name: "deletion_backlog", help: "Deletion requests not yet done.", value: (try? row.decode(Double.self, "backlog")) ?? 0),
                 CollectedSample(
                     name: "deletion_dead_letters", help: "Deletion requests that failed and wait for a retry.",
-                    value: (try? row.decode(Double.self, 1)) ?? 0),
+                    value: (try? row.decode(Double.self, "dead_letters")) ?? 0),
                 CollectedSample(
                     name: "deletion_oldest_pending_age_seconds", help: "Age of the oldest pending deletion request.",
-                    value: (try? row.decode(Double.self, 2)) ?? 0),
+                    value: (try? row.decode(Double.self, "oldest_age")) ?? 0),
             ]
         }
     }
@@ -91,7 +92,7 @@ final class DeletionJob: Sendable {
 
     private func process(_ request: DeletionStore.Claimed) {
         do {
-            if request.state == "revoking" {
+            if request.state == .revoking {
                 try revokeTokens(request)
                 let appleRevocation = try store.appleRevocation(request.id, source: request.source)
                 try store.startPurging(request.id, appleRevocation: appleRevocation)
@@ -241,8 +242,8 @@ final class DeletionJob: Sendable {
             let state = try store.reschedule(
                 request, after: .milliseconds(Int(milliseconds)), error: setback.reason,
                 maximumAttempts: settings.maximumAttempts, fail: setback.permanent)
-            outcomes.increment(state == "failed" ? "failed" : "retry")
-            if state == "failed" {
+            outcomes.increment(state == .failed ? "failed" : "retry")
+            if state == .failed {
                 logger.error("deletion dead-lettered", [("deletion_id", request.id.lowercasedString), ("error", setback.reason)])
             }
         } catch {

@@ -1,6 +1,5 @@
 import BrokerCrypto
 import Foundation
-import HTTPServer
 import PostgresClient
 import StrictJSON
 
@@ -24,16 +23,16 @@ package struct DeletionService: Sendable {
         func seal(_ request: Request, userID: UUID) throws -> DeletionStore.SealedCode? {
             guard let code = request.authorizationCode else { return nil }
             if let clientID = request.clientID, !clientIDs.contains(clientID) {
-                throw Problem.badRequest(code: "invalid_client_id", "client_id must be one of APPLE_CLIENT_IDS")
+                throw BrokerError(.invalidClientID, "client_id must be one of APPLE_CLIENT_IDS")
             }
             if let redirectURI = request.redirectURI {
                 guard let clientID = request.clientID else {
-                    throw Problem.badRequest("field `redirect_uri` needs `client_id`: the client id the web code was issued to")
+                    throw BrokerError.invalidRequest("field `redirect_uri` needs `client_id`: the client id the web code was issued to")
                 }
                 guard redirectURI == webCallbackURL || redirectURIs[clientID]?.contains(redirectURI) == true else {
-                    throw Problem(
-                        status: 400, code: "redirect_uri_not_registered", title: "redirect_uri not registered",
-                        detail: "redirect_uri is not one of the Return URLs registered for this client id (APPLE_REDIRECT_URIS)")
+                    throw BrokerError(
+                        .redirectURINotRegistered,
+                        "redirect_uri is not one of the Return URLs registered for this client id (APPLE_REDIRECT_URIS)")
                 }
             }
             let sealed = try tokenKeys.seal(
@@ -72,20 +71,20 @@ package struct DeletionService: Sendable {
             switch (userID, appleSub) {
             case (let userID?, nil):
                 guard let id = UUID(canonicalText: userID) else {
-                    throw Problem.badRequest(code: "invalid_user_id", "the user id must be a UUID")
+                    throw BrokerError(.invalidUserID, "the user id must be a UUID")
                 }
                 target = .user(id)
             case (nil, let sub?):
-                guard !sub.isEmpty, sub.utf8.count <= 256 else { throw Problem.badRequest("field `apple_sub` is invalid") }
+                guard !sub.isEmpty, sub.utf8.count <= 256 else { throw BrokerError.invalidRequest("field `apple_sub` is invalid") }
                 target = .appleSub(sub)
             default:
-                throw Problem.badRequest("give exactly one of `user_id` and `apple_sub`")
+                throw BrokerError.invalidRequest("give exactly one of `user_id` and `apple_sub`")
             }
             reason = try body.requiredString("reason")
             requestedBy = try body.requiredString("requested_by")
-            guard !reason.isEmpty, reason.utf8.count <= 500 else { throw Problem.badRequest("field `reason` must be 1…500 bytes") }
+            guard !reason.isEmpty, reason.utf8.count <= 500 else { throw BrokerError.invalidRequest("field `reason` must be 1…500 bytes") }
             guard !requestedBy.isEmpty, requestedBy.utf8.count <= 200 else {
-                throw Problem.badRequest("field `requested_by` must be 1…200 bytes")
+                throw BrokerError.invalidRequest("field `requested_by` must be 1…200 bytes")
             }
             authorizationCode = try body.string("authorization_code")
             clientID = try body.string("client_id")
@@ -94,14 +93,14 @@ package struct DeletionService: Sendable {
                 ("authorization_code", authorizationCode, 2048), ("client_id", clientID, 256), ("redirect_uri", redirectURI, 2048),
             ] {
                 if let value, value.isEmpty || value.utf8.count > limit {
-                    throw Problem.badRequest("field `\(field)` must be 1…\(limit) bytes")
+                    throw BrokerError.invalidRequest("field `\(field)` must be 1…\(limit) bytes")
                 }
             }
             if authorizationCode == nil && (clientID != nil || redirectURI != nil) {
-                throw Problem.badRequest("fields `client_id` and `redirect_uri` go with `authorization_code`")
+                throw BrokerError.invalidRequest("fields `client_id` and `redirect_uri` go with `authorization_code`")
             }
             if redirectURI != nil && clientID == nil {
-                throw Problem.badRequest("field `redirect_uri` needs `client_id`: the client id the web code was issued to")
+                throw BrokerError.invalidRequest("field `redirect_uri` needs `client_id`: the client id the web code was issued to")
             }
         }
     }
@@ -111,28 +110,26 @@ package struct DeletionService: Sendable {
     /// - Parameter key: the API key asking; a key limited to some apps finds only their users.
     func request(
         _ request: Request, source: String, actor: String, visibleTo key: APIKey? = nil
-    ) throws -> (id: UUID, state: String, created: Bool) {
+    ) throws -> (id: UUID, state: DeletionState, created: Bool) {
         for _ in 0..<2 {
             let resolution = try store.resolve(request.target)
             if let key {
                 switch resolution {
-                case .user(let id) where try !AppReach.user(id, visibleTo: key, pool: store.pool): throw UserDirectory.notFound
-                case .deleted(let id) where try !AppReach.deletion(id, visibleTo: key, pool: store.pool): throw UserDirectory.notFound
+                case .user(let id) where try !AppReach.user(id, visibleTo: key, pool: store.pool): throw BrokerError.userNotFound
+                case .deleted(let id) where try !AppReach.deletion(id, visibleTo: key, pool: store.pool): throw BrokerError.userNotFound
                 default: break
                 }
             }
             switch resolution {
             case .notFound:
-                throw Problem(status: 404, code: "user_not_found", title: "User not found", detail: "no user matches")
+                throw BrokerError.userNotFound
             case .deleted(let deletionID):
-                throw Problem(
-                    status: 410, code: "user_deleted", title: "User deleted", detail: "this user was already deleted",
-                    extensions: ["deletion_id": deletionID.lowercasedString])
+                throw BrokerError.userDeleted("this user was already deleted", deletionID: deletionID.lowercasedString)
             case .user(let userID):
                 let code: DeletionStore.SealedCode?
                 if request.authorizationCode != nil {
                     guard let codes else {
-                        throw Problem.badRequest("this command cannot take an authorization code (TOKEN_ENCRYPTION_KEY unset)")
+                        throw BrokerError.invalidRequest("this command cannot take an authorization code (TOKEN_ENCRYPTION_KEY unset)")
                     }
                     code = try codes.seal(request, userID: userID)
                 } else {
@@ -142,10 +139,10 @@ package struct DeletionService: Sendable {
                     userID: userID, source: source, reason: request.reason, requestedBy: request.requestedBy, code: code)
                 else { continue }  // Purged between the two queries: resolve again.
                 if opened.created { wake() }
-                let state = try store.record(opened.id)?.state ?? "requested"
+                let state = try store.record(opened.id)?.state ?? .requested
                 return (opened.id, state, opened.created)
             }
         }
-        throw Problem(status: 404, code: "user_not_found", title: "User not found", detail: "no user matches")
+        throw BrokerError.userNotFound
     }
 }

@@ -4,6 +4,12 @@ import Observability
 import PostgresClient
 import StrictJSON
 
+/// Where a deletion request is (`deletion_requests.state`): requested → revoking → purging
+/// → done, or failed (dead-lettered, waiting for a retry).
+public enum DeletionState: String, Sendable, CaseIterable, PostgresDecodable {
+    case requested, revoking, purging, done, failed
+}
+
 /// A deletion request as the compliance API shows it.
 public struct DeletionRecord: Sendable {
     public struct Step: Sendable {
@@ -19,7 +25,7 @@ public struct DeletionRecord: Sendable {
     public var source: String
     public var reason: String
     public var requestedBy: String
-    public var state: String
+    public var state: DeletionState
     public var attempts: Int
     public var lastError: String?
     public var createdAt: Date
@@ -38,9 +44,9 @@ public struct DeletionRecord: Sendable {
         var fields: [String: JSONValue] = [
             "deletion_id": .string(id.lowercasedString), "user_id": .string(userID.lowercasedString),
             "source": .string(source), "reason": .string(reason), "requested_by": .string(requestedBy),
-            "state": .string(state), "attempts": .integer(Int64(attempts)), "last_error": lastError.map(JSONValue.string) ?? .null,
+            "state": .string(state.rawValue), "attempts": .integer(Int64(attempts)), "last_error": lastError.map(JSONValue.string) ?? .null,
             "created_at": time(createdAt), "updated_at": time(updatedAt), "completed_at": time(completedAt),
-            "next_attempt_at": state == "done" || state == "failed" ? .null : time(nextAttemptAt),
+            "next_attempt_at": state == .done || state == .failed ? .null : time(nextAttemptAt),
             "apple_revocation": appleRevocation.map(JSONValue.string) ?? .null,
         ]
         if let steps {
@@ -83,11 +89,11 @@ struct DeletionStore: Sendable {
         case .user(let id):
             if try !pool.query("SELECT 1 FROM users WHERE id = \(id)").isEmpty { return .user(id) }
             if let deletion = try pool.query("SELECT deletion_id FROM tombstones WHERE user_id = \(id) LIMIT 1").first {
-                return .deleted(deletionID: try deletion.decode(UUID.self, 0))
+                return .deleted(deletionID: try deletion.decode(UUID.self, "deletion_id"))
             }
         case .appleSub(let sub):
             if let row = try pool.query("SELECT user_id FROM apple_identities WHERE team_id = \(teamID) AND sub = \(sub)").first {
-                return .user(try row.decode(UUID.self, 0))
+                return .user(try row.decode(UUID.self, "user_id"))
             }
             if let hasher, let deletion = try pool.query(
                 """
@@ -96,7 +102,7 @@ struct DeletionStore: Sendable {
                 ORDER BY deleted_at DESC LIMIT 1
                 """
             ).first {
-                return .deleted(deletionID: try deletion.decode(UUID.self, 0))
+                return .deleted(deletionID: try deletion.decode(UUID.self, "deletion_id"))
             }
         }
         return .notFound
@@ -124,7 +130,7 @@ struct DeletionStore: Sendable {
             guard let row = try connection.query(
                 "SELECT * FROM broker_request_deletion(\(userID), \(source), \(reason), \(requestedBy))"
             ).first else { return nil }
-            let id = try row.decode(UUID.self, 0)
+            let id = try row.decode(UUID.self, "r_deletion_id")
             if let code {
                 try connection.query(
                     """
@@ -133,7 +139,7 @@ struct DeletionStore: Sendable {
                     WHERE id = \(id) AND state IN ('requested', 'revoking')
                     """)
             }
-            return (id, try row.decode(Bool.self, 1))
+            return (id, try row.decode(Bool.self, "r_created"))
         }
     }
 
@@ -150,21 +156,21 @@ struct DeletionStore: Sendable {
             "SELECT step, client_id, outcome, detail, at FROM deletion_steps WHERE deletion_id = \(id) ORDER BY id"
         ).map { step in
             DeletionRecord.Step(
-                step: try step.decode(String.self, 0), clientID: try step.decode(String?.self, 1),
-                outcome: try step.decode(String.self, 2), detail: try step.decode(String?.self, 3), at: try step.decode(Date.self, 4))
+                step: try step.decode(String.self, "step"), clientID: try step.decode(String?.self, "client_id"),
+                outcome: try step.decode(String.self, "outcome"), detail: try step.decode(String?.self, "detail"), at: try step.decode(Date.self, "at"))
         }
         return record
     }
 
     /// Requests, newest first, optionally in one state.
     /// - Parameter reach: a limited key's client ids: only deletions of users in them.
-    func list(state: String?, limit: Int, reach: PostgresTextArray? = nil) throws -> [DeletionRecord] {
+    func list(state: DeletionState?, limit: Int, reach: PostgresTextArray? = nil) throws -> [DeletionRecord] {
         try pool.query(
             """
             SELECT id, user_id, source, reason, requested_by, state, attempts, last_error, created_at, updated_at,
                    completed_at, next_attempt_at, apple_revocation
             FROM deletion_requests
-            WHERE (\(state)::text IS NULL OR state = \(state)::text) AND (\(reach)::text[] IS NULL OR client_ids && \(reach)::text[])
+            WHERE (\(state?.rawValue)::text IS NULL OR state = \(state?.rawValue)::text) AND (\(reach)::text[] IS NULL OR client_ids && \(reach)::text[])
             ORDER BY created_at DESC LIMIT \(limit)
             """
         ).map(Self.record)
@@ -188,12 +194,12 @@ struct DeletionStore: Sendable {
 
     private static func record(_ row: PostgresRow) throws -> DeletionRecord {
         DeletionRecord(
-            id: try row.decode(UUID.self, 0), userID: try row.decode(UUID.self, 1), source: try row.decode(String.self, 2),
-            reason: try row.decode(String.self, 3), requestedBy: try row.decode(String.self, 4),
-            state: try row.decode(String.self, 5), attempts: try row.decode(Int.self, 6),
-            lastError: try row.decode(String?.self, 7), createdAt: try row.decode(Date.self, 8),
-            updatedAt: try row.decode(Date.self, 9), completedAt: try row.decode(Date?.self, 10),
-            nextAttemptAt: try row.decode(Date.self, 11), appleRevocation: try row.decode(String?.self, 12), steps: nil)
+            id: try row.decode(UUID.self, "id"), userID: try row.decode(UUID.self, "user_id"), source: try row.decode(String.self, "source"),
+            reason: try row.decode(String.self, "reason"), requestedBy: try row.decode(String.self, "requested_by"),
+            state: try row.decode(DeletionState.self, "state"), attempts: try row.decode(Int.self, "attempts"),
+            lastError: try row.decode(String?.self, "last_error"), createdAt: try row.decode(Date.self, "created_at"),
+            updatedAt: try row.decode(Date.self, "updated_at"), completedAt: try row.decode(Date?.self, "completed_at"),
+            nextAttemptAt: try row.decode(Date.self, "next_attempt_at"), appleRevocation: try row.decode(String?.self, "apple_revocation"), steps: nil)
     }
 
     // MARK: The job's side
@@ -202,7 +208,7 @@ struct DeletionStore: Sendable {
         var id: UUID
         var userID: UUID
         var source: String
-        var state: String
+        var state: DeletionState
         var attempts: Int
     }
 
@@ -225,8 +231,8 @@ struct DeletionStore: Sendable {
             """
         ).map { row in
             Claimed(
-                id: try row.decode(UUID.self, 0), userID: try row.decode(UUID.self, 1), source: try row.decode(String.self, 2),
-                state: try row.decode(String.self, 3), attempts: try row.decode(Int.self, 4))
+                id: try row.decode(UUID.self, "id"), userID: try row.decode(UUID.self, "user_id"), source: try row.decode(String.self, "source"),
+                state: try row.decode(DeletionState.self, "state"), attempts: try row.decode(Int.self, "attempts"))
         }
     }
 
@@ -248,20 +254,21 @@ struct DeletionStore: Sendable {
         try pool.query(
             """
             SELECT t.id, t.client_id, t.refresh_token, t.key_id, i.team_id, i.sub,
-                   CASE WHEN t.access_expires_at > now() THEN t.access_token END, t.access_key_id, t.revoked_at IS NOT NULL
+                   CASE WHEN t.access_expires_at > now() THEN t.access_token END AS access_token, t.access_key_id,
+                   t.revoked_at IS NOT NULL AS refresh_revoked
             FROM apple_tokens t JOIN apple_identities i ON i.id = t.identity_id
             WHERE t.user_id = \(userID) AND i.team_id = \(teamID)
               AND (t.revoked_at IS NULL OR (t.access_token IS NOT NULL AND t.access_expires_at > now()))
             ORDER BY t.obtained_at
             """
         ).map { row in
-            let access = try row.decode([UInt8]?.self, 6)
-            let accessKeyID = try row.decode(String?.self, 7)
+            let access = try row.decode([UInt8]?.self, "access_token")
+            let accessKeyID = try row.decode(String?.self, "access_key_id")
             return StoredToken(
-                id: try row.decode(UUID.self, 0), clientID: try row.decode(String.self, 1), sealed: try row.decode([UInt8].self, 2),
-                keyID: try row.decode(String.self, 3), teamID: try row.decode(String.self, 4), sub: try row.decode(String.self, 5),
+                id: try row.decode(UUID.self, "id"), clientID: try row.decode(String.self, "client_id"), sealed: try row.decode([UInt8].self, "refresh_token"),
+                keyID: try row.decode(String.self, "key_id"), teamID: try row.decode(String.self, "team_id"), sub: try row.decode(String.self, "sub"),
                 access: access.flatMap { sealed in accessKeyID.map { (sealed, $0) } },
-                refreshRevoked: try row.decode(Bool.self, 8))
+                refreshRevoked: try row.decode(Bool.self, "refresh_revoked"))
         }
     }
 
@@ -274,8 +281,8 @@ struct DeletionStore: Sendable {
             """
         ).first else { return nil }
         return SealedCode(
-            sealed: try row.decode([UInt8].self, 0), keyID: try row.decode(String.self, 1),
-            clientID: try row.decode(String?.self, 2), redirectURI: try row.decode(String?.self, 3))
+            sealed: try row.decode([UInt8].self, "authorization_code"), keyID: try row.decode(String.self, "code_key_id"),
+            clientID: try row.decode(String?.self, "code_client_id"), redirectURI: try row.decode(String?.self, "code_redirect_uri"))
     }
 
     /// Forgets the code (exchanged, or refused by Apple: either way it cannot be used again).
@@ -295,7 +302,7 @@ struct DeletionStore: Sendable {
             SELECT id, sub, client_id FROM apple_identities WHERE user_id = \(userID) AND team_id = \(teamID)
             ORDER BY last_login_at DESC NULLS LAST
             """
-        ).map { (try $0.decode(UUID.self, 0), try $0.decode(String.self, 1), try $0.decode(String.self, 2)) }
+        ).map { (try $0.decode(UUID.self, "id"), try $0.decode(String.self, "sub"), try $0.decode(String.self, "client_id")) }
     }
 
     /// Keeps the tokens a code exchange yielded, so a crash before their revocation loses nothing.
@@ -364,7 +371,7 @@ struct DeletionStore: Sendable {
         if source == "apple" { return "skipped_apple_initiated" }
         let outcomes = Set(
             try pool.query("SELECT outcome FROM deletion_steps WHERE deletion_id = \(id) AND step = 'revoke'")
-                .map { try $0.decode(String.self, 0) })
+                .map { try $0.decode(String.self, "outcome") })
         if outcomes.contains("revoked") { return "revoked" }
         if outcomes.contains("already_invalid") { return "already_invalid" }
         return "manual_required"
@@ -380,19 +387,19 @@ struct DeletionStore: Sendable {
             SELECT i.team_id, i.sub FROM apple_identities i JOIN deletion_requests d ON d.user_id = i.user_id
             WHERE d.id = \(id) ORDER BY i.id
             """
-        ).map { (try $0.decode(String.self, 0), try $0.decode(String.self, 1)) }
+        ).map { (try $0.decode(String.self, "team_id"), try $0.decode(String.self, "sub")) }
         return try pool.query(
             """
             SELECT broker_purge_user(\(id), \(PostgresTextArray(identities.map(\.0))),
                 \(PostgresTextArray(identities.map { hasher.hash(teamID: $0.0, sub: $0.1) })))
             """
-        ).single().decode(Bool.self, 0)
+        ).single().decode(Bool.self, "broker_purge_user")
     }
 
     /// Schedules the next attempt, or dead-letters the request after its last attempt.
     /// - Returns: the resulting state.
     func reschedule(_ request: Claimed, after delay: Duration, error: String, maximumAttempts: Int, fail: Bool = false) throws
-        -> String
+        -> DeletionState
     {
         let failed = fail || request.attempts >= maximumAttempts
         let milliseconds = Int(delay.components.seconds) * 1000 + Int(delay.components.attoseconds / 1_000_000_000_000_000)
@@ -411,8 +418,8 @@ struct DeletionStore: Sendable {
                 WHERE id = \(request.id) AND state IN ('revoking', 'purging')
                 RETURNING state
                 """
-            ).first?.decode(String.self, 0) ?? "done"
-            if state == "failed" {
+            ).first?.decode(DeletionState.self, "state") ?? .done
+            if state == .failed {
                 try connection.query(
                     """
                     INSERT INTO audit_log (actor, action, deletion_id, detail)

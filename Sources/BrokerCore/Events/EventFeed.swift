@@ -1,6 +1,5 @@
 import BrokerCrypto
 import Foundation
-import HTTPServer
 import Observability
 import PostgresClient
 import StrictJSON
@@ -42,7 +41,7 @@ struct EventFeed: Sendable {
         // `txid::text` and sort "1000" before "995", which once skipped and repeated events.
         let rows = try pool.query(
             """
-            SELECT e.id, e.type, e.user_id, e.payload::text, e.created_at, e.txid::text AS transaction FROM outbox_events e
+            SELECT e.id, e.type, e.user_id, e.payload::text AS payload, e.created_at, e.txid::text AS transaction FROM outbox_events e
             WHERE e.txid >= \(String(cursor.transaction))::xid8
               AND (e.txid > \(String(cursor.transaction))::xid8 OR e.id > \(cursor.event))
               AND e.txid < pg_snapshot_xmin(pg_current_snapshot())
@@ -52,14 +51,14 @@ struct EventFeed: Sendable {
         var next = cursor
         var events: [JSONValue] = []
         for row in rows {
-            let id = try row.decode(Int64.self, 0)
-            next = Cursor(transaction: UInt64(try row.decode(String.self, 5)) ?? 0, event: id)
+            let id = try row.decode(Int64.self, "id")
+            next = Cursor(transaction: UInt64(try row.decode(String.self, "transaction")) ?? 0, event: id)
             events.append(
                 .object([
-                    "id": .string("evt_\(id)"), "type": .string(try row.decode(String.self, 1)),
-                    "user_id": try row.decode(UUID?.self, 2).map { .string($0.lowercasedString) } ?? .null,
-                    "data": try JSONValue.parse(Array(try row.decode(String.self, 3).utf8)),
-                    "created_at": .string(RFC3339.string(from: try row.decode(Date.self, 4))), "cursor": .string(next.text),
+                    "id": .string("evt_\(id)"), "type": .string(try row.decode(String.self, "type")),
+                    "user_id": try row.decode(UUID?.self, "user_id").map { .string($0.lowercasedString) } ?? .null,
+                    "data": try JSONValue.parse(Array(try row.decode(String.self, "payload").utf8)),
+                    "created_at": .string(RFC3339.string(from: try row.decode(Date.self, "created_at"))), "cursor": .string(next.text),
                 ]))
         }
         return (events, next)

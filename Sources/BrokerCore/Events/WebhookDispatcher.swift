@@ -50,21 +50,21 @@ final class WebhookDispatcher: Sendable {
         metrics.collect {
             guard let row = try? pool.query(
                 """
-                SELECT count(*) FILTER (WHERE state = 'pending'), count(*) FILTER (WHERE state = 'failed'),
-                       COALESCE(EXTRACT(EPOCH FROM now() - min(created_at) FILTER (WHERE state = 'pending')), 0)
+                SELECT count(*) FILTER (WHERE state = 'pending') AS backlog, count(*) FILTER (WHERE state = 'failed') AS dead_letters,
+                       COALESCE(EXTRACT(EPOCH FROM now() - min(created_at) FILTER (WHERE state = 'pending')), 0) AS oldest_age
                 FROM webhook_deliveries
                 """
             ).first else { return [] }
             return [
                 CollectedSample(
                     name: "webhook_backlog", help: "Webhook deliveries waiting (first try or retry).",
-                    value: (try? row.decode(Double.self, 0)) ?? 0),
+                    value: (try? row.decode(Double.self, "backlog")) ?? 0),
                 CollectedSample(
                     name: "webhook_dead_letters", help: "Webhook deliveries that failed for good.",
-                    value: (try? row.decode(Double.self, 1)) ?? 0),
+                    value: (try? row.decode(Double.self, "dead_letters")) ?? 0),
                 CollectedSample(
                     name: "webhook_oldest_pending_age_seconds", help: "Age of the oldest waiting webhook delivery.",
-                    value: (try? row.decode(Double.self, 2)) ?? 0),
+                    value: (try? row.decode(Double.self, "oldest_age")) ?? 0),
             ]
         }
     }
@@ -97,10 +97,10 @@ final class WebhookDispatcher: Sendable {
             "SELECT * FROM broker_claim_webhook_delivery(\(String(lease) + " seconds")::interval)"
         ).first else { return nil }
         return Claimed(
-            id: try row.decode(Int64.self, 0), attempts: try row.decode(Int.self, 1), createdAt: try row.decode(Date.self, 2),
-            eventID: try row.decode(Int64.self, 3), type: try row.decode(String.self, 4), payload: try row.decode(String.self, 5),
-            eventCreatedAt: try row.decode(Date.self, 6), subscriptionID: try row.decode(UUID.self, 7),
-            url: try row.decode(String.self, 8), secret: try row.decode([UInt8].self, 9), keyID: try row.decode(String.self, 10))
+            id: try row.decode(Int64.self, "delivery_id"), attempts: try row.decode(Int.self, "attempts"), createdAt: try row.decode(Date.self, "delivery_created_at"),
+            eventID: try row.decode(Int64.self, "event_id"), type: try row.decode(String.self, "event_type"), payload: try row.decode(String.self, "payload"),
+            eventCreatedAt: try row.decode(Date.self, "event_created_at"), subscriptionID: try row.decode(UUID.self, "subscription_id"),
+            url: try row.decode(String.self, "url"), secret: try row.decode([UInt8].self, "secret"), keyID: try row.decode(String.self, "key_id"))
     }
 
     /// The Standard Webhooks message id: stable for this event and subscription.

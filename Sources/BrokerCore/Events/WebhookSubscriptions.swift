@@ -1,7 +1,6 @@
 import BrokerCrypto
 import Foundation
 import HTTPClient
-import HTTPServer
 import Locking
 import Observability
 import PostgresClient
@@ -73,15 +72,15 @@ package struct WebhookSubscriptionStore: Sendable {
         try Self.validate(url: text, allowPrivateNetworks: allowPrivateNetworks)
     }
 
-    static func invalidURL(_ detail: String) -> Problem {
-        Problem(status: 400, code: "invalid_webhook_url", title: "Invalid webhook URL", detail: detail)
+    static func invalidURL(_ detail: String) -> BrokerError {
+        BrokerError(.invalidWebhookURL, detail)
     }
 
     package static func validate(topics: [String]) throws -> [String] {
-        guard !topics.isEmpty, topics.count <= 64 else { throw Problem.badRequest(code: "invalid_topic", "give 1…64 topics") }
+        guard !topics.isEmpty, topics.count <= 64 else { throw BrokerError(.invalidTopic, "give 1…64 topics") }
         for topic in topics where topic != "*" && !EventTopics.all.contains(topic) {
-            throw Problem.badRequest(
-                code: "invalid_topic", "unknown topic '\(topic)'; topics are * or " + EventTopics.all.joined(separator: ", "))
+            throw BrokerError(
+                .invalidTopic, "unknown topic '\(topic)'; topics are * or " + EventTopics.all.joined(separator: ", "))
         }
         return Array(Set(topics)).sorted()
     }
@@ -109,7 +108,7 @@ package struct WebhookSubscriptionStore: Sendable {
                 """
             ).single()
             try Self.audit(connection, actor: actor, action: "webhook_subscription.created", id: id, url: url)
-            return try row.decode(Date.self, 0)
+            return try row.decode(Date.self, "created_at")
         }
         let subscription = WebhookSubscription(
             id: id, url: url, topics: topics, status: "active", description: description, createdAt: createdAt)
@@ -130,7 +129,7 @@ package struct WebhookSubscriptionStore: Sendable {
     func list(ownedBy owner: String? = nil) throws -> [WebhookSubscription] {
         try pool.query(
             """
-            SELECT id, url, topics::text, status, description, created_at FROM webhook_subscriptions
+            SELECT id, url, topics::text AS topics, status, description, created_at FROM webhook_subscriptions
             WHERE \(owner)::text IS NULL OR api_key_id = \(owner)::text ORDER BY created_at
             """
         ).map(Self.subscription)
@@ -139,7 +138,7 @@ package struct WebhookSubscriptionStore: Sendable {
     func find(_ id: UUID, ownedBy owner: String? = nil) throws -> WebhookSubscription? {
         try pool.query(
             """
-            SELECT id, url, topics::text, status, description, created_at FROM webhook_subscriptions
+            SELECT id, url, topics::text AS topics, status, description, created_at FROM webhook_subscriptions
             WHERE id = \(id) AND (\(owner)::text IS NULL OR api_key_id = \(owner)::text)
             """
         ).first.map(Self.subscription)
@@ -204,11 +203,11 @@ package struct WebhookSubscriptionStore: Sendable {
     }
 
     private static func subscription(_ row: PostgresRow) throws -> WebhookSubscription {
-        let topics = try JSONValue.parse(Array(try row.decode(String.self, 2).utf8)).arrayValue?.compactMap(\.stringValue) ?? []
+        let topics = try JSONValue.parse(Array(try row.decode(String.self, "topics").utf8)).arrayValue?.compactMap(\.stringValue) ?? []
         return WebhookSubscription(
-            id: try row.decode(UUID.self, 0), url: try row.decode(String.self, 1), topics: topics,
-            status: try row.decode(String.self, 3), description: try row.decode(String?.self, 4),
-            createdAt: try row.decode(Date.self, 5))
+            id: try row.decode(UUID.self, "id"), url: try row.decode(String.self, "url"), topics: topics,
+            status: try row.decode(String.self, "status"), description: try row.decode(String?.self, "description"),
+            createdAt: try row.decode(Date.self, "created_at"))
     }
 }
 
@@ -226,8 +225,8 @@ final class ActiveSubscriptionProbe: Sendable {
         let now = ContinuousClock.now
         if let cached = answer.withLock({ $0 }), now - cached.at < lifetime { return cached.any }
         // On a failed query, assume yes: a needless wake costs one claim, a missed one a delay.
-        let any = (try? pool.query("SELECT EXISTS (SELECT 1 FROM webhook_subscriptions WHERE status = 'active')")
-            .single().decode(Bool.self, 0)) ?? true
+        let any = (try? pool.query("SELECT EXISTS (SELECT 1 FROM webhook_subscriptions WHERE status = 'active') AS any_active")
+            .single().decode(Bool.self, "any_active")) ?? true
         answer.withLock { $0 = (now, any) }
         return any
     }

@@ -6,27 +6,19 @@ import StrictJSON
 /// The compliance API (scope `compliance`): `POST /v1/deletions`, `GET /v1/deletions/{id}`,
 /// `GET /v1/deletions?state=…`, `POST /v1/deletions/{id}/retry`.
 enum DeletionRoutes {
-    static let states: Set<String> = ["requested", "revoking", "purging", "done", "failed"]
-
     static func register(on router: inout Router, service: DeletionService, keys: APIKeyAuthenticator) {
         router.post("/v1/deletions", keys.protect(.compliance) { request, key in
             let body = try request.jsonObject()
             let result = try service.request(try DeletionService.Request(body), source: "api", actor: "api:\(key.id)", visibleTo: key)
             return .json(
                 .object([
-                    "deletion_id": .string(result.id.lowercasedString), "state": .string(result.state),
+                    "deletion_id": .string(result.id.lowercasedString), "state": .string(result.state.rawValue),
                     "created": .bool(result.created),
                 ]), status: 202)
         })
         router.get("/v1/deletions", keys.protect(.compliance) { request, key in
-            let state = request.query["state"]
-            if let state, !states.contains(state) {
-                throw Problem.badRequest("state must be one of \(states.sorted().joined(separator: ", "))")
-            }
-            let limit = try request.query["limit"].map { text -> Int in
-                guard let limit = Int(text), (1...1000).contains(limit) else { throw Problem.badRequest("limit must be 1…1000") }
-                return limit
-            } ?? 100
+            let state = try request.stateParameter(DeletionState.self)
+            let limit = try request.limitParameter()
             return .json(.object(["deletions": .array(try service.store.list(state: state, limit: limit, reach: key.reachArray).map(\.json))]))
         })
         router.get("/v1/deletions/{id}", keys.protect(.compliance) { request, key in
@@ -42,21 +34,16 @@ enum DeletionRoutes {
                 throw notFound
             }
             guard try service.store.retry(id, by: "api:\(key.id)") else {
-                throw Problem(
-                    status: 409, code: "deletion_not_failed", title: "Not a failed deletion",
-                    detail: "only failed deletions can be retried")
+                throw BrokerError(.deletionNotFailed, "only failed deletions can be retried")
             }
             service.wake()
             return .json(.object(["deletion_id": .string(id.lowercasedString), "state": "requested"]), status: 202)
         })
     }
 
-    static let notFound = Problem(status: 404, code: "deletion_not_found", title: "Deletion not found", detail: "no deletion with this id")
+    static let notFound = BrokerError(.deletionNotFound, "no deletion with this id")
 
     static func deletionID(_ request: HTTPRequest) throws -> UUID {
-        guard let id = UUID(canonicalText: try request.parameter("id")) else {
-            throw Problem.badRequest(code: "invalid_deletion_id", "the deletion id must be a UUID")
-        }
-        return id
+        try request.uuidParameter("id", invalid: .invalidDeletionID, naming: "deletion id")
     }
 }

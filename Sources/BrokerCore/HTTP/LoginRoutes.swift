@@ -1,6 +1,6 @@
 import Foundation
-import PostgresClient
 import HTTPServer
+import PostgresClient
 
 /// `POST /v1/apple/login` (scope `login`), `GET /v1/users/{id}` and
 /// `GET /v1/users/{id}/credential-state` (scope `read`).
@@ -12,24 +12,26 @@ enum LoginRoutes {
             return .json(try loginService.login(login).json)
         })
         router.get("/v1/users/{id}", keys.protect(.read) { request, key in
-            let id = try UserDirectory.userID(request)
-            guard try users.isVisible(id, to: key) else { throw UserDirectory.notFound }
+            let id = try userID(request)
+            guard try users.isVisible(id, to: key) else { throw BrokerError.userNotFound }
             if let user = try users.user(id) { return .json(user) }
             if let deletion = try users.deletion(ofPurgedUser: id) {
-                throw Problem(
-                    status: 410, code: "user_deleted", title: "User deleted", detail: "this user was deleted",
-                    extensions: ["deletion_id": deletion.lowercasedString])
+                throw BrokerError.userDeleted("this user was deleted", deletionID: deletion.lowercasedString)
             }
-            throw UserDirectory.notFound
+            throw BrokerError.userNotFound
         })
         router.get("/v1/users/{id}/credential-state", keys.protect(.read) { request, key in
-            let id = try UserDirectory.userID(request)
-            guard try users.isVisible(id, to: key) else { throw UserDirectory.notFound }
+            let id = try userID(request)
+            guard try users.isVisible(id, to: key) else { throw BrokerError.userNotFound }
             let clientID = request.query["client_id"]
             if let clientID, clientID.isEmpty || clientID.utf8.count > 255 {
-                throw Problem.badRequest(code: "invalid_client_id", "client_id must be a bundle ID or Services ID")
+                throw BrokerError(.invalidClientID, "client_id must be a bundle ID or Services ID")
             }
             return .json(["user_id": id.lowercasedString, "state": try users.credentialState(id, clientID: clientID)])
         })
+    }
+
+    static func userID(_ request: HTTPRequest) throws -> UUID {
+        try request.uuidParameter("id", invalid: .invalidUserID, naming: "user id")
     }
 }

@@ -13,12 +13,12 @@ enum OperationsRoutes {
         }
         router.get("/readyz") { _ in
             guard !health.isShuttingDown else {
-                throw Problem.unavailable(code: "shutting_down", detail: "the service is shutting down", retryAfterSeconds: 1)
+                throw BrokerError(.shuttingDown, "the service is shutting down", retryAfterSeconds: 1)
             }
             do {
                 try database.pool.query("SELECT 1")
             } catch let error as PostgresError where error.isUnavailable {
-                throw Problem.unavailable(code: "database_unavailable", detail: "PostgreSQL is not reachable")
+                throw BrokerError(.databaseUnavailable, "PostgreSQL is not reachable", retryAfterSeconds: 5)
             }
             return .json(["status": "ready"])
         }

@@ -1,6 +1,7 @@
 import Foundation
 import HTTPClient
 import HTTPServer
+import StrictJSON
 
 /// Web sign-in: `GET /v1/apple/web/authorize` and `POST /v1/apple/web/callback` (browsers;
 /// no API key, limited per address) and `POST /v1/apple/web/redeem` (scope `login`).
@@ -48,7 +49,8 @@ enum WebSignInRoutes {
     ) throws -> HTTPResponse {
         do {
             return try body()
-        } catch let problem as Problem where request.prefersHTML {
+        } catch where request.prefersHTML {
+            guard let problem = (error as? Problem) ?? ProblemCatalog.problem(for: error) else { throw error }
             let back = service.returnTo(state: state, clientID: clientID, returnTo: returnTo)
             return HTMLPage.response(
                 status: problem.status, title: cancelled ? "Sign-in cancelled" : pageTitle(problem.code),

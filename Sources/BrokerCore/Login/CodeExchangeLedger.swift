@@ -10,6 +10,11 @@ struct CodeExchangeLedger: Sendable {
     /// How long a second request waits for the first to finish.
     var waitLimit: Duration = .seconds(15)
 
+    /// `authorization_codes.state`.
+    enum State: String {
+        case exchanging, exchanged, failed
+    }
+
     enum Claim {
         /// This request exchanges the code.
         case claimed
@@ -21,41 +26,48 @@ struct CodeExchangeLedger: Sendable {
         let hash = SHA256.hexHash(code)
         let inserted = try pool.query(
             """
-            INSERT INTO authorization_codes (code_hash, client_id, state) VALUES (\(hash), \(clientID), 'exchanging')
+            INSERT INTO authorization_codes (code_hash, client_id, state) VALUES (\(hash), \(clientID), \(State.exchanging.rawValue))
             ON CONFLICT (code_hash) DO NOTHING RETURNING 1
             """)
         if !inserted.isEmpty { return .claimed }
         let deadline = ContinuousClock.now + waitLimit
         while ContinuousClock.now < deadline {
             guard let row = try pool.query(
-                "SELECT state, error_code, now() - updated_at > interval '60 seconds' FROM authorization_codes WHERE code_hash = \(hash)"
+                """
+                SELECT state, error_code, now() - updated_at > interval '60 seconds' AS abandoned
+                FROM authorization_codes WHERE code_hash = \(hash)
+                """
             ).first else {
                 // The other attempt failed transiently and let go: try to take it.
                 return try claim(code, clientID: clientID)
             }
-            switch try row.decode(String.self, 0) {
-            case "exchanged":
+            switch State(rawValue: try row.decode(String.self, "state")) {
+            case .exchanged:
                 return .alreadyExchanged
-            case "failed":
-                throw LoginService.problem(for: TokenRejection(try row.decode(String?.self, 1) ?? "authorization_code_invalid", "the code was refused"))
-            default:
-                if try row.decode(Bool.self, 2) {
+            case .failed:
+                let code = try row.decode(String?.self, "error_code").flatMap(BrokerError.Code.init(rawValue:))
+                throw BrokerError(code ?? .authorizationCodeInvalid, "the code was refused")
+            case .exchanging, nil:
+                if try row.decode(Bool.self, "abandoned") {
                     // Its exchanger died mid-way; Apple has likely consumed the code.
-                    throw LoginService.problem(for: TokenRejection("authorization_code_invalid", "the code's exchange did not finish"))
+                    throw BrokerError(.authorizationCodeInvalid, "the code's exchange did not finish")
                 }
                 Thread.sleep(forTimeInterval: 0.05)
             }
         }
-        throw LoginService.appleUnavailable("the code is still being exchanged by another request")
+        throw BrokerError.appleUnavailable("the code is still being exchanged by another request")
     }
 
-    func finish(_ code: String, succeeded: Bool, errorCode: String? = nil) {
+    func finish(_ code: String, succeeded: Bool, errorCode: BrokerError.Code? = nil) {
         let hash = SHA256.hexHash(code)
         if succeeded {
-            _ = try? pool.query("UPDATE authorization_codes SET state = 'exchanged', updated_at = now() WHERE code_hash = \(hash)")
+            _ = try? pool.query("UPDATE authorization_codes SET state = \(State.exchanged.rawValue), updated_at = now() WHERE code_hash = \(hash)")
         } else if let errorCode {
             _ = try? pool.query(
-                "UPDATE authorization_codes SET state = 'failed', error_code = \(errorCode), updated_at = now() WHERE code_hash = \(hash)")
+                """
+                UPDATE authorization_codes SET state = \(State.failed.rawValue), error_code = \(errorCode.rawValue), updated_at = now()
+                WHERE code_hash = \(hash)
+                """)
         } else {
             // A transient failure (Apple or the database down): let a retry try again.
             _ = try? pool.query("DELETE FROM authorization_codes WHERE code_hash = \(hash)")

@@ -1,6 +1,5 @@
 import Foundation
 import PostgresClient
-import HTTPServer
 import StrictJSON
 
 /// The body of `POST /v1/apple/login`.
@@ -52,8 +51,8 @@ public struct LoginRequest: Sendable {
     package func validate() throws {
         func check(_ value: String?, _ field: String, _ limit: Int) throws {
             guard let value else { return }
-            guard !value.isEmpty else { throw Problem.badRequest("field `\(field)` must not be empty") }
-            guard value.utf8.count <= limit else { throw Problem.badRequest("field `\(field)` is longer than \(limit) bytes") }
+            guard !value.isEmpty else { throw BrokerError.invalidRequest("field `\(field)` must not be empty") }
+            guard value.utf8.count <= limit else { throw BrokerError.invalidRequest("field `\(field)` is longer than \(limit) bytes") }
         }
         try check(identityToken, "identity_token", 16 * 1024)
         try check(authorizationCode, "authorization_code", 2048)
@@ -96,7 +95,7 @@ public struct AppleUserField: Sendable, Equatable {
             return nil
         case .string(let text)?:
             guard let members = try? JSONValue.parseObject(Array(text.utf8)) else {
-                throw Problem.badRequest("field `\(key)` is not a JSON object")
+                throw BrokerError.invalidRequest("field `\(key)` is not a JSON object")
             }
             object = JSONObjectReader(members: members, path: key)
         default:

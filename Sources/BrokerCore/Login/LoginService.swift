@@ -1,6 +1,5 @@
 import BrokerCrypto
 import Foundation
-import HTTPServer
 import Observability
 import PostgresClient
 
@@ -60,9 +59,12 @@ public final class LoginService: Sendable {
             successes.increment(String(response.isPrivateEmail), response.realUserStatus)
             if response.isNewUser { newUsers.increment(String(response.isPrivateEmail)) }
             return response
-        } catch let problem as Problem {
-            outcomes.increment(problem.code)
-            throw problem
+        } catch let error as BrokerError {
+            outcomes.increment(error.code.rawValue)
+            throw error
+        } catch let rejection as TokenRejection {
+            outcomes.increment(rejection.code.rawValue)
+            throw rejection
         } catch let error as PostgresError where error.isUnavailable {
             outcomes.increment("database_unavailable")
             throw error
@@ -85,13 +87,11 @@ public final class LoginService: Sendable {
         let identity: AppleIdentity
         do {
             identity = try validator.validate(request.identityToken, rawNonce: request.rawNonce, clientIDHint: request.clientID)
-        } catch let rejection as TokenRejection {
-            throw Self.problem(for: rejection)
         } catch AppleKeyError.unavailable {
-            throw Self.appleUnavailable("Apple's signing keys cannot be fetched")
+            throw BrokerError.appleUnavailable("Apple's signing keys cannot be fetched")
         }
         if let allowed = request.allowedClientIDs, !allowed.contains(identity.clientID) {
-            throw APIKey.notAllowed(identity.clientID)
+            throw BrokerError.clientNotAllowed(identity.clientID)
         }
         try request.afterVerification?(identity)
 
@@ -99,14 +99,14 @@ public final class LoginService: Sendable {
             !(redirectURIs[identity.clientID]?.contains(redirectURI) ?? false)
         {
             // Refused before Apple: an unregistered redirect_uri cannot be Apple's either.
-            throw Problem(
-                status: 400, code: "redirect_uri_not_registered", title: "redirect_uri not registered",
-                detail: "redirect_uri is not one of the Return URLs registered for this client id (APPLE_REDIRECT_URIS)")
+            throw BrokerError(
+                .redirectURINotRegistered,
+                "redirect_uri is not one of the Return URLs registered for this client id (APPLE_REDIRECT_URIS)")
         }
         // A user whose deletion is pending is refused before the code is exchanged: the refresh
         // token it would yield would be thrown away, yet live at Apple.
         if request.authorizationCode != nil, try store.deletionPending(sub: identity.sub) {
-            throw Self.deletionPending
+            throw BrokerError.deletionPending
         }
         var sealed: (keyID: String, sealed: [UInt8])?
         var sealedAccess: (keyID: String, sealed: [UInt8], expiresIn: Int)?
@@ -128,9 +128,10 @@ public final class LoginService: Sendable {
                         associatedData: RefreshTokenSealing.accessTokenAssociatedData(
                             teamID: teamID, sub: identity.sub, clientID: identity.clientID))
                     sealedAccess = (access.keyID, access.sealed, tokens.expiresIn)
-                } catch let problem as Problem {
-                    ledger.finish(code, succeeded: false, errorCode: problem.status < 500 ? problem.code : nil)
-                    throw problem
+                } catch let error as BrokerError {
+                    // A refusal is remembered for a retry with the same code; an outage is not.
+                    ledger.finish(code, succeeded: false, errorCode: error.code.isRefusal ? error.code : nil)
+                    throw error
                 } catch {
                     ledger.finish(code, succeeded: false)
                     throw error
@@ -153,7 +154,7 @@ public final class LoginService: Sendable {
                 expiresIn: sealedAccess.expiresIn)
         }
         if record.wroteThrough { eventsWritten() }
-        guard record.outcome == "ok" else { throw Self.deletionPending }
+        guard record.outcome == "ok" else { throw BrokerError.deletionPending }
         let realUserStatus = record.realUserStatus ?? "unsupported"
         let challenge: Bool =
             switch realUserStatus {
@@ -177,63 +178,20 @@ public final class LoginService: Sendable {
         do {
             tokens = try apple.exchangeCode(code, clientID: identity.clientID, redirectURI: redirectURI, retry: retry)
         } catch let error as AppleAPIError {
-            throw Self.problem(for: error)
+            throw BrokerError(error)
         }
         guard let refreshToken = tokens.refreshToken, let idToken = tokens.idToken else {
-            throw Self.appleUnavailable("Apple's token answer lacked a refresh token")
+            throw BrokerError.appleUnavailable("Apple's token answer lacked a refresh token")
         }
         let returned: AppleIdentity
         do {
             returned = try validator.validate(idToken, rawNonce: nil, clientIDHint: identity.clientID, checkAge: false)
         } catch {
-            throw Problem(
-                status: 502, code: "apple_response_invalid", title: "Apple's answer was invalid",
-                detail: "the id_token returned by Apple did not verify")
+            throw BrokerError(.appleResponseInvalid, "the id_token returned by Apple did not verify")
         }
         guard returned.sub == identity.sub else {
-            throw Problem(
-                status: 400, code: "authorization_code_invalid", title: "Authorization code invalid",
-                detail: "the authorization code belongs to another user than the identity token")
+            throw BrokerError(.authorizationCodeInvalid, "the authorization code belongs to another user than the identity token")
         }
         return (refreshToken, tokens.accessToken, tokens.expiresIn ?? 3600)
-    }
-
-    static let deletionPending = Problem(
-        status: 409, code: "user_deletion_pending", title: "Deletion pending",
-        detail: "this user's account is being deleted; sign-in is refused until it is done")
-
-    /// Problem for a rejected token: 400 for malformed input, 401 for everything that fails authentication.
-    static func problem(for rejection: TokenRejection) -> Problem {
-        let titles = [
-            "token_malformed": "Malformed identity token", "token_signature_invalid": "Invalid signature",
-            "token_expired": "Token expired", "token_not_yet_valid": "Token not yet valid",
-            "token_too_old": "Token too old", "token_issuer_invalid": "Invalid issuer",
-            "token_audience_invalid": "Invalid audience", "nonce_mismatch": "Nonce mismatch",
-            "nonce_missing": "Nonce missing", "unknown_key": "Unknown signing key",
-            "authorization_code_invalid": "Authorization code invalid",
-        ]
-        let status = rejection.code == "token_malformed" || rejection.code == "authorization_code_invalid" ? 400 : 401
-        return Problem(status: status, code: rejection.code, title: titles[rejection.code] ?? "Rejected", detail: rejection.detail)
-    }
-
-    static func problem(for error: AppleAPIError) -> Problem {
-        switch error {
-        case .invalidGrant:
-            return Problem(
-                status: 400, code: "authorization_code_invalid", title: "Authorization code invalid",
-                detail: "Apple refused the authorization code (expired, used, or for another client id)")
-        case .invalidClient:
-            return Problem(
-                status: 502, code: "apple_client_rejected", title: "Apple refused our credentials",
-                detail: "Apple answered invalid_client: check APPLE_TEAM_ID, APPLE_KEY_ID, the .p8 key and APPLE_CLIENT_IDS")
-        case .rejected, .malformedResponse:
-            return Problem(status: 502, code: "apple_response_invalid", title: "Apple's answer was invalid", detail: "\(error)")
-        case .unavailable:
-            return appleUnavailable("Apple did not answer after retries")
-        }
-    }
-
-    static func appleUnavailable(_ detail: String) -> Problem {
-        .unavailable(code: "apple_unavailable", detail: detail, retryAfterSeconds: 5)
     }
 }

@@ -67,11 +67,11 @@ struct LoginStore: Sendable {
             """
         ).single()
         return Record(
-            outcome: try row.decode(String.self, 0), userID: try row.decode(UUID.self, 1),
-            isNewUser: try row.decode(Bool.self, 2), email: try row.decode(String?.self, 3),
-            emailVerified: try row.decode(Bool?.self, 4) ?? false, isPrivateEmail: try row.decode(Bool?.self, 5) ?? false,
-            realUserStatus: try row.decode(String?.self, 6), refreshTokenStored: try row.decode(Bool.self, 7),
-            unverifiedEmail: try row.decode(String?.self, 8))
+            outcome: try row.decode(String.self, "r_outcome"), userID: try row.decode(UUID.self, "r_user_id"),
+            isNewUser: try row.decode(Bool.self, "r_is_new_user"), email: try row.decode(String?.self, "r_email"),
+            emailVerified: try row.decode(Bool?.self, "r_email_verified") ?? false, isPrivateEmail: try row.decode(Bool?.self, "r_is_private_email") ?? false,
+            realUserStatus: try row.decode(String?.self, "r_real_user_status"), refreshTokenStored: try row.decode(Bool.self, "r_refresh_token_stored"),
+            unverifiedEmail: try row.decode(String?.self, "r_unverified_email"))
     }
 
     /// Whether the user of this sub has a deletion pending.
@@ -103,25 +103,25 @@ struct LoginStore: Sendable {
         guard let row = try pool.query(
             """
             SELECT i.user_id, i.email, i.email_verified, i.is_private_email, i.real_user_status, u.status, i.unverified_email,
-                   EXISTS (SELECT 1 FROM apple_tokens t WHERE t.identity_id = i.id AND t.revoked_at IS NULL),
+                   EXISTS (SELECT 1 FROM apple_tokens t WHERE t.identity_id = i.id AND t.revoked_at IS NULL) AS has_token,
                    broker_identity_unchanged(i, \(identity.clientID), g.identity_id IS NOT NULL,
                        \(identity.email), \(identity.emailVerified),
                        \(identity.isPrivateEmail), \(identity.realUserStatus), \(user?.name?.firstName),
-                       \(user?.name?.lastName), \(user?.email), \(String(lastLoginResolution) + " seconds")::interval)
+                       \(user?.name?.lastName), \(user?.email), \(String(lastLoginResolution) + " seconds")::interval) AS unchanged
             FROM apple_identities i JOIN users u ON u.id = i.user_id
             LEFT JOIN apple_grants g
                 ON g.identity_id = i.id AND g.app_id = \(groups.group(of: identity.clientID).primary) AND g.consent = 'revoked'
             WHERE i.team_id = \(teamID) AND i.sub = \(identity.sub)
             """
         ).first else { return nil }
-        let status = try row.decode(String.self, 5)
+        let status = try row.decode(String.self, "status")
         let record = Record(
-            outcome: status == "deleting" ? "deletion_pending" : "ok", userID: try row.decode(UUID.self, 0),
-            isNewUser: false, email: try row.decode(String?.self, 1), emailVerified: try row.decode(Bool.self, 2),
-            isPrivateEmail: try row.decode(Bool.self, 3), realUserStatus: try row.decode(String?.self, 4),
-            refreshTokenStored: try row.decode(Bool.self, 7), unverifiedEmail: try row.decode(String?.self, 6),
+            outcome: status == "deleting" ? "deletion_pending" : "ok", userID: try row.decode(UUID.self, "user_id"),
+            isNewUser: false, email: try row.decode(String?.self, "email"), emailVerified: try row.decode(Bool.self, "email_verified"),
+            isPrivateEmail: try row.decode(Bool.self, "is_private_email"), realUserStatus: try row.decode(String?.self, "real_user_status"),
+            refreshTokenStored: try row.decode(Bool.self, "has_token"), unverifiedEmail: try row.decode(String?.self, "unverified_email"),
             wroteThrough: false)
-        let unchanged = try row.decode(Bool?.self, 8) ?? false
+        let unchanged = try row.decode(Bool?.self, "unchanged") ?? false
         return status == "deleting" || unchanged ? record : nil
     }
 

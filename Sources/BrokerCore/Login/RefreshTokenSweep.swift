@@ -119,9 +119,9 @@ final class RefreshTokenSweep: Sendable {
             """
         ).map { row in
             DueToken(
-                id: try row.decode(UUID.self, 0), identityID: try row.decode(UUID.self, 1), clientID: try row.decode(String.self, 2),
-                sealed: try row.decode([UInt8].self, 3), keyID: try row.decode(String.self, 4),
-                teamID: try row.decode(String.self, 5), sub: try row.decode(String.self, 6), failures: try row.decode(Int.self, 7))
+                id: try row.decode(UUID.self, "id"), identityID: try row.decode(UUID.self, "identity_id"), clientID: try row.decode(String.self, "client_id"),
+                sealed: try row.decode([UInt8].self, "refresh_token"), keyID: try row.decode(String.self, "key_id"),
+                teamID: try row.decode(String.self, "team_id"), sub: try row.decode(String.self, "sub"), failures: try row.decode(Int.self, "validation_failures"))
         }
         guard !due.isEmpty else { return false }
         var run: (kind: String, count: Int)?

@@ -1,6 +1,5 @@
 import BrokerCrypto
 import Foundation
-import HTTPServer
 import JOSE
 import Observability
 import PostgresClient
@@ -17,7 +16,7 @@ public struct AppleNotification: Sendable, Equatable {
     public var audience: String
 }
 
-/// `POST /v1/apple/notifications`: Apple's server-to-server notifications, verified before
+/// Apple's server-to-server notifications (`POST /v1/apple/notifications`), verified before
 /// anything is acted on, deduplicated by `jti`, applied exactly once in one transaction
 /// with their outbox events, and answered 200 only once durable (duplicates, unknown
 /// subjects and unknown types included, so Apple stops retrying). A JWS that fails
@@ -69,22 +68,41 @@ public final class NotificationReceiver: Sendable {
             labels: ["type", "outcome"])
     }
 
-    public func receive(_ request: HTTPRequest) throws -> HTTPResponse {
+    /// What became of a notification; the raw value is the SQL function's answer and the
+    /// response's `status`.
+    public enum Outcome: String, Sendable, PostgresDecodable {
+        case applied, duplicate, stale
+        case unknownSubject = "unknown_subject"
+        case unknownType = "unknown_type"
+    }
+
+    /// Counts and logs a notification refused before it was read (a body that is not JSON).
+    public func rejected(code: String, logger: Logger) {
+        outcomes.increment("unverified", "rejected")
+        logger.warning("notification rejected", [("code", code)])
+    }
+
+    /// Verifies and applies one notification, the request's JSON body.
+    /// - Throws: `BrokerError` `notification_malformed`, `TokenRejection` (answered 401 by the route),
+    ///   `apple_unavailable` when Apple's keys cannot be fetched, or a database outage.
+    public func receive(_ body: JSONObjectReader, logger: Logger) throws -> Outcome {
         let notification: AppleNotification
         do {
-            notification = try decode(request)
-        } catch let problem as Problem {
-            outcomes.increment("unverified", "rejected")
-            request.logger.warning("notification rejected", [("code", problem.code)])
-            throw problem
+            notification = try decode(body)
+        } catch let error as BrokerError {
+            rejected(code: error.code.rawValue, logger: logger)
+            throw error
+        } catch let rejection as TokenRejection {
+            rejected(code: rejection.code.rawValue, logger: logger)
+            throw rejection
         }
         // Past the inbox's retention a jti can no longer be recognised as a duplicate: so old
         // a notification is not applied (Apple retries for hours, not weeks).
         if notification.eventTime.timeIntervalSince1970 < now().timeIntervalSince1970 - Double(retentionSeconds) {
-            outcomes.increment(notification.type, "stale")
-            return .json(.object(["status": .string("stale")]))
+            outcomes.increment(notification.type, Outcome.stale.rawValue)
+            return .stale
         }
-        let outcome: String
+        let outcome: Outcome
         let group = groups.group(of: notification.audience)
         let subjectHash = hasher.hash(teamID: teamID, sub: notification.sub)
         do {
@@ -94,23 +112,23 @@ public final class NotificationReceiver: Sendable {
                     \(notification.sub), \(notification.eventTime), \(group.primary), \(PostgresTextArray(group.clientIDs)),
                     \(subjectHash))
                 """
-            ).single().decode(String.self, 0)
+            ).single().decode(Outcome.self, "broker_apply_notification")
         } catch let error as PostgresError where error.isUniqueViolation {
             // A concurrent delivery of the same jti committed first; this one rolled back.
-            outcome = "duplicate"
+            outcome = .duplicate
         } catch let error as PostgresError where error.isUnavailable {
             outcomes.increment(notification.type, "unavailable")
             throw error
         }
-        outcomes.increment(notification.type, outcome)
-        request.logger.info(
-            "notification", [("type", notification.type), ("outcome", outcome), ("jti", notification.jti),
+        outcomes.increment(notification.type, outcome.rawValue)
+        logger.info(
+            "notification", [("type", notification.type), ("outcome", outcome.rawValue), ("jti", notification.jti),
                              ("subject", String(subjectHash.prefix(24)))])
-        if outcome == "applied" {
+        if outcome == .applied {
             eventsWritten()
             if Self.deletionTypes.contains(notification.type) { onDeletionRequested() }
         }
-        return .json(.object(["status": .string(outcome)]))
+        return outcome
     }
 
     static let deletionTypes: Set<String> = ["account-delete", "account-deleted"]
@@ -121,18 +139,15 @@ public final class NotificationReceiver: Sendable {
     }
 
     /// Checks the body's shape and the JWS, and decodes the event.
-    func decode(_ request: HTTPRequest) throws -> AppleNotification {
-        let body = try request.jsonObject(anyContentType: true)
+    func decode(_ body: JSONObjectReader) throws -> AppleNotification {
         guard let payload = try? body.string("payload"), !payload.isEmpty else {
             throw Self.malformed("the body must be {\"payload\": \"<JWS>\"}")
         }
         let claims: [String: JSONValue]
         do {
             claims = try verifier.verify(payload)
-        } catch let rejection as TokenRejection {
-            throw Self.unverified(rejection)
         } catch AppleKeyError.unavailable {
-            throw LoginService.appleUnavailable("Apple's signing keys cannot be fetched")
+            throw BrokerError.appleUnavailable("Apple's signing keys cannot be fetched")
         }
         return try Self.decode(claims: claims, clientIDs: clientIDs, leeway: leeway, now: now())
     }
@@ -144,27 +159,27 @@ public final class NotificationReceiver: Sendable {
         claims: [String: JSONValue], clientIDs: Set<String>, leeway: TimeInterval, now: Date
     ) throws -> AppleNotification {
         guard claims["iss"]?.stringValue == IdentityTokenValidator.issuer else {
-            throw Self.unverified(TokenRejection("token_issuer_invalid", "iss must be \(IdentityTokenValidator.issuer)"))
+            throw TokenRejection(.tokenIssuerInvalid, "iss must be \(IdentityTokenValidator.issuer)")
         }
         let audiences = claims["aud"]?.stringValue.map { [$0] } ?? claims["aud"]?.arrayValue?.compactMap(\.stringValue) ?? []
         guard let audience = audiences.first(where: clientIDs.contains) else {
-            throw Self.unverified(TokenRejection("token_audience_invalid", "aud is not one of this service's client ids"))
+            throw TokenRejection(.tokenAudienceInvalid, "aud is not one of this service's client ids")
         }
         let current = now.timeIntervalSince1970
         guard let issuedAt = claims["iat"]?.integerValue else {
-            throw Self.unverified(TokenRejection.malformed("iat is missing"))
+            throw TokenRejection.malformed("iat is missing")
         }
         guard TimeInterval(issuedAt) - leeway <= current else {
-            throw Self.unverified(TokenRejection("token_not_yet_valid", "iat is in the future"))
+            throw TokenRejection(.tokenNotYetValid, "iat is in the future")
         }
         if let expiry = claims["exp"] {
-            guard let value = expiry.integerValue else { throw Self.unverified(TokenRejection.malformed("exp is not a number")) }
+            guard let value = expiry.integerValue else { throw TokenRejection.malformed("exp is not a number") }
             guard TimeInterval(value) + leeway >= current else {
-                throw Self.unverified(TokenRejection("token_expired", "the notification has expired"))
+                throw TokenRejection(.tokenExpired, "the notification has expired")
             }
         }
         guard let jti = claims["jti"]?.stringValue, !jti.isEmpty, jti.utf8.count <= 256 else {
-            throw Self.unverified(TokenRejection.malformed("jti is missing"))
+            throw TokenRejection.malformed("jti is missing")
         }
         // Apple sends `events` as a JSON string; its documentation shows an object. Both are read.
         let event: [String: JSONValue]
@@ -197,13 +212,5 @@ public final class NotificationReceiver: Sendable {
             jti: jti, type: type, sub: sub, eventTime: Date(timeIntervalSince1970: eventTime), audience: audience)
     }
 
-    static func malformed(_ detail: String) -> Problem {
-        Problem(status: 400, code: "notification_malformed", title: "Malformed notification", detail: detail)
-    }
-
-    static func unverified(_ rejection: TokenRejection) -> Problem {
-        var problem = LoginService.problem(for: rejection)
-        problem.status = 401  // every failure to verify Apple's JWS is an authentication failure here
-        return problem
-    }
+    static func malformed(_ detail: String) -> BrokerError { BrokerError(.notificationMalformed, detail) }
 }

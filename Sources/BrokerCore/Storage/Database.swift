@@ -84,11 +84,11 @@ public final class Database: Sendable {
         func count(_ mine: Bool) -> Int {
             (try? probe.query(
                 """
-                SELECT count(*) FROM pg_stat_activity
+                SELECT count(*) AS connections FROM pg_stat_activity
                 WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()
                   AND (application_name = \(ours)) = \(mine)
                 """
-            ).single().decode(Int.self, 0)) ?? 0
+            ).single().decode(Int.self, "connections")) ?? 0
         }
         let deadline = ContinuousClock.now + .seconds(3)
         while count(true) > 0 && ContinuousClock.now < deadline {

@@ -63,7 +63,7 @@ public enum Migrations {
             """)
         var applied: [Int: (name: String, checksum: String)] = [:]
         for row in try connection.query("SELECT version, name, checksum FROM schema_migrations") {
-            applied[try row.decode(Int.self, 0)] = (try row.decode(String.self, 1), try row.decode(String.self, 2))
+            applied[try row.decode(Int.self, "version")] = (try row.decode(String.self, "name"), try row.decode(String.self, "checksum"))
         }
         var appliedNow: [String] = []
         for migration in migrations {

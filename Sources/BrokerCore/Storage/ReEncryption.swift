@@ -29,7 +29,7 @@ struct ReEncryption: Sendable {
     /// One kind of sealed column: how to list candidates, how to name the associated data, how to write back.
     private struct Kind {
         var name: String
-        /// Selects (id text, sealed bytea, key id, associated data text) for rows with id > $1 sealed with another key.
+        /// Selects `id` (text), `sealed`, `key_id` and `associated_data` (text) of the rows with id > $1 sealed with another key.
         var select: (String, String) -> PostgresQuery
         var update: (String, [UInt8], String, [UInt8], String) -> PostgresQuery
         var remaining: (String) -> PostgresQuery
@@ -41,7 +41,8 @@ struct ReEncryption: Sendable {
                 name: "refresh_tokens",
                 select: { after, current in
                     """
-                    SELECT t.id::text, t.refresh_token, t.key_id, 'apple_tokens|' || i.team_id || '|' || i.sub || '|' || t.client_id
+                    SELECT t.id::text AS id, t.refresh_token AS sealed, t.key_id,
+                           'apple_tokens|' || i.team_id || '|' || i.sub || '|' || t.client_id AS associated_data
                     FROM apple_tokens t JOIN apple_identities i ON i.id = t.identity_id
                     WHERE t.key_id <> \(current) AND t.id::text > \(after) ORDER BY t.id::text LIMIT \(batchSize)
                     """
@@ -53,13 +54,13 @@ struct ReEncryption: Sendable {
                     RETURNING 1
                     """
                 },
-                remaining: { current in "SELECT count(*) FROM apple_tokens WHERE key_id <> \(current)" }),
+                remaining: { current in "SELECT count(*) AS remaining FROM apple_tokens WHERE key_id <> \(current)" }),
             Kind(
                 name: "access_tokens",
                 select: { after, current in
                     """
-                    SELECT t.id::text, t.access_token, t.access_key_id,
-                           'apple_access_tokens|' || i.team_id || '|' || i.sub || '|' || t.client_id
+                    SELECT t.id::text AS id, t.access_token AS sealed, t.access_key_id AS key_id,
+                           'apple_access_tokens|' || i.team_id || '|' || i.sub || '|' || t.client_id AS associated_data
                     FROM apple_tokens t JOIN apple_identities i ON i.id = t.identity_id
                     WHERE t.access_token IS NOT NULL AND t.access_key_id <> \(current) AND t.id::text > \(after)
                     ORDER BY t.id::text LIMIT \(batchSize)
@@ -73,13 +74,13 @@ struct ReEncryption: Sendable {
                     """
                 },
                 remaining: { current in
-                    "SELECT count(*) FROM apple_tokens WHERE access_token IS NOT NULL AND access_key_id <> \(current)"
+                    "SELECT count(*) AS remaining FROM apple_tokens WHERE access_token IS NOT NULL AND access_key_id <> \(current)"
                 }),
             Kind(
                 name: "webhook_secrets",
                 select: { after, current in
                     """
-                    SELECT id::text, secret, key_id, 'webhook_subscriptions|' || id::text FROM webhook_subscriptions
+                    SELECT id::text AS id, secret AS sealed, key_id, 'webhook_subscriptions|' || id::text AS associated_data FROM webhook_subscriptions
                     WHERE key_id <> \(current) AND id::text > \(after) ORDER BY id::text LIMIT \(batchSize)
                     """
                 },
@@ -90,12 +91,13 @@ struct ReEncryption: Sendable {
                     RETURNING 1
                     """
                 },
-                remaining: { current in "SELECT count(*) FROM webhook_subscriptions WHERE key_id <> \(current)" }),
+                remaining: { current in "SELECT count(*) AS remaining FROM webhook_subscriptions WHERE key_id <> \(current)" }),
             Kind(
                 name: "deletion_codes",
                 select: { after, current in
                     """
-                    SELECT id::text, authorization_code, code_key_id, 'deletion_code|' || user_id::text FROM deletion_requests
+                    SELECT id::text AS id, authorization_code AS sealed, code_key_id AS key_id, 'deletion_code|' || user_id::text AS associated_data
+                    FROM deletion_requests
                     WHERE authorization_code IS NOT NULL AND code_key_id <> \(current) AND id::text > \(after)
                     ORDER BY id::text LIMIT \(batchSize)
                     """
@@ -108,7 +110,7 @@ struct ReEncryption: Sendable {
                     """
                 },
                 remaining: { current in
-                    "SELECT count(*) FROM deletion_requests WHERE authorization_code IS NOT NULL AND code_key_id <> \(current)"
+                    "SELECT count(*) AS remaining FROM deletion_requests WHERE authorization_code IS NOT NULL AND code_key_id <> \(current)"
                 }),
         ]
     }
@@ -124,11 +126,11 @@ struct ReEncryption: Sendable {
                 let rows = try pool.query(kind.select(after, current))
                 guard !rows.isEmpty else { break }
                 for row in rows {
-                    let id = try row.decode(String.self, 0)
+                    let id = try row.decode(String.self, "id")
                     after = id
-                    let old = try row.decode([UInt8].self, 1)
-                    let oldKeyID = try row.decode(String.self, 2)
-                    let associatedData = Array(try row.decode(String.self, 3).utf8)
+                    let old = try row.decode([UInt8].self, "sealed")
+                    let oldKeyID = try row.decode(String.self, "key_id")
+                    let associatedData = Array(try row.decode(String.self, "associated_data").utf8)
                     guard let plain = try? keys.open(old, keyID: oldKeyID, associatedData: associatedData) else {
                         count.unreadable += 1
                         continue
@@ -140,7 +142,7 @@ struct ReEncryption: Sendable {
                 }
                 progress(count)
             }
-            count.remaining = try pool.query(kind.remaining(current)).single().decode(Int.self, 0)
+            count.remaining = try pool.query(kind.remaining(current)).single().decode(Int.self, "remaining")
             counts.append(count)
         }
         return counts

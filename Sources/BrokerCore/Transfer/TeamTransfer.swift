@@ -89,10 +89,10 @@ struct TeamTransfer: Sendable {
         var report = Report()
         report.total = try pool.query(
             """
-            SELECT count(*) FROM apple_identities i JOIN users u ON u.id = i.user_id
+            SELECT count(*) AS identities FROM apple_identities i JOIN users u ON u.id = i.user_id
             WHERE i.team_id = \(teamID) AND i.transferred_at IS NULL AND u.status = 'active'
             """
-        ).single().decode(Int.self, 0)
+        ).single().decode(Int.self, "identities")
         var token = MigrationToken(apple: apple, clientID: clientID)
         var pacer = Pacer(rate: rate)
         let zero = UUID(uuid: (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0))
@@ -110,8 +110,8 @@ struct TeamTransfer: Sendable {
                 """)
             guard !page.isEmpty else { break }
             for row in page {
-                let identityID = try row.decode(UUID.self, 0)
-                let userID = try row.decode(UUID.self, 1)
+                let identityID = try row.decode(UUID.self, "id")
+                let userID = try row.decode(UUID.self, "user_id")
                 after = (userID, identityID)
                 if done.contains(userID) {
                     report.skipped += 1
@@ -124,7 +124,7 @@ struct TeamTransfer: Sendable {
                 pacer.wait()
                 guard
                     let answer = try ask(
-                        [("sub", try row.decode(String.self, 2)), ("target", recipientTeam)], token: &token,
+                        [("sub", try row.decode(String.self, "sub")), ("target", recipientTeam)], token: &token,
                         for: userID, report: &report)
                 else { continue }
                 guard let transferSub = answer["transfer_sub"]?.stringValue, !transferSub.isEmpty else {
@@ -163,7 +163,7 @@ struct TeamTransfer: Sendable {
             let user = line.userID.lowercasedString
             if let owner = try pool.query(
                 "SELECT user_id FROM apple_identities WHERE team_id = \(teamID) AND transfer_sub = \(line.transferSub) LIMIT 1"
-            ).first.map({ try $0.decode(UUID.self, 0) }) {
+            ).first.map({ try $0.decode(UUID.self, "user_id") }) {
                 if owner == line.userID {
                     report.skipped += 1
                 } else {
@@ -194,7 +194,7 @@ struct TeamTransfer: Sendable {
         try pool.withTransaction { connection -> String? in
             if let owner = try connection.query(
                 "SELECT user_id FROM apple_identities WHERE team_id = \(teamID) AND sub = \(sub)"
-            ).first.map({ try $0.decode(UUID.self, 0) }) {
+            ).first.map({ try $0.decode(UUID.self, "user_id") }) {
                 guard owner == line.userID else { return "the new sub already belongs to another user" }
                 try connection.query(
                     "UPDATE apple_identities SET transfer_sub = \(line.transferSub) WHERE team_id = \(teamID) AND sub = \(sub)")
@@ -206,7 +206,7 @@ struct TeamTransfer: Sendable {
             // The same database: the user exists. A recipient with a database of its own
             // gets the user under the sender's id, so the app's references stay valid.
             try connection.query("INSERT INTO users (id) VALUES (\(line.userID)) ON CONFLICT (id) DO NOTHING")
-            if try connection.query("SELECT status FROM users WHERE id = \(line.userID)").single().decode(String.self, 0) != "active" {
+            if try connection.query("SELECT status FROM users WHERE id = \(line.userID)").single().decode(String.self, "status") != "active" {
                 return "the user's deletion is pending"
             }
             try connection.query(

@@ -1,5 +1,4 @@
 import Foundation
-import HTTPServer
 import PostgresClient
 
 /// Read access to users for app backends: `GET /v1/users/{id}` and its credential state.
@@ -86,25 +85,25 @@ struct UserDirectory: Sendable {
         let identities = try pool.query(
             """
             SELECT id, sub, team_id, client_id, email, email_verified, is_private_email, real_user_status,
-                   given_name, family_name, transferred_at IS NOT NULL, created_at, last_login_at, unverified_email
+                   given_name, family_name, transferred_at IS NOT NULL AS transferred, created_at, last_login_at, unverified_email
             FROM apple_identities WHERE user_id = \(id) ORDER BY created_at
             """
         ).map { row in
-            let clientID = try row.decode(String.self, 3)
+            let clientID = try row.decode(String.self, "client_id")
             // The group of `clientID` comes first.
-            let apps = (grants[try row.decode(UUID.self, 0)] ?? KnownGrants()).apps(including: groups.group(of: clientID).primary)
+            let apps = (grants[try row.decode(UUID.self, "id")] ?? KnownGrants()).apps(including: groups.group(of: clientID).primary)
             let current = apps[0]
             return Identity(
-                appleSub: try row.decode(String.self, 1), teamID: try row.decode(String.self, 2),
-                clientID: clientID, email: try row.decode(String?.self, 4), unverifiedEmail: try row.decode(String?.self, 13),
-                emailVerified: try row.decode(Bool.self, 5), isPrivateEmail: try row.decode(Bool.self, 6),
-                emailForwarding: current.emailForwarding, realUserStatus: try row.decode(String?.self, 7),
-                consent: current.consent, givenName: try row.decode(String?.self, 8),
-                familyName: try row.decode(String?.self, 9), transferred: try row.decode(Bool.self, 10),
-                createdAt: try row.decode(Date.self, 11), lastLoginAt: try row.decode(Date?.self, 12), apps: apps)
+                appleSub: try row.decode(String.self, "sub"), teamID: try row.decode(String.self, "team_id"),
+                clientID: clientID, email: try row.decode(String?.self, "email"), unverifiedEmail: try row.decode(String?.self, "unverified_email"),
+                emailVerified: try row.decode(Bool.self, "email_verified"), isPrivateEmail: try row.decode(Bool.self, "is_private_email"),
+                emailForwarding: current.emailForwarding, realUserStatus: try row.decode(String?.self, "real_user_status"),
+                consent: current.consent, givenName: try row.decode(String?.self, "given_name"),
+                familyName: try row.decode(String?.self, "family_name"), transferred: try row.decode(Bool.self, "transferred"),
+                createdAt: try row.decode(Date.self, "created_at"), lastLoginAt: try row.decode(Date?.self, "last_login_at"), apps: apps)
         }
         return User(
-            userID: id.lowercasedString, status: try row.decode(String.self, 0), createdAt: try row.decode(Date.self, 1),
+            userID: id.lowercasedString, status: try row.decode(String.self, "status"), createdAt: try row.decode(Date.self, "created_at"),
             identities: identities)
     }
 
@@ -127,26 +126,24 @@ struct UserDirectory: Sendable {
     private func appGrants(ofUser id: UUID) throws -> [UUID: KnownGrants] {
         var known: [UUID: KnownGrants] = [:]
         for row in try pool.query("SELECT identity_id, app_id, consent, email_forwarding FROM apple_grants WHERE user_id = \(id)") {
-            known[try row.decode(UUID.self, 0), default: KnownGrants()].states[try row.decode(String.self, 1)] =
-                (try row.decode(String.self, 2), try row.decode(String.self, 3))
+            known[try row.decode(UUID.self, "identity_id"), default: KnownGrants()].states[try row.decode(String.self, "app_id")] =
+                (try row.decode(String.self, "consent"), try row.decode(String.self, "email_forwarding"))
         }
         for row in try pool.query(
             "SELECT identity_id, client_id FROM apple_tokens WHERE user_id = \(id) AND revoked_at IS NULL")
         {
-            known[try row.decode(UUID.self, 0), default: KnownGrants()].withToken.insert(
-                groups.group(of: try row.decode(String.self, 1)).primary)
+            known[try row.decode(UUID.self, "identity_id"), default: KnownGrants()].withToken.insert(
+                groups.group(of: try row.decode(String.self, "client_id")).primary)
         }
         return known
     }
 
-    /// The deletion that purged this user, if one did.
-    static let notFound = Problem(status: 404, code: "user_not_found", title: "User not found", detail: "no user with this id")
-
     /// Whether `key` may see this user (`AppReach`).
     func isVisible(_ id: UUID, to key: APIKey) throws -> Bool { try AppReach.user(id, visibleTo: key, pool: pool) }
 
+    /// The deletion that purged this user, if one did.
     func deletion(ofPurgedUser id: UUID) throws -> UUID? {
-        try pool.query("SELECT deletion_id FROM tombstones WHERE user_id = \(id) LIMIT 1").first?.decode(UUID.self, 0)
+        try pool.query("SELECT deletion_id FROM tombstones WHERE user_id = \(id) LIMIT 1").first?.decode(UUID.self, "deletion_id")
     }
 
     /// The server-side twin of `getCredentialState`: `authorized`, `revoked`, `transferred`,
@@ -156,16 +153,16 @@ struct UserDirectory: Sendable {
     func credentialState(_ id: UUID, clientID: String? = nil) throws -> String {
         if let row = try pool.query(
             """
-            SELECT i.id, i.client_id, i.transferred_at IS NOT NULL, u.status FROM users u
+            SELECT i.id, i.client_id, i.transferred_at IS NOT NULL AS transferred, u.status FROM users u
             JOIN apple_identities i ON i.user_id = u.id WHERE u.id = \(id)
             ORDER BY i.transferred_at IS NULL DESC, i.last_login_at DESC NULLS LAST LIMIT 1
             """
         ).first {
-            if try row.decode(String.self, 3) == "deleting" { return "deleted" }
-            if try row.decode(Bool.self, 2) { return "transferred" }
-            let identity = try row.decode(UUID.self, 0)
+            if try row.decode(String.self, "status") == "deleting" { return "deleted" }
+            if try row.decode(Bool.self, "transferred") { return "transferred" }
+            let identity = try row.decode(UUID.self, "id")
             let apps = (try appGrants(ofUser: id)[identity] ?? KnownGrants())
-                .apps(including: groups.group(of: try row.decode(String.self, 1)).primary)
+                .apps(including: groups.group(of: try row.decode(String.self, "client_id")).primary)
             if let clientID {
                 let primary = groups.group(of: clientID).primary
                 return apps.first { $0.clientID == primary }?.consent == "revoked" ? "revoked" : "authorized"
@@ -173,13 +170,5 @@ struct UserDirectory: Sendable {
             return apps.contains { $0.consent == "active" } ? "authorized" : "revoked"
         }
         return try deletion(ofPurgedUser: id) != nil ? "deleted" : "not_found"
-    }
-
-    /// Parses a user id path parameter.
-    static func userID(_ request: HTTPRequest) throws -> UUID {
-        guard let id = UUID(canonicalText: try request.parameter("id")) else {
-            throw Problem.badRequest(code: "invalid_user_id", "the user id must be a UUID")
-        }
-        return id
     }
 }

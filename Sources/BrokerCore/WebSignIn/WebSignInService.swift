@@ -1,7 +1,6 @@
 import BrokerCrypto
 import Foundation
 import HTTPClient
-import HTTPServer
 import Observability
 import StrictJSON
 
@@ -42,25 +41,24 @@ final class WebSignInService: Sendable {
             labels: ["outcome"])
     }
 
-    static let notConfigured = Problem(
-        status: 404, code: "web_signin_not_configured", title: "Web sign-in not configured",
-        detail: "set BROKER_PUBLIC_URL and APPLE_WEB_RETURN_URLS to sign in on the web through the broker")
+    static let notConfigured = BrokerError(
+        .webSignInNotConfigured, "set BROKER_PUBLIC_URL and APPLE_WEB_RETURN_URLS to sign in on the web through the broker")
 
-    static let invalidState = Problem.badRequest(code: "invalid_state", "the state is unknown, already used or expired")
+    static let invalidState = BrokerError(.invalidState, "the state is unknown, already used or expired")
 
     /// The URL of Apple's authorization page for a new sign-in.
     func authorize(clientID: String?, returnTo: String?, appState: String?) throws -> String {
         guard let settings else { throw Self.notConfigured }
-        guard let clientID, !clientID.isEmpty else { throw Problem.badRequest("query parameter `client_id` is required") }
-        guard let returnTo, !returnTo.isEmpty else { throw Problem.badRequest("query parameter `return_to` is required") }
+        guard let clientID, !clientID.isEmpty else { throw BrokerError.invalidRequest("query parameter `client_id` is required") }
+        guard let returnTo, !returnTo.isEmpty else { throw BrokerError.invalidRequest("query parameter `return_to` is required") }
         guard let registered = settings.returnURLs[clientID] else {
-            throw Problem.badRequest(code: "web_client_unknown", "\(clientID) is not a client id configured for web sign-in")
+            throw BrokerError(.webClientUnknown, "\(clientID) is not a client id configured for web sign-in")
         }
         // Exact match only: anything else would make the broker an open redirect.
         guard registered.contains(returnTo) else {
-            throw Problem.badRequest(code: "return_to_not_registered", "return_to is not registered for this client id")
+            throw BrokerError(.returnToNotRegistered, "return_to is not registered for this client id")
         }
-        if let appState, appState.utf8.count > 512 { throw Problem.badRequest("`app_state` is longer than 512 bytes") }
+        if let appState, appState.utf8.count > 512 { throw BrokerError.invalidRequest("`app_state` is longer than 512 bytes") }
         let rawNonce = Base64URL.encode(SecureRandom.bytes(32))
         let state = try WebSignInState(
             clientID: clientID, returnTo: returnTo, appState: appState, rawNonce: rawNonce,
@@ -108,7 +106,7 @@ final class WebSignInService: Sendable {
                 outcomes.increment(code)
                 return only + (only.contains("?") ? "&" : "?") + Self.query([("error", code)])
             }
-            throw Problem.badRequest(code: "invalid_state", "the callback carries no state")
+            throw BrokerError(.invalidState, "the callback carries no state")
         }
         guard let authorization = WebSignInState.open(stateText, keys: keys), !authorization.isExpired,
             settings.returnURLs[authorization.clientID]?.contains(authorization.returnTo) == true
@@ -152,13 +150,15 @@ final class WebSignInService: Sendable {
         } catch is StateAlreadyUsed {
             outcomes.increment("invalid_state")
             throw Self.invalidState
-        } catch let problem as Problem {
-            if Self.exchangeFailures.contains(problem.code) {
+        } catch let error as BrokerError {
+            if Self.exchangeFailures.contains(error.code) {
                 // The token verified but the code could not be exchanged: still keep the user
                 // and the name Apple will not send again; the app can simply retry.
                 _ = try? login.keepUserAfterFailedExchange(request)
             }
-            return finish(problem.code, [("error", problem.code)])
+            return finish(error.code.rawValue, [("error", error.code.rawValue)])
+        } catch let rejection as TokenRejection {
+            return finish(rejection.code.rawValue, [("error", rejection.code.rawValue)])
         }
         let result = try store.createResult(
             response.json, clientID: authorization.clientID, userID: response.userID.uuidString.lowercased(),
@@ -171,10 +171,10 @@ final class WebSignInService: Sendable {
         guard settings != nil else { throw Self.notConfigured }
         // A key limited to other apps may not take this sign-in's answer (nor spend its code).
         if key.reach != nil, code.utf8.count <= 256, let clientID = try store.clientID(ofResult: code), !key.reaches(clientID) {
-            throw APIKey.notAllowed(clientID)
+            throw BrokerError.clientNotAllowed(clientID)
         }
         guard code.utf8.count <= 256, let response = try store.redeem(code) else {
-            throw Problem.badRequest(code: "result_code_invalid", "the result code is unknown, already redeemed or expired")
+            throw BrokerError(.resultCodeInvalid, "the result code is unknown, already redeemed or expired")
         }
         return response
     }
@@ -186,8 +186,8 @@ final class WebSignInService: Sendable {
     ]
 
     /// Login problems that come after the identity token verified: Apple could not exchange the code.
-    static let exchangeFailures: Set<String> = [
-        "authorization_code_invalid", "apple_client_rejected", "apple_response_invalid", "apple_unavailable",
+    static let exchangeFailures: Set<BrokerError.Code> = [
+        .authorizationCodeInvalid, .appleClientRejected, .appleResponseInvalid, .appleUnavailable,
     ]
 
     /// A query string, with spaces as %20 (Apple's documented form for `scope`).
