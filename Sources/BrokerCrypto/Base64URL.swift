@@ -11,13 +11,6 @@ public enum Base64URL {
         for (index, character) in alphabet.enumerated() { table[Int(character)] = UInt8(index) }
         return table
     }()
-    /// For each position in a group of four characters, the character's six bits already
-    /// shifted into place in the 24-bit group, or `invalidBit` for a character outside
-    /// the alphabet: a group is four loads and three ORs.
-    private static let shiftedValues: [UInt32] = (0..<4).flatMap { position in
-        values.map { $0 == 0xFF ? invalidBit : UInt32($0) << (6 * (3 - position)) }
-    }
-    private static let invalidBit: UInt32 = 1 << 31
 
     public static func encode(_ bytes: [UInt8]) -> String {
         bytes.withUnsafeBufferPointer { encode(buffer: $0) }
@@ -99,40 +92,31 @@ public enum Base64URL {
     public static func decode(buffer input: UnsafeBufferPointer<UInt8>, into output: UnsafeMutableBufferPointer<UInt8>) -> Bool {
         let count = input.count
         guard decodedCount(encodedCount: count) == output.count else { return false }
-        guard count > 0, let source = input.baseAddress, let start = output.baseAddress else { return true }
-        return shiftedValues.withUnsafeBufferPointer { tables in
-            let first = tables.baseAddress!, second = first + 256, third = first + 512, fourth = first + 768
-            // Declared inside the closure: a captured variable lives in memory, and every
-            // byte stored could alias it, so the loop reloaded and rewrote it each group.
-            var target = start
-            // OR every group together and test `invalidBit` once at the end, so the loop
-            // has no branch but its own.
-            var invalid: UInt32 = 0
+        return values.withUnsafeBufferPointer { table in
             var i = 0
-            let whole = count & ~3
-            while i < whole {
-                let value = first[Int(source[i])] | second[Int(source[i + 1])] | third[Int(source[i + 2])] | fourth[Int(source[i + 3])]
-                invalid |= value
-                target[0] = UInt8(truncatingIfNeeded: value >> 16)
-                target[1] = UInt8(truncatingIfNeeded: value >> 8)
-                target[2] = UInt8(truncatingIfNeeded: value)
-                target += 3
+            var o = 0
+            while i + 4 <= count {
+                let a = table[Int(input[i])], b = table[Int(input[i + 1])]
+                let c = table[Int(input[i + 2])], d = table[Int(input[i + 3])]
+                if (a | b | c | d) & 0x80 != 0 { return false }
+                let value = UInt32(a) << 18 | UInt32(b) << 12 | UInt32(c) << 6 | UInt32(d)
+                output[o] = UInt8(truncatingIfNeeded: value >> 16)
+                output[o + 1] = UInt8(truncatingIfNeeded: value >> 8)
+                output[o + 2] = UInt8(truncatingIfNeeded: value)
                 i += 4
+                o += 3
             }
             let rest = count - i
-            if rest > 0 {
-                let value = first[Int(source[i])] | second[Int(source[i + 1])] | (rest == 3 ? third[Int(source[i + 2])] : 0)
-                invalid |= value
-                target[0] = UInt8(truncatingIfNeeded: value >> 16)
-                // Leftover bits must be zero (RFC 4648 §3.5 canonical encoding).
-                if rest == 2 {
-                    if value & 0xFFFF != 0 { return false }
-                } else {
-                    target[1] = UInt8(truncatingIfNeeded: value >> 8)
-                    if value & 0xFF != 0 { return false }
-                }
-            }
-            return invalid & Self.invalidBit == 0
+            guard rest > 0 else { return true }
+            let a = table[Int(input[i])], b = table[Int(input[i + 1])]
+            let c = rest == 3 ? table[Int(input[i + 2])] : 0
+            if (a | b | c) & 0x80 != 0 { return false }
+            let value = UInt32(a) << 18 | UInt32(b) << 12 | UInt32(c) << 6
+            output[o] = UInt8(truncatingIfNeeded: value >> 16)
+            // Leftover bits must be zero (RFC 4648 §3.5 canonical encoding).
+            if rest == 2 { return value & 0xFFFF == 0 }
+            output[o + 1] = UInt8(truncatingIfNeeded: value >> 8)
+            return value & 0xFF == 0
         }
     }
 }

@@ -43,13 +43,6 @@ public struct VerifiedJWS: Sendable {
     public func claims() throws -> [String: JSONValue] {
         try JOSEError.parsingObject(payload)
     }
-
-    /// The payload checked as strictly as `claims()`, its members built only when read:
-    /// cheaper for reading a few known claims, as every identity-token check does.
-    /// - Throws: `JOSEError.malformed`.
-    public func claimsView() throws -> JSONObjectView {
-        try JOSEError.parsing { try JSONValue.parseObjectView(payload) }
-    }
 }
 
 /// Verifies compact JWS (RFC 7515 §7.1), safely by construction:

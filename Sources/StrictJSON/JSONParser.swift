@@ -8,27 +8,11 @@ enum JSONParser {
 
     /// The value the text holds; throws `malformed` for anything that is not strict JSON.
     static func parse(_ bytes: [UInt8]) throws -> JSONValue {
-        try scan(bytes) { try $0.value(depth: 0) }
-    }
-
-    /// Checks that the text is one strict JSON object and notes where each member's name
-    /// and value are, building no value (see `JSONObjectView`).
-    static func parseView(_ bytes: [UInt8]) throws -> JSONObjectView {
-        try scan(bytes) { try $0.objectView(of: bytes) }
-    }
-
-    /// The value at `range` of text `parseView` accepted.
-    static func value(in buffer: UnsafeBufferPointer<UInt8>, at range: Range<Int>) throws -> JSONValue {
-        var scanner = Scanner(bytes: UnsafeBufferPointer(rebasing: buffer[range]))
-        return try scanner.value(depth: 1)
-    }
-
-    private static func scan<T>(_ bytes: [UInt8], _ read: (inout Scanner) throws -> T) throws -> T {
         // One pass over a buffer pointer: no bounds-checked Array indexing or generic
         // collection code on the path every token verification takes.
         try bytes.withUnsafeBufferPointer { buffer in
             var scanner = Scanner(bytes: buffer)
-            let value = try read(&scanner)
+            let value = try scanner.value(depth: 0)
             scanner.skipWhitespace()
             guard scanner.index == buffer.count else { throw malformed("trailing characters after the JSON value") }
             return value
@@ -72,49 +56,25 @@ enum JSONParser {
         }
 
         mutating func object(depth: Int) throws -> JSONValue {
+            index += 1
             var members: [String: JSONValue] = [:]
             members.reserveCapacity(16)
-            try readMembers { scanner in
-                let name = try scanner.string()
-                try scanner.colon()
-                let member = try scanner.value(depth: depth + 1)
-                guard members.updateValue(member, forKey: name) == nil else {
-                    throw malformed("duplicate member name \"\(name)\"")
-                }
-            }
-            return .object(members)
-        }
-
-        /// The top-level object of `source` (the bytes this scanner reads) as a view:
-        /// names are compared as bytes and values only checked, not built.
-        mutating func objectView(of source: [UInt8]) throws -> JSONObjectView {
-            skipWhitespace()
-            guard index < bytes.count, bytes[index] == UInt8(ascii: "{") else { throw malformed("not a JSON object") }
-            var view = JSONObjectView(bytes: source)
-            try readMembers { scanner in
-                let name = try scanner.memberName()
-                try scanner.colon()
-                scanner.skipWhitespace()
-                let start = scanner.index
-                try scanner.skipValue()
-                guard view.append(name, in: scanner.bytes, value: start..<scanner.index) else { throw malformed("duplicate member name") }
-            }
-            return view
-        }
-
-        /// Reads `{ "name": value, … }` from the opening brace, letting `member` read each
-        /// name, the colon and the value.
-        private mutating func readMembers(_ member: (inout Scanner) throws -> Void) throws {
-            index += 1
             skipWhitespace()
             if index < bytes.count, bytes[index] == UInt8(ascii: "}") {
                 index += 1
-                return
+                return .object(members)
             }
             while true {
                 skipWhitespace()
                 guard index < bytes.count, bytes[index] == UInt8(ascii: "\"") else { throw malformed("expected a member name") }
-                try member(&self)
+                let name = try string()
+                skipWhitespace()
+                guard index < bytes.count, bytes[index] == UInt8(ascii: ":") else { throw malformed("expected ':'") }
+                index += 1
+                let member = try value(depth: depth + 1)
+                guard members.updateValue(member, forKey: name) == nil else {
+                    throw malformed("duplicate member name \"\(name)\"")
+                }
                 skipWhitespace()
                 guard index < bytes.count else { throw malformed("unterminated object") }
                 if bytes[index] == UInt8(ascii: ",") {
@@ -123,51 +83,7 @@ enum JSONParser {
                 }
                 guard bytes[index] == UInt8(ascii: "}") else { throw malformed("expected ',' or '}'") }
                 index += 1
-                return
-            }
-        }
-
-        private mutating func colon() throws {
-            skipWhitespace()
-            guard index < bytes.count, bytes[index] == UInt8(ascii: ":") else { throw malformed("expected ':'") }
-            index += 1
-        }
-
-        /// A member name: the range of its bytes when it is plain ASCII (the usual case),
-        /// otherwise its decoded bytes.
-        private mutating func memberName() throws -> JSONObjectView.Name {
-            if let range = plainString() { return .raw(range) }
-            return .decoded(try string())
-        }
-
-        /// At an opening quote: when the string is printable ASCII without escapes (what
-        /// JWT names and most values are), moves past it and returns its contents' range;
-        /// otherwise stays put and returns nil, for `string()` to check in full.
-        private mutating func plainString() -> Range<Int>? {
-            let end = PlainText.end(in: bytes, from: index + 1)
-            guard end < bytes.count, bytes[end] == UInt8(ascii: "\"") else { return nil }
-            defer { index = end + 1 }
-            return index + 1..<end
-        }
-
-        /// Checks one value without building it (strings and numbers, the usual claims);
-        /// nested objects and arrays are parsed, so their names are checked too.
-        private mutating func skipValue() throws {
-            guard index < bytes.count else { throw malformed("unexpected end of JSON") }
-            switch bytes[index] {
-            case UInt8(ascii: "\""):
-                if plainString() == nil { _ = try string() }  // escapes or non-ASCII: the full check
-            case UInt8(ascii: "-"), UInt8(ascii: "0")...UInt8(ascii: "9"):
-                let start = index
-                let scanned = try scanNumber()
-                if !scanned.isPlainInteger || index - scanned.digitsStart > 18 {
-                    // Fractions, exponents and long integers may be out of range (5e322),
-                    // which only building them finds; short plain integers cannot be.
-                    index = start
-                    _ = try number()
-                }
-            default:
-                _ = try value(depth: 1)
+                return .object(members)
             }
         }
 
@@ -198,7 +114,7 @@ enum JSONParser {
         mutating func string() throws -> String {
             index += 1
             let start = index
-            var cursor = PlainText.end(in: bytes, from: start)  // past the plain ASCII run at once
+            var cursor = start
             var ascii = true
             while cursor < bytes.count {
                 let byte = bytes[cursor]
@@ -296,52 +212,39 @@ enum JSONParser {
 
         mutating func number() throws -> JSONValue {
             let start = index
-            let scanned = try scanNumber()
-            let negative = scanned.digitsStart > start
-            if scanned.isPlainInteger, index - scanned.digitsStart <= 18 {
+            if index < bytes.count, bytes[index] == UInt8(ascii: "-") { index += 1 }
+            func digits() -> Int {
+                let from = index
+                while index < bytes.count, (48...57).contains(bytes[index]) { index += 1 }
+                return index - from
+            }
+            let integerDigits = digits()
+            guard integerDigits > 0 else { throw malformed("invalid value") }
+            if integerDigits > 1, bytes[start + (bytes[start] == UInt8(ascii: "-") ? 1 : 0)] == UInt8(ascii: "0") {
+                throw malformed("leading zero in number")
+            }
+            if index < bytes.count, bytes[index] == UInt8(ascii: ".") {
+                index += 1
+                guard digits() > 0 else { throw malformed("invalid number") }
+            }
+            var isInteger = true
+            if index < bytes.count, bytes[index] == UInt8(ascii: "e") || bytes[index] == UInt8(ascii: "E") {
+                isInteger = false
+                index += 1
+                if index < bytes.count, bytes[index] == UInt8(ascii: "+") || bytes[index] == UInt8(ascii: "-") { index += 1 }
+                guard digits() > 0 else { throw malformed("invalid number") }
+            }
+            let digitsStart = start + (bytes[start] == UInt8(ascii: "-") ? 1 : 0)
+            if isInteger, index - start == integerDigits + (digitsStart - start), integerDigits <= 18 {
                 // A plain integer of up to 18 digits cannot overflow Int64: accumulate it directly.
                 var magnitude: Int64 = 0
-                for position in scanned.digitsStart..<index { magnitude = magnitude * 10 + Int64(bytes[position] &- 48) }
-                return .integer(negative ? -magnitude : magnitude)
+                for position in digitsStart..<index { magnitude = magnitude * 10 + Int64(bytes[position] &- 48) }
+                return .integer(digitsStart > start ? -magnitude : magnitude)
             }
             let text = String(decoding: UnsafeBufferPointer(rebasing: bytes[start..<index]), as: UTF8.self)
-            if scanned.isInteger && !text.contains("."), let integer = Int64(text) { return .integer(integer) }
+            if isInteger && !text.contains("."), let integer = Int64(text) { return .integer(integer) }
             guard let double = Double(text), double.isFinite else { throw malformed("number out of range") }
             return .double(double)
-        }
-
-        /// Moves past a number, checking RFC 8259 §6's grammar
-        /// (`-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?`) without building it: what
-        /// `skipValue` needs for every numeric claim, and what `number` builds from.
-        mutating func scanNumber() throws -> (digitsStart: Int, isPlainInteger: Bool, isInteger: Bool) {
-            let count = bytes.count
-            var cursor = index
-            if cursor < count, bytes[cursor] == UInt8(ascii: "-") { cursor += 1 }
-            let digitsStart = cursor
-            while cursor < count, bytes[cursor] &- 48 < 10 { cursor += 1 }
-            let integerDigits = cursor - digitsStart
-            guard integerDigits > 0 else { throw malformed("invalid value") }
-            if integerDigits > 1, bytes[digitsStart] == UInt8(ascii: "0") { throw malformed("leading zero in number") }
-            var isPlainInteger = true
-            var isInteger = true
-            if cursor < count, bytes[cursor] == UInt8(ascii: ".") {
-                isPlainInteger = false
-                cursor += 1
-                let from = cursor
-                while cursor < count, bytes[cursor] &- 48 < 10 { cursor += 1 }
-                guard cursor > from else { throw malformed("invalid number") }
-            }
-            if cursor < count, bytes[cursor] == UInt8(ascii: "e") || bytes[cursor] == UInt8(ascii: "E") {
-                isPlainInteger = false
-                isInteger = false
-                cursor += 1
-                if cursor < count, bytes[cursor] == UInt8(ascii: "+") || bytes[cursor] == UInt8(ascii: "-") { cursor += 1 }
-                let from = cursor
-                while cursor < count, bytes[cursor] &- 48 < 10 { cursor += 1 }
-                guard cursor > from else { throw malformed("invalid number") }
-            }
-            index = cursor
-            return (digitsStart, isPlainInteger, isInteger)
         }
     }
 }

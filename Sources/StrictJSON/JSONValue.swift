@@ -105,12 +105,6 @@ public enum JSONValue: Sendable, Hashable, Codable {
         return object
     }
 
-    /// Checks a JSON object strictly and returns a view that builds members on demand.
-    /// - Throws: `JSONParseError`, also when the text is JSON but not an object.
-    public static func parseObjectView(_ bytes: [UInt8]) throws -> JSONObjectView {
-        try JSONObjectView(parsing: bytes)
-    }
-
     /// Compact JSON text with sorted member names (stable bytes to sign or compare).
     public func serialized() -> [UInt8] {
         var output: [UInt8] = []

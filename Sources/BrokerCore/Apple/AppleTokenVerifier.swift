@@ -49,13 +49,6 @@ public struct AppleTokenVerifier: Sendable {
         try verify(token) { try $0.claims() }
     }
 
-    /// The verified claims as a view that builds a claim only when it is read (the
-    /// identity-token check reads a few of them on every login).
-    /// - Throws: as `verify(_:)`.
-    public func verifyView(_ token: String) throws -> JSONObjectView {
-        try verify(token) { try $0.claimsView() }
-    }
-
     private func verify<Claims>(_ token: String, read: (VerifiedJWS) throws -> Claims) throws -> Claims {
         do {
             return try read(verifier.verify(token) { header in

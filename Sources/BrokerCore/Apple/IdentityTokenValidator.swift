@@ -25,7 +25,7 @@ public struct AppleIdentity: Sendable, Equatable {
 /// not in the future and not older than `maximumAge`, `nbf` if present, the nonce rule,
 /// a non-empty `sub`. Booleans may be JSON booleans or strings.
 public struct IdentityTokenValidator: Sendable {
-    public static let issuer = "https://appleid.apple.com"
+    public static let issuer = AppleClaims.issuer
 
     public let verifier: AppleTokenVerifier
     public let clientIDs: Set<String>
@@ -47,48 +47,33 @@ public struct IdentityTokenValidator: Sendable {
     public func validate(_ token: String, rawNonce: String?, clientIDHint: String? = nil, checkAge: Bool = true) throws
         -> AppleIdentity
     {
-        let claims = try verifier.verifyView(token)
-        let claim = Self.claimNames
-        guard claims.isString(claim.iss, equalTo: Self.issuer) else {
-            throw TokenRejection(.tokenIssuerInvalid, "iss must be \(Self.issuer)")
-        }
-        func accepts(_ audience: String) -> Bool {
-            clientIDs.contains(audience) && (clientIDHint == nil || audience == clientIDHint)
-        }
-        let clientID: String?
-        switch claims[claim.aud] {
-        case .string(let value): clientID = accepts(value) ? value : nil
-        case .array(let values): clientID = values.lazy.compactMap(\.stringValue).first(where: accepts)
-        default: throw TokenRejection.malformed("aud is missing")
-        }
-        guard let clientID else {
-            throw TokenRejection(.tokenAudienceInvalid, "aud is not one of this service's client ids")
-        }
-        guard let expires = claims[claim.exp]?.integerValue else { throw TokenRejection.malformed("exp is missing") }
-        guard let issuedAt = claims[claim.iat]?.integerValue else { throw TokenRejection.malformed("iat is missing") }
         let current = now().timeIntervalSince1970
-        guard TimeInterval(expires) + leeway >= current else { throw TokenRejection(.tokenExpired, "the token has expired") }
-        guard TimeInterval(issuedAt) - leeway <= current else {
-            throw TokenRejection(.tokenNotYetValid, "iat is in the future")
-        }
-        if let notBefore = claims[claim.nbf] {
+        let claims = AppleClaims(claims: try verifier.verify(token), leeway: leeway, now: current)
+        try claims.checkIssuer()
+        let clientID = try claims.audience { clientIDs.contains($0) && (clientIDHint == nil || $0 == clientIDHint) }
+        // Both times present before either is judged: a token lacking one is malformed, expired or not.
+        guard claims["exp"]?.integerValue != nil else { throw TokenRejection.malformed("exp is missing") }
+        guard claims["iat"]?.integerValue != nil else { throw TokenRejection.malformed("iat is missing") }
+        let expires = try claims.expiry(required: true, what: "the token")!
+        let issuedAt = try claims.issuedAt()
+        if let notBefore = claims["nbf"] {
             guard let value = notBefore.integerValue else { throw TokenRejection.malformed("nbf is not a number") }
             guard TimeInterval(value) - leeway <= current else { throw TokenRejection(.tokenNotYetValid, "nbf is in the future") }
         }
         if checkAge, current - TimeInterval(issuedAt) > maximumAge {
             throw TokenRejection(.tokenTooOld, "the token was issued more than \(Int(maximumAge)) s ago")
         }
-        guard let sub = claims[claim.sub]?.stringValue, !sub.isEmpty else { throw TokenRejection.malformed("sub is missing") }
+        guard let sub = claims["sub"]?.stringValue, !sub.isEmpty else { throw TokenRejection.malformed("sub is missing") }
 
         if let rawNonce {
-            switch claims[claim.nonce] {
+            switch claims["nonce"] {
             case .string(let nonce):
                 guard ConstantTime.equals(Array(nonce.utf8), Array(SHA256.hexHash(rawNonce).utf8)) else {
                     throw TokenRejection(.nonceMismatch, "nonce is not the hex SHA-256 of raw_nonce")
                 }
             case nil:
                 // Apple says nonce_supported=false means the platform could not carry one.
-                guard claims[claim.nonceSupported]?.lenientBoolValue == false else {
+                guard claims["nonce_supported"]?.lenientBoolValue == false else {
                     throw TokenRejection(.nonceMissing, "the token carries no nonce")
                 }
             default:
@@ -96,9 +81,9 @@ public struct IdentityTokenValidator: Sendable {
             }
         }
 
-        let email = claims[claim.email]?.stringValue
+        let email = claims["email"]?.stringValue
         let realUserStatus: String? =
-            switch claims[claim.realUserStatus]?.integerValue {
+            switch claims["real_user_status"]?.integerValue {
             case 0: "unsupported"
             case 1: "unknown"
             case 2: "likely_real"
@@ -106,29 +91,10 @@ public struct IdentityTokenValidator: Sendable {
             }
         return AppleIdentity(
             sub: sub, clientID: clientID, email: email,
-            emailVerified: claims[claim.emailVerified]?.lenientBoolValue,
-            isPrivateEmail: claims[claim.isPrivateEmail]?.lenientBoolValue ?? (email == nil ? nil : false),
-            realUserStatus: realUserStatus, transferSub: claims[claim.transferSub]?.stringValue,
+            emailVerified: claims["email_verified"]?.lenientBoolValue,
+            isPrivateEmail: claims["is_private_email"]?.lenientBoolValue ?? (email == nil ? nil : false),
+            realUserStatus: realUserStatus, transferSub: claims["transfer_sub"]?.stringValue,
             issuedAt: Date(timeIntervalSince1970: TimeInterval(issuedAt)),
             expiresAt: Date(timeIntervalSince1970: TimeInterval(expires)))
     }
-
-    /// The claims read, prepared once as lookup names; one value, so reading them costs one
-    /// lazy-global check per token rather than one per name.
-    private struct ClaimNames: Sendable {
-        let iss: JSONObjectView.MemberName = "iss"
-        let aud: JSONObjectView.MemberName = "aud"
-        let exp: JSONObjectView.MemberName = "exp"
-        let iat: JSONObjectView.MemberName = "iat"
-        let nbf: JSONObjectView.MemberName = "nbf"
-        let sub: JSONObjectView.MemberName = "sub"
-        let nonce: JSONObjectView.MemberName = "nonce"
-        let nonceSupported: JSONObjectView.MemberName = "nonce_supported"
-        let email: JSONObjectView.MemberName = "email"
-        let emailVerified: JSONObjectView.MemberName = "email_verified"
-        let isPrivateEmail: JSONObjectView.MemberName = "is_private_email"
-        let realUserStatus: JSONObjectView.MemberName = "real_user_status"
-        let transferSub: JSONObjectView.MemberName = "transfer_sub"
-    }
-    private static let claimNames = ClaimNames()
 }

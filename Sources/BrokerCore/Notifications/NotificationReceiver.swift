@@ -158,26 +158,11 @@ public final class NotificationReceiver: Sendable {
     package static func decode(
         claims: [String: JSONValue], clientIDs: Set<String>, leeway: TimeInterval, now: Date
     ) throws -> AppleNotification {
-        guard claims["iss"]?.stringValue == IdentityTokenValidator.issuer else {
-            throw TokenRejection(.tokenIssuerInvalid, "iss must be \(IdentityTokenValidator.issuer)")
-        }
-        let audiences = claims["aud"]?.stringValue.map { [$0] } ?? claims["aud"]?.arrayValue?.compactMap(\.stringValue) ?? []
-        guard let audience = audiences.first(where: clientIDs.contains) else {
-            throw TokenRejection(.tokenAudienceInvalid, "aud is not one of this service's client ids")
-        }
-        let current = now.timeIntervalSince1970
-        guard let issuedAt = claims["iat"]?.integerValue else {
-            throw TokenRejection.malformed("iat is missing")
-        }
-        guard TimeInterval(issuedAt) - leeway <= current else {
-            throw TokenRejection(.tokenNotYetValid, "iat is in the future")
-        }
-        if let expiry = claims["exp"] {
-            guard let value = expiry.integerValue else { throw TokenRejection.malformed("exp is not a number") }
-            guard TimeInterval(value) + leeway >= current else {
-                throw TokenRejection(.tokenExpired, "the notification has expired")
-            }
-        }
+        let claims = AppleClaims(claims: claims, leeway: leeway, now: now.timeIntervalSince1970)
+        try claims.checkIssuer()
+        let audience = try claims.audience(accepting: clientIDs.contains)
+        let issuedAt = try claims.issuedAt()
+        try claims.expiry(required: false, what: "the notification")
         guard let jti = claims["jti"]?.stringValue, !jti.isEmpty, jti.utf8.count <= 256 else {
             throw TokenRejection.malformed("jti is missing")
         }

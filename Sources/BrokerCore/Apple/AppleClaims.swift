@@ -1,0 +1,57 @@
+import Foundation
+import StrictJSON
+
+/// The claim rules Apple's identity tokens and server-to-server notifications share, over
+/// the verified claims: `iss` exactly Apple's, an `aud` of ours, `iat` present and not in
+/// the future, `exp` not past (each time with the leeway). Written once, so the two
+/// cannot drift apart.
+struct AppleClaims {
+    static let issuer = "https://appleid.apple.com"
+
+    let claims: [String: JSONValue]
+    let leeway: TimeInterval
+    let now: TimeInterval
+
+    subscript(name: String) -> JSONValue? { claims[name] }
+
+    /// `iss` must be `https://appleid.apple.com`, whatever `APPLE_BASE_URL` says.
+    func checkIssuer() throws {
+        guard claims["iss"]?.stringValue == Self.issuer else {
+            throw TokenRejection(.tokenIssuerInvalid, "iss must be \(Self.issuer)")
+        }
+    }
+
+    /// The first audience `accepts` takes; `aud` may be a string or a list (RFC 7519 §4.1.3).
+    func audience(accepting accepts: (String) -> Bool) throws -> String {
+        let audiences: [String]
+        switch claims["aud"] {
+        case .string(let value)?: audiences = [value]
+        case .array(let values)?: audiences = values.compactMap(\.stringValue)
+        default: throw TokenRejection.malformed("aud is missing")
+        }
+        guard let audience = audiences.first(where: accepts) else {
+            throw TokenRejection(.tokenAudienceInvalid, "aud is not one of this service's client ids")
+        }
+        return audience
+    }
+
+    /// `iat`, required and not in the future.
+    func issuedAt() throws -> Int64 {
+        guard let issuedAt = claims["iat"]?.integerValue else { throw TokenRejection.malformed("iat is missing") }
+        guard TimeInterval(issuedAt) - leeway <= now else { throw TokenRejection(.tokenNotYetValid, "iat is in the future") }
+        return issuedAt
+    }
+
+    /// `exp` not past; `required` for identity tokens, optional for notifications.
+    /// - Returns: its value, nil when absent.
+    @discardableResult
+    func expiry(required: Bool, what: String) throws -> Int64? {
+        guard let value = claims["exp"] else {
+            if required { throw TokenRejection.malformed("exp is missing") }
+            return nil
+        }
+        guard let expires = value.integerValue else { throw TokenRejection.malformed("exp is not a number") }
+        guard TimeInterval(expires) + leeway >= now else { throw TokenRejection(.tokenExpired, "\(what) has expired") }
+        return expires
+    }
+}
