@@ -28,6 +28,9 @@ public final class BrokerApplication: Sendable {
     /// Every route this process serves, as `METHOD /pattern` (for the API description's test).
     public let routes: [String]
 
+    /// What runs, in start order; `stop()` goes through it backwards.
+    private let lifecycle: [Lifecycle]
+
     /// Opens the database (migrating it) and builds every component; starts nothing.
     /// - Parameter transport: how to reach Apple (the seam tests may replace).
     public init(
@@ -40,180 +43,49 @@ public final class BrokerApplication: Sendable {
         self.logger = logger
         database = try Database.open(configuration, logger: logger)
         try GrantAlignment.align(database.pool, groups: appleSettings.appGroups)
-        metrics = MetricsRegistry()
-        let pool = database.pool
-        apiKeys = APIKeyAuthenticator(
-            store: APIKeyStore(pool: pool),
-            limiter: RateLimiter(rate: configuration.rateLimitPerKey, burst: configuration.rateLimitPerKey * 2),
-            failures: RateLimiter(
-                rate: configuration.rateLimitAuthFailuresPerAddress, burst: max(10, configuration.rateLimitAuthFailuresPerAddress * 30)),
-            groups: appleSettings.appGroups)
+        let metrics = MetricsRegistry()
+        self.metrics = metrics
         listener = PostgresListener(configuration: database.connection, logger: logger.labelled("listener"))
+        let parts = BrokerParts(
+            configuration: configuration, apple: appleSettings, tokenKeys: tokenKeys, pool: database.pool, metrics: metrics,
+            logger: logger, transport: transport)
+        apiKeys = parts.apiKeys
+        apple = parts.apple
+        appleKeys = parts.appleKeys
 
-        let secrets = ClientSecretProvider(
-            teamID: appleSettings.teamID, keyID: appleSettings.keyID, keyPath: appleSettings.privateKeyPath,
-            keyIDPath: appleSettings.keyIDPath, metrics: metrics, logger: logger.labelled("apple"))
-        let apple = AppleClient(
-            baseURL: appleSettings.baseURL, transport: transport, secrets: secrets,
-            timeout: .milliseconds(appleSettings.timeoutMilliseconds), metrics: metrics, logger: logger.labelled("apple"))
-        self.apple = apple
-        appleKeys = AppleKeyCache(
-            refreshInterval: .seconds(appleSettings.keysRefreshSeconds), metrics: metrics, logger: logger.labelled("jwks"),
-            fetch: { try apple.fetchKeys() })
-        let verifier = AppleTokenVerifier(keys: appleKeys)
-        let validator = IdentityTokenValidator(
-            verifier: verifier, clientIDs: Set(appleSettings.clientIDs),
-            leeway: TimeInterval(configuration.login.tokenLeewaySeconds),
-            maximumAge: TimeInterval(configuration.login.tokenMaximumAgeSeconds))
-        let retry = RetryPolicy(maximumAttempts: appleSettings.maximumAttempts)
-
-        // The deletion job exists before the routes so they can wake it.
-        let deletionStore = DeletionStore(pool: pool, teamID: appleSettings.teamID, hasher: SubjectHasher(keys: tokenKeys))
-        let deletionWorker: WorkerGroup? =
-            configuration.roles.contains(.deletion)
-            ? WorkerGroup(
-                name: "deletion-job", lanes: configuration.deletion.concurrency,
-                interval: .seconds(configuration.deletion.intervalSeconds), logger: logger,
-                step: DeletionJob(
-                    store: deletionStore, apple: apple, tokenKeys: tokenKeys, settings: configuration.deletion,
-                    validator: validator, metrics: metrics, logger: logger.labelled("deletion-job")
-                ).step)
-            : nil
+        // Each role adds its workers and routes; the deletion job and the dispatcher come
+        // first, since routes and notifications wake them.
+        let roles = configuration.roles
+        let deletionWorker = roles.contains(.deletion) ? parts.deletionWorker() : nil
+        let dispatcher = roles.contains(.dispatch) ? parts.dispatcher() : nil
         let wakeDeletions: @Sendable () -> Void = { deletionWorker?.wake() }
-        var subscriptions = WebhookSubscriptionStore(pool: pool, tokenKeys: tokenKeys)
-        subscriptions.allowPrivateNetworks = configuration.dispatch.allowPrivateNetworks
-        let dispatcher: WorkerGroup? =
-            configuration.roles.contains(.dispatch)
-            ? WorkerGroup(
-                name: "dispatcher", lanes: configuration.dispatch.concurrency,
-                interval: .milliseconds(configuration.dispatch.intervalMilliseconds), logger: logger,
-                step: WebhookDispatcher(
-                    pool: pool, subscriptions: subscriptions, transport: transport,
-                    settings: .init(
-                        timeout: .milliseconds(configuration.dispatch.timeoutMilliseconds),
-                        retryBase: .milliseconds(configuration.dispatch.retryBaseMilliseconds),
-                        retryMaximum: .seconds(configuration.dispatch.retryMaximumSeconds),
-                        maximumAge: .seconds(configuration.dispatch.maximumAgeSeconds)),
-                    metrics: metrics, logger: logger.labelled("dispatcher")
-                ).step)
-            : nil
-        /// Events written by this process wake its dispatchers at once if anyone subscribed;
-        /// other processes' dispatchers poll.
-        let probe = ActiveSubscriptionProbe(pool: pool)
+        // Events written by this process wake its dispatchers at once if anyone subscribed;
+        // other processes' dispatchers poll.
+        let probe = ActiveSubscriptionProbe(pool: database.pool)
         let eventsWritten: @Sendable () -> Void = {
             if let dispatcher, probe.anyActive() { dispatcher.wake() }
         }
-
         var router = Router()
         OperationsRoutes.register(
             on: &router, database: database, metrics: metrics, health: health, servesMetrics: configuration.metricsListen == nil)
-        if configuration.roles.contains(.api) {
-            let login = LoginService(
-                validator: validator, apple: apple, pool: pool, tokenKeys: tokenKeys, teamID: appleSettings.teamID,
-                settings: configuration.login, validationIntervalSeconds: configuration.sweep.validationIntervalSeconds,
-                retry: retry, metrics: metrics, groups: appleSettings.appGroups, redirectURIs: appleSettings.redirectURIs,
-                eventsWritten: eventsWritten)
-            LoginRoutes.register(
-                on: &router, login: login, users: UserDirectory(pool: pool, groups: appleSettings.appGroups), keys: apiKeys)
-            EventRoutes.register(
-                on: &router, subscriptions: subscriptions, feed: EventFeed(pool: pool), keys: apiKeys,
-                wakeDispatcher: eventsWritten)
-            DeletionRoutes.register(
-                on: &router,
-                service: DeletionService(
-                    store: deletionStore, wake: wakeDeletions,
-                    codes: .init(
-                        tokenKeys: tokenKeys, clientIDs: Set(appleSettings.clientIDs), redirectURIs: appleSettings.redirectURIs,
-                        webCallbackURL: configuration.web?.callbackURL)),
-                keys: apiKeys)
-            WebSignInRoutes.register(
-                on: &router,
-                service: WebSignInService(
-                    settings: configuration.web, appleBaseURL: appleSettings.baseURL, store: WebSignInStore(pool: pool),
-                    login: login, keys: tokenKeys, metrics: metrics),
-                keys: apiKeys,
-                perAddress: RateLimiter(
-                    rate: configuration.rateLimitNotificationsPerAddress, burst: configuration.rateLimitNotificationsPerAddress * 5))
+        if roles.contains(.api) { parts.registerAPI(on: &router, wakeDeletions: wakeDeletions, eventsWritten: eventsWritten) }
+        if roles.contains(.notifications) {
+            parts.registerNotifications(on: &router, wakeDeletions: wakeDeletions, eventsWritten: eventsWritten)
         }
-        if configuration.roles.contains(.notifications) {
-            let receiver = NotificationReceiver(
-                verifier: verifier, clientIDs: Set(appleSettings.clientIDs), groups: appleSettings.appGroups,
-                teamID: appleSettings.teamID, hasher: SubjectHasher(keys: tokenKeys),
-                leeway: TimeInterval(configuration.login.tokenLeewaySeconds),
-                retentionSeconds: configuration.dispatch.notificationRetentionSeconds, pool: pool, metrics: metrics,
-                logger: logger.labelled("notifications"), onDeletionRequested: wakeDeletions, eventsWritten: eventsWritten)
-            let perAddress = RateLimiter(
-                rate: configuration.rateLimitNotificationsPerAddress, burst: configuration.rateLimitNotificationsPerAddress * 5)
-            NotificationRoutes.register(
-                on: &router, path: configuration.notificationsPath, receiver: receiver, perAddress: perAddress)
-        }
-
         var workers: [WorkerGroup] = []
         if let deletionWorker {
             workers.append(deletionWorker)
             listener.subscribe("deletion_requested") { _ in deletionWorker.wake() }
         }
-        if let dispatcher {
-            workers.append(dispatcher)
-            workers.append(
-                WorkerGroup(name: "webhook-reconcile", lanes: 1, interval: .seconds(60), logger: logger) {
-                    try WebhookSubscriptionStore.reconcileParkedDeliveries(pool)
-                    return false
-                })
-        }
-        if configuration.roles.contains(.sweep) {
-            let sweep = RefreshTokenSweep(
-                pool: pool, apple: apple, tokenKeys: tokenKeys, settings: configuration.sweep,
-                groups: appleSettings.appGroups, teamID: appleSettings.teamID, metrics: metrics,
-                logger: logger.labelled("refresh-sweep"))
-            workers.append(
-                WorkerGroup(
-                    name: "refresh-sweep", lanes: configuration.sweep.concurrency,
-                    interval: .seconds(configuration.sweep.intervalSeconds), logger: logger, step: sweep.step))
-            let retentionSeconds = configuration.dispatch.retentionSeconds
-            let notificationRetentionSeconds = configuration.dispatch.notificationRetentionSeconds
-            workers.append(
-                WorkerGroup(name: "housekeeping", lanes: 1, interval: .seconds(300), logger: logger) {
-                    // Authorization codes live five minutes; their exchange ledger one hour.
-                    try pool.query("DELETE FROM authorization_codes WHERE created_at < now() - interval '1 hour'")
-                    try EventRetention.prune(pool, retentionSeconds: retentionSeconds)
-                    try WebSignInStore.prune(pool)
-                    try NotificationReceiver.prune(pool, retentionSeconds: notificationRetentionSeconds)
-                    return false
-                })
-        }
+        if let dispatcher { workers += [dispatcher, parts.webhookReconciler()] }
+        if roles.contains(.sweep) { workers += [parts.refreshSweep(), parts.housekeeping()] }
         self.workers = workers
 
         routes = router.routes.map { "\($0.method) \($0.pattern)" }
-        var serverConfiguration = HTTPServer.Configuration()
-        serverConfiguration.listen = configuration.listen
-        serverConfiguration.workerThreads = configuration.httpThreads
-        serverConfiguration.maximumBodyBytes = configuration.maximumBodyBytes
-        serverConfiguration.connectionTimeoutSeconds = configuration.connectionTimeoutSeconds
-        serverConfiguration.connectionsPerAddress = configuration.connectionsPerAddress
-        serverConfiguration.headerTimeoutSeconds = configuration.headerTimeoutSeconds
-        serverConfiguration.shutdownGracePeriod = .seconds(configuration.shutdownGraceSeconds)
-        serverConfiguration.accessLog = configuration.accessLog
-        serverConfiguration.tls = configuration.tls.map { (keyPEM: $0.keyPEM, certificatePEM: $0.certificatePEM) }
         server = HTTPServer(
-            configuration: serverConfiguration, router: router, logger: logger.labelled("http"), metrics: metrics,
-            errorMapper: ProblemCatalog.problem(for:))
-        if let metricsListen = configuration.metricsListen {
-            var metricsRouter = Router()
-            OperationsRoutes.registerMetrics(on: &metricsRouter, metrics: metrics)
-            var metricsConfiguration = HTTPServer.Configuration()
-            metricsConfiguration.listen = metricsListen
-            metricsConfiguration.workerThreads = 2
-            metricsConfiguration.connectionLimit = 64
-            metricsConfiguration.accessLog = false
-            // Its own registry: scrapes are not counted among the API's requests.
-            metricsServer = HTTPServer(
-                configuration: metricsConfiguration, router: metricsRouter, logger: logger.labelled("metrics"),
-                metrics: MetricsRegistry())
-        } else {
-            metricsServer = nil
-        }
-        registerPoolMetrics()
+            configuration: Self.serverConfiguration(configuration), router: router, logger: logger.labelled("http"),
+            metrics: metrics, errorMapper: ProblemCatalog.problem(for:))
+        metricsServer = configuration.metricsListen.map { Self.metricsServer(listen: $0, metrics: metrics, logger: logger) }
         ProcessMetrics.register(on: metrics)
         let commit = EmbeddedFiles.text(named: "build-commit") ?? "unknown"
         metrics.collect {
@@ -223,17 +95,23 @@ public final class BrokerApplication: Sendable {
         }
         let apiKeys = self.apiKeys
         listener.subscribe(APIKeyStore.changedChannel) { _ in apiKeys.invalidate() }
+
+        // Start in this order, stop in the reverse: requests stop first, the database last.
+        let (listener, appleKeys, server, metricsServer) = (listener, appleKeys, server, metricsServer)
+        var lifecycle: [Lifecycle] = [Lifecycle("listener", start: listener.start, stop: listener.stop)]
+        if roles.contains(.api) || roles.contains(.notifications) {
+            lifecycle.append(Lifecycle("apple-keys", start: appleKeys.start, stop: appleKeys.stop))
+        }
+        lifecycle += workers.map { worker in Lifecycle("workers", start: worker.start, stop: worker.stop) }
+        if let metricsServer { lifecycle.append(Lifecycle("metrics", start: metricsServer.start, stop: metricsServer.shutdown)) }
+        lifecycle.append(Lifecycle("http", start: server.start, stop: server.shutdown))
+        self.lifecycle = lifecycle
+        registerPoolMetrics()
     }
 
-    /// Starts the listener, the workers and the HTTP server.
+    /// Starts everything in order; returns once the HTTP server listens.
     public func start() throws {
-        listener.start()
-        if configuration.roles.contains(.api) || configuration.roles.contains(.notifications) {
-            appleKeys.start()
-        }
-        workers.forEach { $0.start() }
-        try metricsServer?.start()
-        try server.start()
+        for part in lifecycle { try part.start() }
         logger.notice(
             "appleid-broker started",
             [("port", String(server.port)), ("roles", configuration.roles.sorted().map(\.rawValue).joined(separator: ","))])
@@ -245,16 +123,40 @@ public final class BrokerApplication: Sendable {
     /// The metrics listener's port, when there is one.
     public var metricsPort: UInt16? { metricsServer?.port }
 
-    /// Graceful stop, in reverse order of start.
+    /// Graceful stop, in reverse order of start: no new requests, in-flight ones finished,
+    /// workers stopped, then the pool and (if this process started it) the embedded PostgreSQL.
     public func stop() {
         health.beginShutdown()
-        server.shutdown()
-        metricsServer?.shutdown()
-        workers.forEach { $0.stop() }
-        appleKeys.stop()
-        listener.stop()
+        for part in lifecycle.reversed() { part.stop() }
         database.close()
         logger.notice("appleid-broker stopped")
+    }
+
+    private static func serverConfiguration(_ configuration: BrokerConfiguration) -> HTTPServer.Configuration {
+        var server = HTTPServer.Configuration()
+        server.listen = configuration.listen
+        server.workerThreads = configuration.httpThreads
+        server.maximumBodyBytes = configuration.maximumBodyBytes
+        server.connectionTimeoutSeconds = configuration.connectionTimeoutSeconds
+        server.connectionsPerAddress = configuration.connectionsPerAddress
+        server.headerTimeoutSeconds = configuration.headerTimeoutSeconds
+        server.shutdownGracePeriod = .seconds(configuration.shutdownGraceSeconds)
+        server.accessLog = configuration.accessLog
+        server.tls = configuration.tls.map { (keyPEM: $0.keyPEM, certificatePEM: $0.certificatePEM) }
+        return server
+    }
+
+    /// `/metrics` alone on `BROKER_METRICS_LISTEN`, with its own registry: scrapes are not
+    /// counted among the API's requests.
+    private static func metricsServer(listen: String, metrics: MetricsRegistry, logger: Logger) -> HTTPServer {
+        var router = Router()
+        OperationsRoutes.registerMetrics(on: &router, metrics: metrics)
+        var configuration = HTTPServer.Configuration()
+        configuration.listen = listen
+        configuration.workerThreads = 2
+        configuration.connectionLimit = 64
+        configuration.accessLog = false
+        return HTTPServer(configuration: configuration, router: router, logger: logger.labelled("metrics"), metrics: MetricsRegistry())
     }
 
     private func registerPoolMetrics() {

@@ -73,4 +73,9 @@ struct CodeExchangeLedger: Sendable {
             _ = try? pool.query("DELETE FROM authorization_codes WHERE code_hash = \(hash)")
         }
     }
+
+    /// Authorization codes live five minutes; their ledger entries one hour.
+    static func prune(_ pool: PostgresPool) throws {
+        try pool.query("DELETE FROM authorization_codes WHERE created_at < now() - interval '1 hour'")
+    }
 }

@@ -1,0 +1,168 @@
+import Foundation
+import HTTPClient
+import HTTPServer
+import Observability
+import PostgresClient
+
+/// The components every role shares (Apple's client and keys, the token validator, the
+/// stores), and one factory per role's workers and routes. `BrokerApplication` picks the
+/// roles and wires what they return.
+struct BrokerParts: Sendable {
+    let configuration: BrokerConfiguration
+    let appleSettings: AppleConfiguration
+    let tokenKeys: TokenKeyRing
+    let pool: PostgresPool
+    let metrics: MetricsRegistry
+    let logger: Logger
+    let transport: any HTTPTransport
+    let apiKeys: APIKeyAuthenticator
+    let apple: AppleClient
+    let appleKeys: AppleKeyCache
+    let verifier: AppleTokenVerifier
+    let validator: IdentityTokenValidator
+    let retry: RetryPolicy
+    let deletionStore: DeletionStore
+    let subscriptions: WebhookSubscriptionStore
+
+    init(
+        configuration: BrokerConfiguration, apple appleSettings: AppleConfiguration, tokenKeys: TokenKeyRing,
+        pool: PostgresPool, metrics: MetricsRegistry, logger: Logger, transport: any HTTPTransport
+    ) {
+        self.configuration = configuration
+        self.appleSettings = appleSettings
+        self.tokenKeys = tokenKeys
+        self.pool = pool
+        self.metrics = metrics
+        self.logger = logger
+        self.transport = transport
+        apiKeys = APIKeyAuthenticator(
+            store: APIKeyStore(pool: pool),
+            limiter: RateLimiter(rate: configuration.rateLimitPerKey, burst: configuration.rateLimitPerKey * 2),
+            failures: RateLimiter(
+                rate: configuration.rateLimitAuthFailuresPerAddress, burst: max(10, configuration.rateLimitAuthFailuresPerAddress * 30)),
+            groups: appleSettings.appGroups)
+        let secrets = ClientSecretProvider(
+            teamID: appleSettings.teamID, keyID: appleSettings.keyID, keyPath: appleSettings.privateKeyPath,
+            keyIDPath: appleSettings.keyIDPath, metrics: metrics, logger: logger.labelled("apple"))
+        let apple = AppleClient(
+            baseURL: appleSettings.baseURL, transport: transport, secrets: secrets,
+            timeout: .milliseconds(appleSettings.timeoutMilliseconds), metrics: metrics, logger: logger.labelled("apple"))
+        self.apple = apple
+        appleKeys = AppleKeyCache(
+            refreshInterval: .seconds(appleSettings.keysRefreshSeconds), metrics: metrics, logger: logger.labelled("jwks"),
+            fetch: { try apple.fetchKeys() })
+        verifier = AppleTokenVerifier(keys: appleKeys)
+        validator = IdentityTokenValidator(
+            verifier: verifier, clientIDs: Set(appleSettings.clientIDs),
+            leeway: TimeInterval(configuration.login.tokenLeewaySeconds),
+            maximumAge: TimeInterval(configuration.login.tokenMaximumAgeSeconds))
+        retry = RetryPolicy(maximumAttempts: appleSettings.maximumAttempts)
+        deletionStore = DeletionStore(pool: pool, teamID: appleSettings.teamID, hasher: SubjectHasher(keys: tokenKeys))
+        var subscriptions = WebhookSubscriptionStore(pool: pool, tokenKeys: tokenKeys)
+        subscriptions.allowPrivateNetworks = configuration.dispatch.allowPrivateNetworks
+        self.subscriptions = subscriptions
+    }
+
+    // MARK: Role `deletion`
+
+    func deletionWorker() -> WorkerGroup {
+        WorkerGroup(
+            name: "deletion-job", lanes: configuration.deletion.concurrency,
+            interval: .seconds(configuration.deletion.intervalSeconds), logger: logger,
+            step: DeletionJob(
+                store: deletionStore, apple: apple, tokenKeys: tokenKeys, settings: configuration.deletion,
+                validator: validator, metrics: metrics, logger: logger.labelled("deletion-job")
+            ).step)
+    }
+
+    // MARK: Role `dispatch`
+
+    func dispatcher() -> WorkerGroup {
+        let dispatch = configuration.dispatch
+        return WorkerGroup(
+            name: "dispatcher", lanes: dispatch.concurrency, interval: .milliseconds(dispatch.intervalMilliseconds), logger: logger,
+            step: WebhookDispatcher(
+                pool: pool, subscriptions: subscriptions, transport: transport,
+                settings: .init(
+                    timeout: .milliseconds(dispatch.timeoutMilliseconds), retryBase: .milliseconds(dispatch.retryBaseMilliseconds),
+                    retryMaximum: .seconds(dispatch.retryMaximumSeconds), maximumAge: .seconds(dispatch.maximumAgeSeconds)),
+                metrics: metrics, logger: logger.labelled("dispatcher")
+            ).step)
+    }
+
+    /// Brings parked deliveries of resumed subscriptions back, once a minute.
+    func webhookReconciler() -> WorkerGroup {
+        let pool = pool
+        return WorkerGroup(name: "webhook-reconcile", lanes: 1, interval: .seconds(60), logger: logger) {
+            try WebhookSubscriptionStore.reconcileParkedDeliveries(pool)
+            return false
+        }
+    }
+
+    // MARK: Role `sweep`
+
+    func refreshSweep() -> WorkerGroup {
+        let sweep = RefreshTokenSweep(
+            pool: pool, apple: apple, tokenKeys: tokenKeys, settings: configuration.sweep, groups: appleSettings.appGroups,
+            teamID: appleSettings.teamID, metrics: metrics, logger: logger.labelled("refresh-sweep"))
+        return WorkerGroup(
+            name: "refresh-sweep", lanes: configuration.sweep.concurrency, interval: .seconds(configuration.sweep.intervalSeconds),
+            logger: logger, step: sweep.step)
+    }
+
+    func housekeeping() -> WorkerGroup {
+        let housekeeping = Housekeeping(
+            pool: pool, eventRetentionSeconds: configuration.dispatch.retentionSeconds,
+            notificationRetentionSeconds: configuration.dispatch.notificationRetentionSeconds)
+        return WorkerGroup(name: "housekeeping", lanes: 1, interval: .seconds(300), logger: logger, step: housekeeping.step)
+    }
+
+    // MARK: Role `api`
+
+    func registerAPI(
+        on router: inout Router, wakeDeletions: @escaping @Sendable () -> Void, eventsWritten: @escaping @Sendable () -> Void
+    ) {
+        let login = LoginService(
+            validator: validator, apple: apple, pool: pool, tokenKeys: tokenKeys, teamID: appleSettings.teamID,
+            settings: configuration.login, validationIntervalSeconds: configuration.sweep.validationIntervalSeconds,
+            retry: retry, metrics: metrics, groups: appleSettings.appGroups, redirectURIs: appleSettings.redirectURIs,
+            eventsWritten: eventsWritten)
+        LoginRoutes.register(on: &router, login: login, users: UserDirectory(pool: pool, groups: appleSettings.appGroups), keys: apiKeys)
+        EventRoutes.register(
+            on: &router, subscriptions: subscriptions, feed: EventFeed(pool: pool), keys: apiKeys, wakeDispatcher: eventsWritten)
+        DeletionRoutes.register(
+            on: &router,
+            service: DeletionService(
+                store: deletionStore, wake: wakeDeletions,
+                codes: .init(
+                    tokenKeys: tokenKeys, clientIDs: Set(appleSettings.clientIDs), redirectURIs: appleSettings.redirectURIs,
+                    webCallbackURL: configuration.web?.callbackURL)),
+            keys: apiKeys)
+        WebSignInRoutes.register(
+            on: &router,
+            service: WebSignInService(
+                settings: configuration.web, appleBaseURL: appleSettings.baseURL, store: WebSignInStore(pool: pool),
+                login: login, keys: tokenKeys, metrics: metrics),
+            keys: apiKeys, perAddress: perAddressLimiter())
+    }
+
+    // MARK: Role `notifications`
+
+    func registerNotifications(
+        on router: inout Router, wakeDeletions: @escaping @Sendable () -> Void, eventsWritten: @escaping @Sendable () -> Void
+    ) {
+        let receiver = NotificationReceiver(
+            verifier: verifier, clientIDs: Set(appleSettings.clientIDs), groups: appleSettings.appGroups,
+            teamID: appleSettings.teamID, hasher: SubjectHasher(keys: tokenKeys),
+            leeway: TimeInterval(configuration.login.tokenLeewaySeconds),
+            retentionSeconds: configuration.dispatch.notificationRetentionSeconds, pool: pool, metrics: metrics,
+            logger: logger.labelled("notifications"), onDeletionRequested: wakeDeletions, eventsWritten: eventsWritten)
+        NotificationRoutes.register(
+            on: &router, path: configuration.notificationsPath, receiver: receiver, perAddress: perAddressLimiter())
+    }
+
+    /// Requests per client address for the endpoints without an API key (browsers, Apple).
+    private func perAddressLimiter() -> RateLimiter {
+        RateLimiter(rate: configuration.rateLimitNotificationsPerAddress, burst: configuration.rateLimitNotificationsPerAddress * 5)
+    }
+}
