@@ -75,6 +75,11 @@ public final class HTTPServer: Sendable {
             configuration: configuration, router: router, logger: logger, metrics: metrics, errorMapper: errorMapper)
     }
 
+    /// Routes a request in process, exactly as a connection's request is routed (method
+    /// check, route match, handler, error mapping), without a socket: for fast tests of
+    /// routes and their problems. Works whether or not the server was started.
+    public func respond(to request: HTTPRequest) -> HTTPResponse { core.respond(to: request).0 }
+
     /// Owns the running `MHD_Daemon` and stops it (joining its threads) in `deinit`.
     final class Daemon: @unchecked Sendable {
         let pointer: OpaquePointer
