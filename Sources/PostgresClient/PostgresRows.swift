@@ -103,36 +103,20 @@ extension PostgresDecodable where Self: RawRepresentable, RawValue == String {
 extension String: PostgresDecodable {
     public init(postgresText: String) throws { self = postgresText }
 }
-extension Int: PostgresDecodable {
+/// Numbers: whatever Swift reads from the column's text (PostgreSQL's integer and float text
+/// forms are Swift's).
+extension PostgresDecodable where Self: LosslessStringConvertible {
     public init(postgresText: String) throws {
-        guard let value = Int(postgresText) else { throw Self.failure(postgresText) }
+        guard let value = Self(postgresText) else { throw Self.failure(postgresText) }
         self = value
     }
 }
-extension Int64: PostgresDecodable {
-    public init(postgresText: String) throws {
-        guard let value = Int64(postgresText) else { throw Self.failure(postgresText) }
-        self = value
-    }
-}
-extension Int32: PostgresDecodable {
-    public init(postgresText: String) throws {
-        guard let value = Int32(postgresText) else { throw Self.failure(postgresText) }
-        self = value
-    }
-}
-extension Int16: PostgresDecodable {
-    public init(postgresText: String) throws {
-        guard let value = Int16(postgresText) else { throw Self.failure(postgresText) }
-        self = value
-    }
-}
-extension Double: PostgresDecodable {
-    public init(postgresText: String) throws {
-        guard let value = Double(postgresText) else { throw Self.failure(postgresText) }
-        self = value
-    }
-}
+
+extension Int: PostgresDecodable {}
+extension Int64: PostgresDecodable {}
+extension Int32: PostgresDecodable {}
+extension Int16: PostgresDecodable {}
+extension Double: PostgresDecodable {}
 extension Bool: PostgresDecodable {
     public init(postgresText: String) throws {
         switch postgresText {

@@ -12,11 +12,11 @@ import Testing
 struct AppleTokenCaseTests {
     @Test("every recommended verdict holds through the login API; policy cases get 200 or 4xx, never 5xx")
     func verdicts() throws {
-        let file = try #require(try TestData.json("apple/apple_id_token_cases.json") as? [String: Any])
-        let jwks = try JSONSerialization.data(withJSONObject: file["jwks"]!)
+        let file = try AppleTokenCases()
         // Serve the file's JWK Set as Apple's /auth/keys.
+        let jwks = Array(file.jwks)
         var router = Router()
-        router.get("/auth/keys") { _ in HTTPResponse(status: 200, headers: ["Content-Type": "application/json"], body: Array(jwks)) }
+        router.get("/auth/keys") { _ in HTTPResponse(status: 200, headers: ["Content-Type": "application/json"], body: jwks) }
         var configuration = HTTPServer.Configuration()
         configuration.listen = "127.0.0.1:0"
         configuration.accessLog = false
@@ -26,25 +26,17 @@ struct AppleTokenCaseTests {
 
         // The tokens were issued on 2026-01-01: relax the maximum age, as the file asks.
         let broker = try TestBroker(
-            extra: ["APPLE_CLIENT_IDS": file["audience"] as! String, "APPLE_TOKEN_MAX_AGE_SECONDS": String(10 * 365 * 86_400)],
+            extra: ["APPLE_CLIENT_IDS": file.audience, "APPLE_TOKEN_MAX_AGE_SECONDS": String(10 * 365 * 86_400)],
             appleBaseURL: "http://127.0.0.1:\(keys.port)")
-        var wrong: [String] = []
-        var policy: [String: Int] = [:]
-        for testCase in file["cases"] as! [[String: Any]] {
-            let name = testCase["name"] as! String
-            let response = try broker.login(["identity_token": testCase["token"] as! String])
-            switch testCase["expected"] as! String {
-            case "accept" where response.status != 200, "reject" where !(400..<500).contains(response.status):
-                wrong.append("\(name): \(response.status) \(response.json["code"] ?? "")")
-            case "policy":
-                if response.status >= 500 { wrong.append("\(name): \(response.status)") }
-                policy[name] = response.status
-            default:
-                break
-            }
+        let cases = try file.judged { token in
+            let status = try broker.login(["identity_token": token]).status
+            return status == 200 ? nil : String(status)
         }
-        #expect(wrong.isEmpty, "\(wrong)")
+        #expect(cases.filter(\.isWrong).isEmpty, "\(cases.filter(\.isWrong).map { "\($0.name): \($0.verdict ?? "200")" })")
+        // A refusal is a 4xx, never a 5xx.
+        #expect(cases.allSatisfy { $0.verdict.map { $0.hasPrefix("4") } ?? true }, "\(cases.map { ($0.name, $0.verdict) })")
         // Our documented choices for the three policy cases: all refused.
-        #expect(policy == ["valid_es256": 400, "duplicate_aud_last_is_right": 400, "signature_with_base64_padding": 400])
+        let policy = Dictionary(uniqueKeysWithValues: cases.filter { $0.expected == "policy" }.map { ($0.name, $0.verdict) })
+        #expect(policy == ["valid_es256": "400", "duplicate_aud_last_is_right": "400", "signature_with_base64_padding": "400"])
     }
 }

@@ -8,20 +8,30 @@ import PostgresClient
 /// stores), and one factory per role's workers and routes. `BrokerApplication` picks the
 /// roles and wires what they return.
 struct BrokerParts: Sendable {
+    // What every part is made from.
     let configuration: BrokerConfiguration
     let appleSettings: AppleConfiguration
+    /// Seals tokens, secrets and codes at rest; keys the subject hashes.
     let tokenKeys: TokenKeyRing
+    /// How Apple and webhook receivers are reached (the seam tests replace).
+    let transport: any HTTPTransport
     let pool: PostgresPool
     let metrics: MetricsRegistry
     let logger: Logger
-    let transport: any HTTPTransport
+
+    // Shared by several roles.
     let apiKeys: APIKeyAuthenticator
+    /// Apple's `/auth/token`, `/auth/revoke` and `/auth/keys`.
     let apple: AppleClient
+    /// Apple's signing keys, refreshed in the background, for logins and notifications alike.
     let appleKeys: AppleKeyCache
     let verifier: AppleTokenVerifier
+    /// Identity tokens: a login's, and the one a deletion's code exchange returns.
     let validator: IdentityTokenValidator
     let retry: RetryPolicy
+    /// Written by the deletion API, read by the deletion job.
     let deletionStore: DeletionStore
+    /// Managed by the API, read by the dispatcher.
     let subscriptions: WebhookSubscriptionStore
 
     init(

@@ -8,35 +8,11 @@ enum DeliveryState: String, Sendable, CaseIterable, PostgresDecodable {
     case pending, delivered, failed
 }
 
-/// One delivery as `GET /v1/webhook-deliveries` lists it.
-struct WebhookDelivery: Sendable {
-    var id: Int64
-    var eventID: Int64
-    var type: String
-    var subscriptionID: UUID
-    var state: DeliveryState
-    var attempts: Int
-    var lastStatus: Int?
-    /// A category (`timeout`, `address_not_allowed`, …), never a receiver's text.
-    var lastError: String?
-    var createdAt: Date
-    var deliveredAt: Date?
-
-    var json: JSONValue {
-        .object([
-            "id": .integer(id), "event_id": .string("evt_\(eventID)"), "type": .string(type),
-            "subscription_id": .string(subscriptionID.lowercasedString), "state": .string(state.rawValue),
-            "attempts": .integer(Int64(attempts)), "last_status": lastStatus.map { .integer(Int64($0)) } ?? .null,
-            "last_error": lastError.map(JSONValue.string) ?? .null, "created_at": .string(RFC3339.string(from: createdAt)),
-            "delivered_at": deliveredAt.map { .string(RFC3339.string(from: $0)) } ?? .null,
-        ])
-    }
-}
-
 extension WebhookSubscriptionStore {
-    /// The newest 500 deliveries, optionally in one state; `owner` (a limited key's id)
-    /// sees only its subscriptions' deliveries.
-    func deliveries(state: DeliveryState?, ownedBy owner: String?) throws -> [WebhookDelivery] {
+    /// The newest 500 deliveries, optionally in one state, as `GET /v1/webhook-deliveries`
+    /// lists them; `owner` (a limited key's id) sees only its subscriptions' deliveries.
+    /// `last_error` is a category (`timeout`, `address_not_allowed`, …), never a receiver's text.
+    func deliveries(state: DeliveryState?, ownedBy owner: String?) throws -> [JSONValue] {
         try pool.query(
             """
             SELECT d.id, d.event_id, e.type, d.subscription_id, d.state, d.attempts, d.last_status, d.last_error,
@@ -48,12 +24,17 @@ extension WebhookSubscriptionStore {
             ORDER BY d.id DESC LIMIT 500
             """
         ).map { row in
-            WebhookDelivery(
-                id: try row.decode(Int64.self, "id"), eventID: try row.decode(Int64.self, "event_id"),
-                type: try row.decode(String.self, "type"), subscriptionID: try row.decode(UUID.self, "subscription_id"),
-                state: try row.decode(DeliveryState.self, "state"), attempts: try row.decode(Int.self, "attempts"),
-                lastStatus: try row.decode(Int?.self, "last_status"), lastError: try row.decode(String?.self, "last_error"),
-                createdAt: try row.decode(Date.self, "created_at"), deliveredAt: try row.decode(Date?.self, "delivered_at"))
+            .object([
+                "id": .integer(try row.decode(Int64.self, "id")), "event_id": .string("evt_\(try row.decode(Int64.self, "event_id"))"),
+                "type": .string(try row.decode(String.self, "type")),
+                "subscription_id": .string(try row.decode(UUID.self, "subscription_id").lowercasedString),
+                "state": .string(try row.decode(DeliveryState.self, "state").rawValue),
+                "attempts": .integer(try row.decode(Int64.self, "attempts")),
+                "last_status": try row.decode(Int64?.self, "last_status").map(JSONValue.integer) ?? .null,
+                "last_error": try row.decode(String?.self, "last_error").map(JSONValue.string) ?? .null,
+                "created_at": .string(RFC3339.string(from: try row.decode(Date.self, "created_at"))),
+                "delivered_at": try row.decode(Date?.self, "delivered_at").map { .string(RFC3339.string(from: $0)) } ?? .null,
+            ])
         }
     }
 

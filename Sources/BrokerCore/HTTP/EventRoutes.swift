@@ -49,7 +49,7 @@ enum EventRoutes {
         router.get("/v1/webhook-deliveries", keys.protect(.admin) { request, key in
             let deliveries = try subscriptions.deliveries(
                 state: try request.stateParameter(DeliveryState.self), ownedBy: WebhookSubscriptionStore.owner(key))
-            return .json(.object(["deliveries": .array(deliveries.map(\.json))]))
+            return .json(.object(["deliveries": .array(deliveries)]))
         })
         router.post("/v1/webhook-deliveries/{id}/retry", keys.protect(.admin) { request, key in
             guard let id = Int64(try request.parameter("id")) else { throw BrokerError.invalidRequest("the delivery id is a number") }

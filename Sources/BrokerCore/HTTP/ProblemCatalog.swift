@@ -45,18 +45,20 @@ public enum ProblemCatalog {
     /// The HTTP face of each token rejection: 400 for a token that is not a JWT at all,
     /// 401 for everything that fails authentication.
     static func entry(_ code: TokenRejection.Code) -> (status: Int, title: String) {
-        switch code {
-        case .tokenMalformed: (400, "Malformed identity token")
-        case .tokenSignatureInvalid: (401, "Invalid signature")
-        case .unknownKey: (401, "Unknown signing key")
-        case .tokenIssuerInvalid: (401, "Invalid issuer")
-        case .tokenAudienceInvalid: (401, "Invalid audience")
-        case .tokenExpired: (401, "Token expired")
-        case .tokenNotYetValid: (401, "Token not yet valid")
-        case .tokenTooOld: (401, "Token too old")
-        case .nonceMismatch: (401, "Nonce mismatch")
-        case .nonceMissing: (401, "Nonce missing")
-        }
+        let title =
+            switch code {
+            case .tokenMalformed: "Malformed identity token"
+            case .tokenSignatureInvalid: "Invalid signature"
+            case .unknownKey: "Unknown signing key"
+            case .tokenIssuerInvalid: "Invalid issuer"
+            case .tokenAudienceInvalid: "Invalid audience"
+            case .tokenExpired: "Token expired"
+            case .tokenNotYetValid: "Token not yet valid"
+            case .tokenTooOld: "Token too old"
+            case .nonceMismatch: "Nonce mismatch"
+            case .nonceMissing: "Nonce missing"
+            }
+        return (code == .tokenMalformed ? 400 : 401, title)
     }
 
     /// Every code a client can meet: the domain's, the token rejections' and the server's own.
