@@ -61,14 +61,22 @@ let package = Package(
         ),
         .target(name: "HTTPClient", dependencies: ["CCurl", "CCurlShims"], swiftSettings: swiftSettings),
         .target(name: "StrictJSON", swiftSettings: swiftSettings),
+        .target(name: "Workers", dependencies: ["Observability"], swiftSettings: swiftSettings),
         .target(name: "JOSE", dependencies: ["BrokerCrypto", "StrictJSON"], swiftSettings: swiftSettings),
 
         // MARK: The product
+        // appleid.apple.com's side of Sign in with Apple: its keys, the identity-token and
+        // notification claim rules, /auth/token and /auth/revoke. No database, no HTTP server.
+        .target(
+            name: "AppleID",
+            dependencies: ["BrokerCrypto", "JOSE", "StrictJSON", "HTTPClient", "Observability", "Workers"],
+            swiftSettings: swiftSettings
+        ),
         .target(
             name: "BrokerCore",
             dependencies: [
                 "Observability", "BrokerCrypto", "StrictJSON", "JOSE", "PostgresClient", "EmbeddedPostgres", "HTTPServer",
-                "HTTPClient", "CommandArguments",
+                "HTTPClient", "CommandArguments", "Workers", "AppleID",
             ],
             swiftSettings: swiftSettings,
             plugins: ["EmbedResources"]
@@ -105,6 +113,8 @@ let package = Package(
             swiftSettings: swiftSettings
         ),
         .testTarget(name: "BrokerCryptoTests", dependencies: ["BrokerCrypto"], swiftSettings: swiftSettings),
+        .testTarget(
+            name: "AppleIDTests", dependencies: ["AppleID", "JOSE", "StrictJSON", "TestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "StrictJSONTests", dependencies: ["StrictJSON"], swiftSettings: swiftSettings),
         .testTarget(
             name: "JOSETests", dependencies: ["JOSE", "StrictJSON", "BrokerCrypto", "TestSupport"], swiftSettings: swiftSettings),
@@ -115,7 +125,7 @@ let package = Package(
         ),
         .testTarget(
             name: "PostgresClientTests",
-            dependencies: ["PostgresClient", "TestSupport"],
+            dependencies: ["PostgresClient", "TestSupport", "Workers"],
             swiftSettings: swiftSettings
         ),
         .testTarget(
@@ -126,7 +136,7 @@ let package = Package(
         .testTarget(
             name: "BrokerCoreTests",
             dependencies: ["BrokerCore", "AppleSimulator", "JOSE", "StrictJSON", "BrokerCrypto", "TestSupport", "ProcessRunner",
-                "CommandArguments", "AppleIDBrokerClient",
+                "CommandArguments", "AppleIDBrokerClient", "Workers", "AppleID",
             ],
             swiftSettings: swiftSettings
         ),

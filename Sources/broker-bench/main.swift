@@ -13,6 +13,7 @@
 //   broker-bench pace --url URL --bodies FILE --rate R --seconds S [--threads 16]
 //                                                  POSTs the JSON bodies (one per line) at a fixed
 //                                                  rate, open loop, and prints the latency figures
+import AppleID
 import BrokerCore
 import BrokerCrypto
 import Foundation

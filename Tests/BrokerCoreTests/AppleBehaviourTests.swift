@@ -1,3 +1,4 @@
+import AppleID
 import AppleSimulator
 import BrokerCore
 import Foundation

@@ -1,3 +1,4 @@
+import AppleID
 import BrokerCore
 import BrokerCrypto
 import Foundation

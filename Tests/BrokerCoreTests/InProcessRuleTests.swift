@@ -1,3 +1,4 @@
+import AppleID
 import BrokerCore
 import Foundation
 import HTTPServer
@@ -10,41 +11,8 @@ import Testing
 // The fast layer: rules checked in process, with no PostgreSQL and no socket, so a change
 // to a rule is known in seconds (`swift test --filter "in process"`).
 
-/// Apple's published keys, from a JWK Set held in memory.
-private struct KeysInMemory: AppleKeyProvider {
-    let set: JWKSet
-    func key(id keyID: String) throws -> JWK {
-        guard let key = set.verificationKey(keyID: keyID) else { throw AppleKeyError.unknownKey }
-        return key
-    }
-}
-
-@Suite("Identity-token rules in process", .enabled(if: TestData.isAvailable, Comment(rawValue: TestData.skipMessage)))
-struct IdentityTokenRuleTests {
-    @Test("the 26 Apple token cases get their recommended verdicts from the validator alone")
-    func appleCases() throws {
-        let file = try AppleTokenCases()
-        let validator = IdentityTokenValidator(
-            verifier: AppleTokenVerifier(keys: KeysInMemory(set: try JWKSet(json: Array(file.jwks)))),
-            clientIDs: [file.audience], maximumAge: 10 * 365 * 86_400)
-        let cases = try file.judged { token in
-            do {
-                _ = try validator.validate(token, rawNonce: nil)
-                return nil
-            } catch let rejection as TokenRejection {
-                return rejection.code.rawValue
-            }
-        }
-        #expect(cases.count == 26)
-        #expect(cases.filter(\.isWrong).isEmpty, "\(cases.filter(\.isWrong).map { "\($0.name): \($0.verdict ?? "accepted")" })")
-        // The documented choices for the policy cases, as the login API answers them.
-        let policy = Dictionary(uniqueKeysWithValues: cases.filter { $0.expected == "policy" }.map { ($0.name, $0.verdict) })
-        #expect(policy == [
-            "valid_es256": "token_malformed", "duplicate_aud_last_is_right": "token_malformed",
-            "signature_with_base64_padding": "token_malformed",
-        ])
-    }
-
+@Suite("Notification claim rules in process")
+struct NotificationRuleTests {
     @Test("notifications and identity tokens share Apple's iss, aud and time rules")
     func sharedClaimRules() throws {
         let now = Date(timeIntervalSince1970: 1_800_000_000)

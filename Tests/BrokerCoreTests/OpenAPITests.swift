@@ -1,8 +1,9 @@
+import AppleID
 import BrokerCore
 import Foundation
 import HTTPClient
-import Testing
 import TestSupport
+import Testing
 
 @Suite("OpenAPI description")
 struct OpenAPITests {

@@ -7,6 +7,7 @@ import PostgresClient
 import Synchronization
 import TestSupport
 import Testing
+import Workers
 
 @Suite("Worker lanes")
 struct WorkerGroupTests {

@@ -4,6 +4,7 @@ import Locking
 import Observability
 import Foundation
 import PostgresClient
+import Workers
 import Synchronization
 import TestSupport
 import Testing

@@ -1,8 +1,10 @@
+import AppleID
 import Foundation
 import HTTPClient
 import HTTPServer
 import Observability
 import PostgresClient
+import Workers
 
 /// The running service: database, HTTP API and background workers, assembled from a
 /// configuration and started and stopped as one.

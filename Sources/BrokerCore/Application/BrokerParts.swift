@@ -1,8 +1,10 @@
+import AppleID
 import Foundation
 import HTTPClient
 import HTTPServer
 import Observability
 import PostgresClient
+import Workers
 
 /// The components every role shares (Apple's client and keys, the token validator, the
 /// stores), and one factory per role's workers and routes. `BrokerApplication` picks the

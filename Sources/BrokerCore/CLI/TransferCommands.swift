@@ -1,8 +1,10 @@
+import AppleID
 import CommandArguments
 import Foundation
 import HTTPClient
 import Observability
 import Synchronization
+import Workers
 
 /// `appleid-broker transfer export --recipient-team TEAMID --out FILE` and
 /// `appleid-broker transfer import --in FILE` (see `TeamTransfer`).

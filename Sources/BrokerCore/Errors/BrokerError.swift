@@ -1,3 +1,5 @@
+import AppleID
+
 /// A failure in the broker's own terms, thrown by its services: a stable code (the problem
 /// `code` clients switch on) and a detail for humans that holds no secret and no personal data.
 ///

@@ -4,6 +4,7 @@ import HTTPClient
 import Observability
 import PostgresClient
 import StrictJSON
+import Workers
 
 /// Delivers outbox events to webhook subscribers, Standard Webhooks style: a JSON body
 /// `{id, type, timestamp, data}` (`id` as in the pull feed) and headers `webhook-id` (stable per event and subscription, so

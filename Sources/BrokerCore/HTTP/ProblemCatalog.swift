@@ -1,3 +1,4 @@
+import AppleID
 import HTTPServer
 import PostgresClient
 

@@ -1,3 +1,4 @@
+import AppleID
 import Foundation
 import PostgresClient
 import StrictJSON

@@ -1,3 +1,4 @@
+import AppleID
 import BrokerCrypto
 import Foundation
 import Observability

@@ -1,6 +1,8 @@
+import AppleID
 import Foundation
 import PostgresClient
 import StrictJSON
+import Workers
 
 /// Moving users to another Apple team (protocol reference §6, P14). A user's `sub` is
 /// team-scoped, so it changes when the app moves:

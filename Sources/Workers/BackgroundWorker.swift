@@ -1,7 +1,6 @@
 import Foundation
 import Locking
 import Observability
-import PostgresClient
 import Synchronization
 
 /// A loop on a thread of its own (blocking calls to PostgreSQL and Apple belong on threads
@@ -87,13 +86,13 @@ public final class BackgroundWorker: Sendable {
 }
 
 extension Duration {
-    var dispatchInterval: DispatchTimeInterval {
+    package var dispatchInterval: DispatchTimeInterval {
         let (seconds, attoseconds) = components
         return .nanoseconds(Int(seconds) * 1_000_000_000 + Int(attoseconds / 1_000_000_000))
     }
 
     /// The duration in seconds as a Double.
-    var seconds: Double {
+    package var seconds: Double {
         Double(components.seconds) + Double(components.attoseconds) / 1e18
     }
 }

@@ -1,8 +1,9 @@
 import Foundation
 import HTTPClient
 import JOSE
-import StrictJSON
 import Observability
+import StrictJSON
+import Workers
 
 /// Apple's token response (protocol reference §2).
 public struct AppleTokenResponse: Sendable {

@@ -5,24 +5,30 @@ import StrictJSON
 /// the verified claims: `iss` exactly Apple's, an `aud` of ours, `iat` present and not in
 /// the future, `exp` not past (each time with the leeway). Written once, so the two
 /// cannot drift apart.
-struct AppleClaims {
-    static let issuer = "https://appleid.apple.com"
+package struct AppleClaims {
+    package static let issuer = "https://appleid.apple.com"
 
-    let claims: [String: JSONValue]
-    let leeway: TimeInterval
-    let now: TimeInterval
+    package let claims: [String: JSONValue]
+    package let leeway: TimeInterval
+    package let now: TimeInterval
 
-    subscript(name: String) -> JSONValue? { claims[name] }
+    package init(claims: [String: JSONValue], leeway: TimeInterval, now: TimeInterval) {
+        self.claims = claims
+        self.leeway = leeway
+        self.now = now
+    }
+
+    package subscript(name: String) -> JSONValue? { claims[name] }
 
     /// `iss` must be `https://appleid.apple.com`, whatever `APPLE_BASE_URL` says.
-    func checkIssuer() throws {
+    package func checkIssuer() throws {
         guard claims["iss"]?.stringValue == Self.issuer else {
             throw TokenRejection(.tokenIssuerInvalid, "iss must be \(Self.issuer)")
         }
     }
 
     /// The first audience `accepts` takes; `aud` may be a string or a list (RFC 7519 §4.1.3).
-    func audience(accepting accepts: (String) -> Bool) throws -> String {
+    package func audience(accepting accepts: (String) -> Bool) throws -> String {
         let audiences: [String]
         switch claims["aud"] {
         case .string(let value)?: audiences = [value]
@@ -36,7 +42,7 @@ struct AppleClaims {
     }
 
     /// `iat`, required and not in the future.
-    func issuedAt() throws -> Int64 {
+    package func issuedAt() throws -> Int64 {
         guard let issuedAt = claims["iat"]?.integerValue else { throw TokenRejection.malformed("iat is missing") }
         guard TimeInterval(issuedAt) - leeway <= now else { throw TokenRejection(.tokenNotYetValid, "iat is in the future") }
         return issuedAt
@@ -45,7 +51,7 @@ struct AppleClaims {
     /// `exp` not past; `required` for identity tokens, optional for notifications.
     /// - Returns: its value, nil when absent.
     @discardableResult
-    func expiry(required: Bool, what: String) throws -> Int64? {
+    package func expiry(required: Bool, what: String) throws -> Int64? {
         guard let value = claims["exp"] else {
             if required { throw TokenRejection.malformed("exp is missing") }
             return nil

@@ -29,7 +29,7 @@ public struct TokenRejection: Error, Sendable, Equatable, CustomStringConvertibl
 
     public var description: String { "\(code.rawValue): \(detail)" }
 
-    static func malformed(_ detail: String) -> TokenRejection { TokenRejection(.tokenMalformed, detail) }
+    package static func malformed(_ detail: String) -> TokenRejection { TokenRejection(.tokenMalformed, detail) }
 }
 
 /// Verifies the signature of a JWT Apple signed (identity tokens, server-to-server

@@ -1,4 +1,5 @@
 import Foundation
+import Workers
 
 /// How many times, and how patiently, a call to Apple is retried.
 public struct RetryPolicy: Sendable {

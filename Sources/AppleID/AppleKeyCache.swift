@@ -2,9 +2,10 @@ import Dispatch
 import Foundation
 import JOSE
 import Locking
-import StrictJSON
 import Observability
+import StrictJSON
 import Synchronization
+import Workers
 
 /// A source of Apple's signing keys by `kid` (the seam tests can replace).
 public protocol AppleKeyProvider: Sendable {
