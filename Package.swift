@@ -7,7 +7,9 @@
 //   Foundations    Locking (Lock, the one lock type), Observability (logs, metrics), StrictJSON (a strict JSON reader/writer),
 //                  BrokerCrypto (OpenSSL), JOSE (JWS/JWK), PostgresClient (libpq),
 //                  ProcessRunner (posix_spawn), CommandArguments (command lines), EmbeddedPostgres (a private cluster), HTTPServer (libmicrohttpd), HTTPClient (libcurl)
-//   Product        BrokerCore (configuration, storage, API, workers, CLI) and the thin `appleid-broker` executable
+//   Product        Workers (worker loops), AppleID (appleid.apple.com's side: keys, claim rules, token calls),
+//                  BrokerCore (the components, their stores, the HTTP routes, the wiring) and the
+//                  `appleid-broker` executable (the command line)
 //   Simulator      AppleSimulator + `apple-sim`: appleid.apple.com on loopback
 //   Client         AppleIDBrokerClient: the library Swift app backends call the broker with
 import PackageDescription
@@ -81,7 +83,12 @@ let package = Package(
             swiftSettings: swiftSettings,
             plugins: ["EmbedResources"]
         ),
-        .executableTarget(name: "appleid-broker", dependencies: ["BrokerCore"], swiftSettings: swiftSettings),
+        // The command line (serve, api-keys, delete-user, …): parses, prints and exits; the
+        // broker itself is BrokerCore.
+        .executableTarget(
+            name: "appleid-broker",
+            dependencies: ["BrokerCore", "AppleID", "CommandArguments", "HTTPClient", "Observability", "PostgresClient", "StrictJSON", "Workers"],
+            swiftSettings: swiftSettings),
 
         // MARK: The Apple simulator: appleid.apple.com on loopback, for development and tests
         .target(

@@ -99,10 +99,20 @@ struct CommandLineTests {
     @Test("every command refuses an option it does not know: exit 2, which option, the command's usage line")
     func unknownOptionsRefused() throws {
         let environment = try TestEnvironment.variables(database: try TestPostgres.freshDatabase())
-        for command in BrokerCommand.commands.commands {
+        // Every command the usage text lists: its words are the leading lowercase ones of
+        // each command line (`  api-keys create --name NAME …`), before its summary.
+        let usage = try BrokerExecutable.run(["--help"], environment: environment).stdout
+        let commands = usage.split(separator: "\n").filter { $0.hasPrefix("  ") && !$0.hasPrefix("   ") }.map { line in
+            let synopsis = line.dropFirst(2).components(separatedBy: "  ")[0]
+            return synopsis.split(separator: " ").prefix { word in word.allSatisfy { $0.isLowercase || $0 == "-" } && !word.hasPrefix("-") }
+                .map(String.init)
+        }
+        #expect(commands.count == 13, "\(commands)")
+        #expect(commands.contains(["api-keys", "create"]) && commands.contains(["serve"]) && commands.contains(["reencrypt"]))
+        for words in commands {
             for extra in [["--no-such-option", "x"], ["--no-such-flag"], ["--no-such-option=x"]] {
-                let result = try BrokerExecutable.run(command.words + extra, environment: environment)
-                let name = command.words.joined(separator: " ")
+                let result = try BrokerExecutable.run(words + extra, environment: environment)
+                let name = words.joined(separator: " ")
                 #expect(result.status == 2, "\(name) \(extra): \(result.stderr)")
                 #expect(result.stderr.contains("\(name): unknown option \(extra[0].split(separator: "=")[0])"), "\(result.stderr)")
                 #expect(result.stderr.contains("usage: appleid-broker \(name)"), "\(result.stderr)")
@@ -131,7 +141,7 @@ struct CommandLineTests {
         for arguments in [["--version"], ["version"]] {
             let version = try BrokerExecutable.run(arguments, environment: environment)
             #expect(version.status == 0)
-            #expect(version.stdout == "appleid-broker \(BrokerCommand.version)\n")
+            #expect(version.stdout == "appleid-broker \(BrokerApplication.version)\n")
         }
         let group = try BrokerExecutable.run(["api-keys"], environment: environment)
         #expect(group.status == 0, "\(group.stderr)")

@@ -31,7 +31,7 @@ struct MonitoringTests {
         let text = try broker.get("/metrics").bodyText
         let head = try ChildProcess.run("/usr/bin/git", ["-C", Repository.root.path, "rev-parse", "HEAD"])
         let commit = head.status == 0 ? String(head.output.prefix(12)) : "unknown"
-        #expect(text.contains("appleid_broker_build_info{version=\"\(BrokerCommand.version)\",commit=\"\(commit)\"} 1"), "\(commit)")
+        #expect(text.contains("appleid_broker_build_info{version=\"\(BrokerApplication.version)\",commit=\"\(commit)\"} 1"), "\(commit)")
         func value(_ name: String) -> Double? {
             text.split(separator: "\n").first { $0.hasPrefix(name + " ") }.flatMap { Double($0.split(separator: " ")[1]) }
         }

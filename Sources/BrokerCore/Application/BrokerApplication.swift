@@ -13,6 +13,9 @@ import Workers
 /// for in-flight ones, stops workers, closes the pool and, if it started one, the
 /// embedded PostgreSQL.
 public final class BrokerApplication: Sendable {
+    /// This build's version (`appleid-broker --version`, `appleid_broker_build_info`).
+    public static let version = "0.1.0"
+
     public let configuration: BrokerConfiguration
     public let database: Database
     public let metrics: MetricsRegistry
@@ -93,7 +96,7 @@ public final class BrokerApplication: Sendable {
         metrics.collect {
             [CollectedSample(
                 name: "appleid_broker_build_info", help: "The running build: version and commit (always 1).",
-                labels: [("version", BrokerCommand.version), ("commit", commit)], value: 1)]
+                labels: [("version", Self.version), ("commit", commit)], value: 1)]
         }
         let apiKeys = self.apiKeys
         listener.subscribe(APIKeyStore.changedChannel) { _ in apiKeys.invalidate() }

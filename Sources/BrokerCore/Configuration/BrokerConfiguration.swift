@@ -201,6 +201,8 @@ public struct BrokerConfiguration: Sendable {
     /// Every problem found in the environment.
     public struct Invalid: Error, CustomStringConvertible, Sendable {
         public let problems: [String]
+
+        public init(problems: [String]) { self.problems = problems }
         public var description: String {
             "invalid configuration:\n" + problems.map { "  - \($0)" }.joined(separator: "\n")
         }

@@ -5,22 +5,35 @@ import StrictJSON
 
 /// Opens deletion requests for the compliance API and the CLI.
 package struct DeletionService: Sendable {
-    let store: DeletionStore
+    package let store: DeletionStore
     /// Wakes the deletion job in this process (others are woken by NOTIFY).
-    let wake: @Sendable () -> Void
+    package let wake: @Sendable () -> Void
     /// Where handed-over authorization codes may come from, and how they are sealed; nil
     /// refuses requests carrying one.
-    var codes: CodeIntake?
+    package var codes: CodeIntake?
+
+    package init(store: DeletionStore, wake: @escaping @Sendable () -> Void = {}, codes: CodeIntake? = nil) {
+        self.store = store
+        self.wake = wake
+        self.codes = codes
+    }
 
     /// Checks and seals the authorization code a request may carry (§10.3).
-    struct CodeIntake: Sendable {
-        let tokenKeys: TokenKeyRing
-        let clientIDs: Set<String>
+    package struct CodeIntake: Sendable {
+        package let tokenKeys: TokenKeyRing
+        package let clientIDs: Set<String>
         /// `APPLE_REDIRECT_URIS`, and the broker's own web callback for its Services IDs.
-        let redirectURIs: [String: Set<String>]
-        let webCallbackURL: String?
+        package let redirectURIs: [String: Set<String>]
+        package let webCallbackURL: String?
 
-        func seal(_ request: Request, userID: UUID) throws -> DeletionStore.SealedCode? {
+        package init(tokenKeys: TokenKeyRing, clientIDs: Set<String>, redirectURIs: [String: Set<String>], webCallbackURL: String?) {
+            self.tokenKeys = tokenKeys
+            self.clientIDs = clientIDs
+            self.redirectURIs = redirectURIs
+            self.webCallbackURL = webCallbackURL
+        }
+
+        package func seal(_ request: Request, userID: UUID) throws -> DeletionStore.SealedCode? {
             guard let code = request.authorizationCode else { return nil }
             if let clientID = request.clientID, !clientIDs.contains(clientID) {
                 throw BrokerError(.invalidClientID, "client_id must be one of APPLE_CLIENT_IDS")
@@ -42,18 +55,18 @@ package struct DeletionService: Sendable {
     }
 
     package struct Request {
-        var target: DeletionStore.Target
-        var reason: String
-        var requestedBy: String
+        package var target: DeletionStore.Target
+        package var reason: String
+        package var requestedBy: String
         /// A fresh authorization code (the app re-authenticated the user to delete the
         /// account): the job exchanges it and revokes what it yields.
-        var authorizationCode: String?
+        package var authorizationCode: String?
         /// The client id the code was issued to; nil: the one the user signed in with last.
-        var clientID: String?
+        package var clientID: String?
         /// The `redirect_uri` of a web code.
-        var redirectURI: String?
+        package var redirectURI: String?
 
-        init(
+        package init(
             target: DeletionStore.Target, reason: String, requestedBy: String, authorizationCode: String? = nil,
             clientID: String? = nil, redirectURI: String? = nil
         ) {
@@ -108,7 +121,7 @@ package struct DeletionService: Sendable {
     /// Opens the request (or returns the open one). 404 for an unknown user, 410 with the
     /// original deletion id for a user already deleted.
     /// - Parameter key: the API key asking; a key limited to some apps finds only their users.
-    func request(
+    package func request(
         _ request: Request, source: String, actor: String, visibleTo key: APIKey? = nil
     ) throws -> (id: UUID, state: DeletionState, created: Bool) {
         for _ in 0..<2 {

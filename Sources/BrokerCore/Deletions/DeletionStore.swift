@@ -64,27 +64,33 @@ public struct DeletionRecord: Sendable {
 }
 
 /// The deletion requests table: what the compliance API and the deletion job read and write.
-struct DeletionStore: Sendable {
-    let pool: PostgresPool
-    let teamID: String
+package struct DeletionStore: Sendable {
+    package let pool: PostgresPool
+    package let teamID: String
     /// Tombstones name a purged sub by its keyed hash; nil (a CLI without
     /// TOKEN_ENCRYPTION_KEY) cannot look tombstones up by sub nor purge.
-    var hasher: SubjectHasher?
+    package var hasher: SubjectHasher?
+
+    package init(pool: PostgresPool, teamID: String, hasher: SubjectHasher? = nil) {
+        self.pool = pool
+        self.teamID = teamID
+        self.hasher = hasher
+    }
 
     /// Where a deletion request points.
-    enum Target {
+    package enum Target {
         case user(UUID)
         case appleSub(String)
     }
 
-    enum Resolution {
+    package enum Resolution {
         case user(UUID)
         case deleted(deletionID: UUID)
         case notFound
     }
 
     /// The live user a target names, or the deletion that already purged it.
-    func resolve(_ target: Target) throws -> Resolution {
+    package func resolve(_ target: Target) throws -> Resolution {
         switch target {
         case .user(let id):
             if try !pool.query("SELECT 1 FROM users WHERE id = \(id)").isEmpty { return .user(id) }
@@ -110,20 +116,20 @@ struct DeletionStore: Sendable {
 
     /// A fresh authorization code handed over with a request, sealed, for the job to
     /// exchange and revoke what it yields (§10.3).
-    struct SealedCode: Sendable {
-        var sealed: [UInt8]
-        var keyID: String
+    package struct SealedCode: Sendable {
+        package var sealed: [UInt8]
+        package var keyID: String
         /// nil: the client id the user signed in with last.
-        var clientID: String?
-        var redirectURI: String?
+        package var clientID: String?
+        package var redirectURI: String?
 
         /// Binds a sealed code to the user it is for.
-        static func associatedData(userID: UUID) -> [UInt8] { Array("deletion_code|\(userID.lowercasedString)".utf8) }
+        package static func associatedData(userID: UUID) -> [UInt8] { Array("deletion_code|\(userID.lowercasedString)".utf8) }
     }
 
     /// Opens (or returns the open) deletion request; nil when the user vanished meanwhile.
     /// A code is attached in the same transaction, so no worker can claim the request without it.
-    func request(userID: UUID, source: String, reason: String, requestedBy: String, code: SealedCode? = nil) throws
+    package func request(userID: UUID, source: String, reason: String, requestedBy: String, code: SealedCode? = nil) throws
         -> (id: UUID, created: Bool)?
     {
         try pool.withTransaction { connection in
@@ -143,7 +149,7 @@ struct DeletionStore: Sendable {
         }
     }
 
-    func record(_ id: UUID) throws -> DeletionRecord? {
+    package func record(_ id: UUID) throws -> DeletionRecord? {
         guard let row = try pool.query(
             """
             SELECT id, user_id, source, reason, requested_by, state, attempts, last_error, created_at, updated_at,
@@ -164,7 +170,7 @@ struct DeletionStore: Sendable {
 
     /// Requests, newest first, optionally in one state.
     /// - Parameter reach: a limited key's client ids: only deletions of users in them.
-    func list(state: DeletionState?, limit: Int, reach: PostgresTextArray? = nil) throws -> [DeletionRecord] {
+    package func list(state: DeletionState?, limit: Int, reach: PostgresTextArray? = nil) throws -> [DeletionRecord] {
         try pool.query(
             """
             SELECT id, user_id, source, reason, requested_by, state, attempts, last_error, created_at, updated_at,
@@ -177,7 +183,7 @@ struct DeletionStore: Sendable {
     }
 
     /// Puts a dead-lettered request back in the queue; false when it is not `failed`.
-    func retry(_ id: UUID, by actor: String) throws -> Bool {
+    package func retry(_ id: UUID, by actor: String) throws -> Bool {
         try pool.withTransaction { connection in
             let rows = try connection.query(
                 """
@@ -204,18 +210,18 @@ struct DeletionStore: Sendable {
 
     // MARK: The job's side
 
-    struct Claimed: Sendable {
-        var id: UUID
-        var userID: UUID
-        var source: String
-        var state: DeletionState
-        var attempts: Int
+    package struct Claimed: Sendable {
+        package var id: UUID
+        package var userID: UUID
+        package var source: String
+        package var state: DeletionState
+        package var attempts: Int
     }
 
     /// Claims due requests (`FOR UPDATE SKIP LOCKED`, so workers never share one), leases
     /// them for `leaseSeconds` and counts the attempt. A request whose worker died comes
     /// back when its lease ends.
-    func claim(limit: Int, leaseSeconds: Int) throws -> [Claimed] {
+    package func claim(limit: Int, leaseSeconds: Int) throws -> [Claimed] {
         try pool.query(
             """
             UPDATE deletion_requests d SET
@@ -236,21 +242,21 @@ struct DeletionStore: Sendable {
         }
     }
 
-    struct StoredToken: Sendable {
-        var id: UUID
-        var clientID: String
-        var sealed: [UInt8]
-        var keyID: String
-        var teamID: String
-        var sub: String
+    package struct StoredToken: Sendable {
+        package var id: UUID
+        package var clientID: String
+        package var sealed: [UInt8]
+        package var keyID: String
+        package var teamID: String
+        package var sub: String
         /// The code exchange's access token, while it is valid and not yet revoked.
-        var access: (sealed: [UInt8], keyID: String)?
+        package var access: (sealed: [UInt8], keyID: String)?
         /// The refresh token was revoked already (only the access token is left).
-        var refreshRevoked: Bool
+        package var refreshRevoked: Bool
     }
 
     /// The user's tokens not yet revoked.
-    func liveTokens(of userID: UUID) throws -> [StoredToken] {
+    package func liveTokens(of userID: UUID) throws -> [StoredToken] {
         try pool.query(
             """
             SELECT t.id, t.client_id, t.refresh_token, t.key_id, i.team_id, i.sub,
@@ -273,7 +279,7 @@ struct DeletionStore: Sendable {
     }
 
     /// The code handed over with a request, if it has not been exchanged yet.
-    func pendingCode(_ id: UUID) throws -> SealedCode? {
+    package func pendingCode(_ id: UUID) throws -> SealedCode? {
         guard let row = try pool.query(
             """
             SELECT authorization_code, code_key_id, code_client_id, code_redirect_uri FROM deletion_requests
@@ -286,7 +292,7 @@ struct DeletionStore: Sendable {
     }
 
     /// Forgets the code (exchanged, or refused by Apple: either way it cannot be used again).
-    func clearCode(_ id: UUID) throws {
+    package func clearCode(_ id: UUID) throws {
         try pool.query(
             """
             UPDATE deletion_requests
@@ -296,7 +302,7 @@ struct DeletionStore: Sendable {
     }
 
     /// The identities of the user in this team: sub, client id used last, identity id.
-    func identities(of userID: UUID) throws -> [(id: UUID, sub: String, clientID: String)] {
+    package func identities(of userID: UUID) throws -> [(id: UUID, sub: String, clientID: String)] {
         try pool.query(
             """
             SELECT id, sub, client_id FROM apple_identities WHERE user_id = \(userID) AND team_id = \(teamID)
@@ -306,7 +312,7 @@ struct DeletionStore: Sendable {
     }
 
     /// Keeps the tokens a code exchange yielded, so a crash before their revocation loses nothing.
-    func keepExchangedTokens(
+    package func keepExchangedTokens(
         identityID: UUID, userID: UUID, clientID: String, refresh: (sealed: [UInt8], keyID: String),
         access: (sealed: [UInt8], keyID: String, expiresIn: Int)
     ) throws {
@@ -323,14 +329,14 @@ struct DeletionStore: Sendable {
             """)
     }
 
-    func hasSteps(_ id: UUID, named step: String) throws -> Bool {
+    package func hasSteps(_ id: UUID, named step: String) throws -> Bool {
         try !pool.query("SELECT 1 FROM deletion_steps WHERE deletion_id = \(id) AND step = \(step) LIMIT 1").isEmpty
     }
 
     /// Appends a step to the request's record and to the audit log (no personal data). With
     /// `tokenID` and a successful outcome the refresh token is marked revoked in the same
     /// transaction; with `accessTokenOf`, that row's access token is dropped.
-    func addStep(
+    package func addStep(
         _ id: UUID, step: String, clientID: String? = nil, outcome: String, detail: String? = nil, tokenID: UUID? = nil,
         accessTokenOf: UUID? = nil
     ) throws {
@@ -358,7 +364,7 @@ struct DeletionStore: Sendable {
     }
 
     /// Ends the revoke phase with what it came to at Apple.
-    func startPurging(_ id: UUID, appleRevocation: String) throws {
+    package func startPurging(_ id: UUID, appleRevocation: String) throws {
         try pool.query(
             """
             UPDATE deletion_requests SET state = 'purging', apple_revocation = \(appleRevocation), updated_at = now()
@@ -367,7 +373,7 @@ struct DeletionStore: Sendable {
     }
 
     /// What the revoke steps recorded came to (the request's `apple_revocation`).
-    func appleRevocation(_ id: UUID, source: String) throws -> String {
+    package func appleRevocation(_ id: UUID, source: String) throws -> String {
         if source == "apple" { return "skipped_apple_initiated" }
         let outcomes = Set(
             try pool.query("SELECT outcome FROM deletion_steps WHERE deletion_id = \(id) AND step = 'revoke'")
@@ -378,7 +384,7 @@ struct DeletionStore: Sendable {
     }
 
     /// Runs the purge transaction; false when another worker already finished it.
-    func purge(_ id: UUID) throws -> Bool {
+    package func purge(_ id: UUID) throws -> Bool {
         guard let hasher else { preconditionFailure("a purge needs the subject hasher (TOKEN_ENCRYPTION_KEY)") }
         // The keyed hash of each identity's sub, for its tombstone; the purge refuses (and the
         // job retries) if the identities changed in between.
@@ -398,7 +404,7 @@ struct DeletionStore: Sendable {
 
     /// Schedules the next attempt, or dead-letters the request after its last attempt.
     /// - Returns: the resulting state.
-    func reschedule(_ request: Claimed, after delay: Duration, error: String, maximumAttempts: Int, fail: Bool = false) throws
+    package func reschedule(_ request: Claimed, after delay: Duration, error: String, maximumAttempts: Int, fail: Bool = false) throws
         -> DeletionState
     {
         let failed = fail || request.attempts >= maximumAttempts

@@ -12,27 +12,33 @@ import PostgresClient
 /// it still holds the ciphertext that was read (`… AND key_id = old AND secret = old`), so a
 /// row a login rewrote meanwhile is left as the login wrote it. A row that cannot be opened
 /// (its key missing, or the data altered) is counted and left alone.
-struct ReEncryption: Sendable {
-    let pool: PostgresPool
-    let keys: TokenKeyRing
-    var batchSize = 500
+package struct ReEncryption: Sendable {
+    package let pool: PostgresPool
+    package let keys: TokenKeyRing
+    package var batchSize = 500
+
+    package init(pool: PostgresPool, keys: TokenKeyRing, batchSize: Int = 500) {
+        self.pool = pool
+        self.keys = keys
+        self.batchSize = batchSize
+    }
 
     /// What one kind of secret came to.
-    struct Count: Sendable, Equatable {
-        var kind: String
-        var resealed = 0
-        var unreadable = 0
+    package struct Count: Sendable, Equatable {
+        package var kind: String
+        package var resealed = 0
+        package var unreadable = 0
         /// Rows still sealed with another key after the run (0 when the old keys can go).
-        var remaining = 0
+        package var remaining = 0
     }
 
     /// One kind of sealed column: how to list candidates, how to name the associated data, how to write back.
     private struct Kind {
-        var name: String
+        package var name: String
         /// Selects `id` (text), `sealed`, `key_id` and `associated_data` (text) of the rows with id > $1 sealed with another key.
-        var select: (String, String) -> PostgresQuery
-        var update: (String, [UInt8], String, [UInt8], String) -> PostgresQuery
-        var remaining: (String) -> PostgresQuery
+        package var select: (String, String) -> PostgresQuery
+        package var update: (String, [UInt8], String, [UInt8], String) -> PostgresQuery
+        package var remaining: (String) -> PostgresQuery
     }
 
     private var kinds: [Kind] {
@@ -116,7 +122,7 @@ struct ReEncryption: Sendable {
     }
 
     /// Re-seals everything; `progress` hears each batch.
-    func run(progress: (Count) -> Void = { _ in }) throws -> [Count] {
+    package func run(progress: (Count) -> Void = { _ in }) throws -> [Count] {
         let current = keys.currentKeyID
         var counts: [Count] = []
         for kind in kinds {

@@ -18,51 +18,65 @@ import Workers
 ///   login during the window) are skipped, so a rerun resumes.
 ///
 /// Calls are paced to `rate` per second and blocking: run it on a thread of its own.
-struct TeamTransfer: Sendable {
-    let pool: PostgresPool
-    let apple: AppleClient
+package struct TeamTransfer: Sendable {
+    package let pool: PostgresPool
+    package let apple: AppleClient
     /// This side's team.
-    let teamID: String
+    package let teamID: String
     /// The client id the transferred app signs in with (client secret `sub`).
-    let clientID: String
+    package let clientID: String
     /// Calls to Apple per second; 0 for no limit.
-    let rate: Double
+    package let rate: Double
     /// True once the run should stop after the current user (SIGINT/SIGTERM); it then
     /// reports what it did.
-    let shouldStop: @Sendable () -> Bool
+    package let shouldStop: @Sendable () -> Bool
+
+    package init(
+        pool: PostgresPool, apple: AppleClient, teamID: String, clientID: String, rate: Double,
+        shouldStop: @escaping @Sendable () -> Bool = { false }
+    ) {
+        self.pool = pool
+        self.apple = apple
+        self.teamID = teamID
+        self.clientID = clientID
+        self.rate = rate
+        self.shouldStop = shouldStop
+    }
 
     /// What a run did.
-    struct Report: Sendable {
-        var total = 0
+    package struct Report: Sendable {
+        package var total = 0
         /// Exported or linked by this run.
-        var done = 0
+        package var done = 0
         /// Already done by an earlier run (or a login, for import).
-        var skipped = 0
-        var failed: [(userID: String, reason: String)] = []
-        var interrupted = false
+        package var skipped = 0
+        package var failed: [(userID: String, reason: String)] = []
+        package var interrupted = false
 
-        var failureReasons: [(reason: String, count: Int)] {
+        package init() {}
+
+        package var failureReasons: [(reason: String, count: Int)] {
             Dictionary(grouping: failed, by: \.reason).map { ($0.key, $0.value.count) }.sorted { $0.count > $1.count }
         }
     }
 
     /// One line of the transfer file.
-    struct Line: Sendable, Equatable {
-        var userID: UUID
-        var transferSub: String
+    package struct Line: Sendable, Equatable {
+        package var userID: UUID
+        package var transferSub: String
 
-        var json: String {
+        package var json: String {
             String(
                 decoding: JSONValue.object(["user_id": .string(userID.lowercasedString), "transfer_sub": .string(transferSub)]).serialized(),
                 as: UTF8.self)
         }
 
-        init(userID: UUID, transferSub: String) {
+        package init(userID: UUID, transferSub: String) {
             self.userID = userID
             self.transferSub = transferSub
         }
 
-        init?(json text: Substring) {
+        package init?(json text: Substring) {
             guard let object = try? JSONValue.parseObject(Array(text.utf8)), let id = object["user_id"]?.stringValue,
                 let userID = UUID(canonicalText: id), let transferSub = object["transfer_sub"]?.stringValue, !transferSub.isEmpty,
                 transferSub.utf8.count <= 512
@@ -71,14 +85,16 @@ struct TeamTransfer: Sendable {
         }
     }
 
-    struct TransferError: Error, CustomStringConvertible {
-        let description: String
+    package struct TransferError: Error, CustomStringConvertible {
+        package let description: String
+
+        package init(description: String) { self.description = description }
     }
 
     // MARK: Export
 
     /// Exports every identity of this team not yet in `path` (appending to it).
-    func export(recipientTeam: String, to path: String, progress: (Report) -> Void) throws -> Report {
+    package func export(recipientTeam: String, to path: String, progress: (Report) -> Void) throws -> Report {
         guard recipientTeam.count == 10, recipientTeam.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber) }) else {
             throw TransferError(description: "--recipient-team must be a 10-character Team ID")
         }
@@ -151,7 +167,7 @@ struct TeamTransfer: Sendable {
     // MARK: Import
 
     /// Links every line of `path` not yet linked to its user under this team.
-    func importFile(_ path: String, progress: (Report) -> Void) throws -> Report {
+    package func importFile(_ path: String, progress: (Report) -> Void) throws -> Report {
         let (lines, _) = try Self.read(path, tolerateTornTail: false)
         var report = Report()
         report.total = lines.count
@@ -256,7 +272,7 @@ struct TeamTransfer: Sendable {
     /// and its refresh tokens revoked here, since this team's credentials can neither refresh
     /// nor revoke them (TN3159), so the sweep and deletions leave them alone. Used by
     /// `transfer import` and by a login carrying `transfer_sub`.
-    static func retireOldTeam(_ database: some PostgresQuerying, userID: UUID, teamID: String, transferSub: String) throws {
+    package static func retireOldTeam(_ database: some PostgresQuerying, userID: UUID, teamID: String, transferSub: String) throws {
         try database.query(
             """
             UPDATE apple_tokens SET revoked_at = now()
@@ -272,7 +288,7 @@ struct TeamTransfer: Sendable {
             """)
     }
 
-    static func read(_ path: String, tolerateTornTail: Bool) throws -> ([Line], Int) {
+    package static func read(_ path: String, tolerateTornTail: Bool) throws -> ([Line], Int) {
         guard FileManager.default.fileExists(atPath: path) else {
             if tolerateTornTail { return ([], 0) }
             throw TransferError(description: "\(path) does not exist")
@@ -297,7 +313,7 @@ struct TeamTransfer: Sendable {
         return (lines, goodLength)
     }
 
-    static func openForAppend(_ path: String, truncatingTo length: Int) throws -> FileHandle {
+    package static func openForAppend(_ path: String, truncatingTo length: Int) throws -> FileHandle {
         if !FileManager.default.fileExists(atPath: path) {
             guard FileManager.default.createFile(atPath: path, contents: nil, attributes: [.posixPermissions: 0o600]) else {
                 throw TransferError(description: "cannot create \(path)")
@@ -309,7 +325,7 @@ struct TeamTransfer: Sendable {
         return file
     }
 
-    static func reason(_ error: AppleAPIError) -> String {
+    package static func reason(_ error: AppleAPIError) -> String {
         switch error {
         case .invalidGrant: "Apple answered invalid_grant"
         case .invalidClient: "Apple refused the client credentials (invalid_client)"
@@ -323,16 +339,16 @@ struct TeamTransfer: Sendable {
 /// The `user.migration` access token, fetched when first needed and again before its hour
 /// runs out or when Apple refuses it.
 struct MigrationToken {
-    let apple: AppleClient
-    let clientID: String
+    package let apple: AppleClient
+    package let clientID: String
     private var token: (value: String, fetched: ContinuousClock.Instant)?
 
-    init(apple: AppleClient, clientID: String) {
+    package init(apple: AppleClient, clientID: String) {
         self.apple = apple
         self.clientID = clientID
     }
 
-    mutating func call<T>(_ body: (String) throws -> T) throws -> T {
+    package mutating func call<T>(_ body: (String) throws -> T) throws -> T {
         if token == nil || ContinuousClock.now - token!.fetched > .seconds(3000) {
             token = (try apple.migrationAccessToken(clientID: clientID), .now)
         }
@@ -347,12 +363,12 @@ struct MigrationToken {
 
 /// Spaces calls `1/rate` seconds apart (no limit for rate 0).
 struct Pacer {
-    let interval: Duration
+    package let interval: Duration
     private var next = ContinuousClock.now
 
-    init(rate: Double) { interval = rate > 0 ? .nanoseconds(Int64(1e9 / rate)) : .zero }
+    package init(rate: Double) { interval = rate > 0 ? .nanoseconds(Int64(1e9 / rate)) : .zero }
 
-    mutating func wait() {
+    package mutating func wait() {
         guard interval > .zero else { return }
         let now = ContinuousClock.now
         if next > now { Thread.sleep(forTimeInterval: (next - now).seconds) }

@@ -1,4 +1,5 @@
 import AppleID
+import BrokerCore
 import CommandArguments
 import Foundation
 import HTTPClient

@@ -1,6 +1,8 @@
+import BrokerCore
 import CommandArguments
 import Foundation
 import Observability
+import Workers
 
 /// `appleid-broker api-keys create|list|revoke`.
 enum APIKeysCommand {

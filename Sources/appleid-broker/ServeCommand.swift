@@ -1,6 +1,8 @@
+import BrokerCore
 import CommandArguments
 import Foundation
 import Observability
+import Workers
 
 /// `appleid-broker serve`: runs the service until SIGTERM or SIGINT, then stops gracefully.
 enum ServeCommand {

@@ -1,5 +1,7 @@
+import BrokerCore
 import CommandArguments
 import Foundation
+import Workers
 
 /// `appleid-broker reencrypt [--batch N]`: see `ReEncryption`.
 enum ReEncryptCommand {

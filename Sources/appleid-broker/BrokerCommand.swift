@@ -1,14 +1,16 @@
+import BrokerCore
 import CommandArguments
 import Foundation
 import Glibc
 import Observability
+import Workers
 
 /// The `appleid-broker` command line: `serve`, `migrate`, `api-keys …` (and more as the
 /// service grows). `main.swift` only calls `BrokerCommand.main()`.
-public enum BrokerCommand {
+enum BrokerCommand {
     /// Every command, its options and its line in the usage text: the parser refuses any
     /// option a command does not list here.
-    public static let commands = CommandTable(
+    static let commands = CommandTable(
         program: "appleid-broker",
         commands: [
             CommandSpec(
@@ -63,10 +65,10 @@ public enum BrokerCommand {
 
     static var usage: String { commands.usage }
 
-    public static let version = "0.1.0"
+    static let version = BrokerApplication.version
 
     /// Runs the command named by the process arguments and exits with its status.
-    public static func main() -> Never {
+    static func main() -> Never {
         // Block SIGTERM/SIGINT before any thread exists, so every thread inherits the mask
         // and `serve` can wait for them with sigwait on this thread.
         TerminationSignals.block()
@@ -74,7 +76,7 @@ public enum BrokerCommand {
     }
 
     /// Runs one command; returns the exit status (0 success, 1 failure, 2 usage or configuration error).
-    public static func run(_ arguments: [String], environment: [String: String]) -> Int32 {
+    static func run(_ arguments: [String], environment: [String: String]) -> Int32 {
         do {
             let parsed: ParsedArguments
             switch try commands.parse(arguments) {

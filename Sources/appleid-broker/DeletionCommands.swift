@@ -1,8 +1,10 @@
+import BrokerCore
 import CommandArguments
 import Foundation
 import Observability
 import PostgresClient
 import StrictJSON
+import Workers
 
 /// `appleid-broker delete-user …` and `appleid-broker deletions list|retry`.
 enum DeletionCommands {

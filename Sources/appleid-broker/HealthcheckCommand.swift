@@ -1,5 +1,7 @@
+import BrokerCore
 import CommandArguments
 import HTTPClient
+import Workers
 
 /// `appleid-broker healthcheck [--url URL]`: asks a running broker's `/readyz` and exits 0 on
 /// 200, 1 otherwise. Container healthchecks call it directly (exec form): the runtime image's
