@@ -48,6 +48,9 @@ public final class HTTPServer: Sendable {
         public var tls: (keyPEM: String, certificatePEM: String)?
         /// Writes one `info` line per request.
         public var accessLog: Bool = true
+        /// The prefix of problem `type` URIs (the code follows it); nil answers RFC 9457's
+        /// `about:blank`.
+        public var problemTypeBase: String?
 
         public init() {}
 
@@ -232,33 +235,33 @@ final class ServerCore: Sendable {
         var request = request
         let response: HTTPResponse
         guard HTTPMethod.known.contains(request.method) else {
-            return (Problem.notImplemented.response(instance: request.path, requestID: request.requestID), "unmatched")
+            return (Problem.notImplemented.response(instance: request.path, requestID: request.requestID, typeBase: configuration.problemTypeBase), "unmatched")
         }
         switch router.match(request.method, request.path) {
         case .notFound:
-            return (Problem.notFound(path: request.path).response(instance: request.path, requestID: request.requestID), "unmatched")
+            return (Problem.notFound(path: request.path).response(instance: request.path, requestID: request.requestID, typeBase: configuration.problemTypeBase), "unmatched")
         case .methodNotAllowed(let allowed):
             let problem = Problem.methodNotAllowed(request.method, allowed: allowed)
-            return (problem.response(instance: request.path, requestID: request.requestID), "unmatched")
+            return (problem.response(instance: request.path, requestID: request.requestID, typeBase: configuration.problemTypeBase), "unmatched")
         case .found(let route, let parameters):
             request.pathParameters = parameters
             request.route = route.pattern
             do {
                 response = try route.handler(request)
             } catch let problem as Problem {
-                response = problem.response(instance: request.path, requestID: request.requestID)
+                response = problem.response(instance: request.path, requestID: request.requestID, typeBase: configuration.problemTypeBase)
             } catch let error as JSONFieldError {
-                response = Problem.badRequest(error.detail).response(instance: request.path, requestID: request.requestID)
+                response = Problem.badRequest(error.detail).response(instance: request.path, requestID: request.requestID, typeBase: configuration.problemTypeBase)
             } catch {
                 if let problem = errorMapper(error) {
                     if problem.status >= 500 {
                         request.logger.warning("request failed", [("route", route.pattern), ("error", "\(error)")])
                     }
-                    response = problem.response(instance: request.path, requestID: request.requestID)
+                    response = problem.response(instance: request.path, requestID: request.requestID, typeBase: configuration.problemTypeBase)
                 } else {
                     request.logger.error(
                         "unhandled error", [("route", route.pattern), ("error_type", "\(type(of: error))"), ("error", "\(error)")])
-                    response = Problem.internalError.response(instance: request.path, requestID: request.requestID)
+                    response = Problem.internalError.response(instance: request.path, requestID: request.requestID, typeBase: configuration.problemTypeBase)
                 }
             }
             return (response, route.pattern)
@@ -350,7 +353,7 @@ private func finish(
     var route = "unmatched"
     if state.tooLarge {
         response = Problem.payloadTooLarge(limit: core.configuration.maximumBodyBytes)
-            .response(instance: path, requestID: requestID)
+            .response(instance: path, requestID: requestID, typeBase: core.configuration.problemTypeBase)
         response.headers.set("Connection", "close")
     } else {
         let request = HTTPRequest(

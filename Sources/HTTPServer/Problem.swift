@@ -39,13 +39,12 @@ public struct Problem: Error, Sendable, Equatable, CustomStringConvertible {
         "invalid_json", "invalid_request", "rate_limited", "internal_error",
     ]
 
-    /// The `type` URI of a code.
-    public static func typeURI(_ code: String) -> String { "urn:appleid-broker:problem:\(code)" }
-
     /// The problem as an HTTP response.
-    public func response(instance: String, requestID: String) -> HTTPResponse {
+    /// - Parameter typeBase: the application's problem type URIs: `type` is this followed
+    ///   by the code (`urn:example:problem:` + `not_found`); nil is RFC 9457's `about:blank`.
+    public func response(instance: String, requestID: String, typeBase: String? = nil) -> HTTPResponse {
         var object: [String: String] = extensions
-        object["type"] = Self.typeURI(code)
+        object["type"] = typeBase.map { $0 + code } ?? "about:blank"
         object["title"] = title
         object["code"] = code
         if let detail { object["detail"] = detail }

@@ -10,8 +10,8 @@ public struct PostgresConfiguration: Sendable, Hashable {
     public var connectTimeoutSeconds: Int = 5
     /// Server-side limit for one statement; nil leaves the server's default.
     public var statementTimeoutMilliseconds: Int? = 30_000
-    /// `application_name` shown in `pg_stat_activity`.
-    public var applicationName: String = "appleid-broker"
+    /// `application_name` shown in `pg_stat_activity`; nil sends none (libpq's default).
+    public var applicationName: String?
 
     /// Validates `connectionString` with libpq's own parser.
     /// - Throws: `PostgresError.invalidConfiguration` with libpq's reason.
@@ -33,8 +33,7 @@ public struct PostgresConfiguration: Sendable, Hashable {
         if let statementTimeoutMilliseconds {
             session += " -c statement_timeout=\(statementTimeoutMilliseconds)"
         }
-        return [
-            ("application_name", applicationName),
+        return (applicationName.map { [("application_name", $0)] } ?? []) + [
             ("connect_timeout", String(max(2, connectTimeoutSeconds))),
             ("dbname", connectionString),
             ("client_encoding", "UTF8"),

@@ -53,8 +53,10 @@ struct ProblemMappingTests {
     private func server(_ register: (inout Router) -> Void) -> HTTPServer {
         var router = Router()
         register(&router)
+        var configuration = HTTPServer.Configuration()
+        configuration.problemTypeBase = BrokerApplication.problemTypeBase
         return HTTPServer(
-            configuration: HTTPServer.Configuration(), router: router, logger: Logger(label: "t", sink: .capturing()),
+            configuration: configuration, router: router, logger: Logger(label: "t", sink: .capturing()),
             metrics: MetricsRegistry(), errorMapper: ProblemCatalog.problem(for:))
     }
 

@@ -77,15 +77,23 @@ struct HTTPServerTests {
         }
     }
 
+    @Test("without a problem type base, problems are RFC 9457's about:blank type")
+    func defaultProblemType() throws {
+        try withServer(demoRouter()) { _, base, _ in
+            let body = try problem(try client.send(.init(url: base + "/nope")))
+            #expect(body["type"] as? String == "about:blank")
+        }
+    }
+
     @Test("unknown paths get a 404 problem; a known path with the wrong method gets 405 with Allow")
     func notFoundAndMethodNotAllowed() throws {
-        try withServer(demoRouter()) { _, base, _ in
+        try withServer(demoRouter(), configure: { $0.problemTypeBase = "urn:example:problem:" }) { _, base, _ in
             let missing = try client.send(.init(url: base + "/nope", headers: [("X-Request-Id", "req-123")]))
             #expect(missing.status == 404)
             let body = try problem(missing)
             #expect(body["code"] as? String == "not_found")
             #expect(body["status"] as? Int == 404)
-            #expect(body["type"] as? String == "urn:appleid-broker:problem:not_found")
+            #expect(body["type"] as? String == "urn:example:problem:not_found")
             #expect(body["request_id"] as? String == "req-123")
             #expect(missing.header("x-request-id") == "req-123")
 

@@ -16,6 +16,9 @@ public final class BrokerApplication: Sendable {
     /// This build's version (`appleid-broker --version`, `appleid_broker_build_info`).
     public static let version = "0.1.0"
 
+    /// Problem `type` URIs: this followed by the code (`urn:appleid-broker:problem:user_not_found`).
+    public static let problemTypeBase = "urn:appleid-broker:problem:"
+
     public let configuration: BrokerConfiguration
     public let database: Database
     public let metrics: MetricsRegistry
@@ -147,6 +150,7 @@ public final class BrokerApplication: Sendable {
         server.headerTimeoutSeconds = configuration.headerTimeoutSeconds
         server.shutdownGracePeriod = .seconds(configuration.shutdownGraceSeconds)
         server.accessLog = configuration.accessLog
+        server.problemTypeBase = problemTypeBase
         server.tls = configuration.tls.map { (keyPEM: $0.keyPEM, certificatePEM: $0.certificatePEM) }
         return server
     }

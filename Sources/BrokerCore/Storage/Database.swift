@@ -41,7 +41,7 @@ public final class Database: Sendable {
         }
         // Every connection of this process carries its pid, so that `close()` can tell its own
         // backends from other processes' (and operators can see who is connected).
-        connection.applicationName = "appleid-broker[\(getpid())]"
+        connection.applicationName = Self.applicationName
         do {
             let deadline = ContinuousClock.now + waitForServer
             while true {
@@ -65,6 +65,10 @@ public final class Database: Sendable {
             connection: connection, pool: pool, embedded: embedded, logger: logger)
     }
 
+    /// `application_name` of every connection of this process: its pid, so that `close()`
+    /// can tell its own backends from other processes' (and operators see who is connected).
+    static let applicationName = "appleid-broker[\(getpid())]"
+
     /// Closes the pool and stops the embedded cluster unless another process (a CLI command,
     /// a second broker) is still connected to it: whoever uses the cluster last stops it,
     /// whether or not it started it.
@@ -80,7 +84,7 @@ public final class Database: Sendable {
         var probeConfiguration = connection
         probeConfiguration.applicationName = "appleid-broker shutdown check"
         guard let probe = try? PostgresConnection(configuration: probeConfiguration) else { return }
-        let ours = connection.applicationName
+        let ours = Self.applicationName
         func count(_ mine: Bool) -> Int {
             (try? probe.query(
                 """
