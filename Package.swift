@@ -105,7 +105,10 @@ let package = Package(
         // MARK: Micro-benchmarks (figures for `make bench`, never timed tests)
         .executableTarget(
             name: "broker-bench",
-            dependencies: ["BrokerCore", "BrokerCrypto", "JOSE", "StrictJSON", "PostgresClient", "HTTPServer", "Observability"],
+            dependencies: [
+                "BrokerCore", "AppleID", "BrokerCrypto", "COpenSSL", "JOSE", "StrictJSON", "PostgresClient", "HTTPServer",
+                "Observability",
+            ],
             swiftSettings: swiftSettings),
 
         // MARK: Build tooling: sql/*.sql and docs/openapi.json compiled into the binary
