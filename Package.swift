@@ -46,7 +46,7 @@ let package = Package(
         .target(name: "CCurlShims", dependencies: ["CCurl"]),
 
         // MARK: Foundations, one job each
-        .target(name: "Observability", swiftSettings: swiftSettings),
+        .target(name: "Observability", dependencies: ["StrictJSON"], swiftSettings: swiftSettings),
         .target(name: "BrokerCrypto", dependencies: ["COpenSSL"], swiftSettings: swiftSettings),
         .target(name: "PostgresClient", dependencies: ["CLibpq", "Observability"], swiftSettings: swiftSettings),
         .target(name: "ProcessRunner", swiftSettings: swiftSettings),

@@ -1,4 +1,5 @@
 import Foundation
+import StrictJSON
 
 /// An RFC 9457 problem: the error every endpoint answers with, as
 /// `application/problem+json`, carrying a stable machine-readable `code`.
@@ -43,27 +44,17 @@ public struct Problem: Error, Sendable, Equatable, CustomStringConvertible {
     /// - Parameter typeBase: the application's problem type URIs: `type` is this followed
     ///   by the code (`urn:example:problem:` + `not_found`); nil is RFC 9457's `about:blank`.
     public func response(instance: String, requestID: String, typeBase: String? = nil) -> HTTPResponse {
-        var object: [String: String] = extensions
-        object["type"] = typeBase.map { $0 + code } ?? "about:blank"
-        object["title"] = title
-        object["code"] = code
-        if let detail { object["detail"] = detail }
-        if !instance.isEmpty { object["instance"] = instance }
-        if !requestID.isEmpty { object["request_id"] = requestID }
-        // `status` is a number; build the JSON by hand around the sorted string members.
-        var body = "{\"status\":\(status)"
-        for key in object.keys.sorted() {
-            body += ",\"\(key)\":" + Self.quote(object[key]!)
-        }
-        body += "}"
+        var object = extensions.mapValues(JSONValue.string)
+        object["type"] = .string(typeBase.map { $0 + code } ?? "about:blank")
+        object["title"] = .string(title)
+        object["code"] = .string(code)
+        object["status"] = .integer(Int64(status))
+        if let detail { object["detail"] = .string(detail) }
+        if !instance.isEmpty { object["instance"] = .string(instance) }
+        if !requestID.isEmpty { object["request_id"] = .string(requestID) }
         var responseHeaders = HTTPHeaders([("Content-Type", "application/problem+json")])
         for (name, value) in headers.sorted(by: { $0.key < $1.key }) { responseHeaders.add(name, value) }
-        return HTTPResponse(status: status, headers: responseHeaders, body: Array(body.utf8))
-    }
-
-    private static func quote(_ text: String) -> String {
-        let data = try! JSONSerialization.data(withJSONObject: [text], options: [.withoutEscapingSlashes])
-        return String(decoding: data.dropFirst().dropLast(), as: UTF8.self)
+        return HTTPResponse(status: status, headers: responseHeaders, body: JSONValue.object(object).serialized())
     }
 }
 

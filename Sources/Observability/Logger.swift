@@ -1,5 +1,6 @@
 import Foundation
 import Locking
+import StrictJSON
 import Synchronization
 
 /// A structured logger that writes one JSON object per line.
@@ -116,28 +117,27 @@ public final class LogSink: Sendable {
     public var capturedLines: [String] { capture.withLock { $0 ?? [] } }
 
     func write(level: Logger.Level, label: String, message: String, fields: [(String, String)]) {
-        var line = "{\"ts\":\""
-        line += RFC3339.now()
-        line += "\",\"level\":\"\(level)\",\"logger\":"
-        JSONText.appendString(label, to: &line)
-        line += ",\"msg\":"
-        JSONText.appendString(message, to: &line)
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(256)
+        bytes.append(contentsOf: "{\"ts\":\"\(RFC3339.now())\",\"level\":\"\(level)\",\"logger\":".utf8)
+        JSONString.append(label, to: &bytes)
+        bytes.append(contentsOf: ",\"msg\":".utf8)
+        JSONString.append(message, to: &bytes)
         for (key, value) in fields {
-            line += ","
-            JSONText.appendString(key, to: &line)
-            line += ":"
-            JSONText.appendString(value, to: &line)
+            bytes.append(UInt8(ascii: ","))
+            JSONString.append(key, to: &bytes)
+            bytes.append(UInt8(ascii: ":"))
+            JSONString.append(value, to: &bytes)
         }
-        line += "}\n"
+        bytes.append(contentsOf: "}\n".utf8)
         let kept = capture.withLock { lines -> Bool in
             guard lines != nil else { return false }
-            lines!.append(line)
+            lines!.append(String(decoding: bytes, as: UTF8.self))
             return true
         }
         if kept { return }
         capture.withLock { _ in
             // The lock keeps lines whole; write(2) of one buffer is one call.
-            var bytes = Array(line.utf8)
             var offset = 0
             while offset < bytes.count {
                 let written = bytes.withUnsafeMutableBytes { raw in

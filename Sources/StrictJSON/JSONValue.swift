@@ -119,7 +119,7 @@ public enum JSONValue: Sendable, Hashable, Codable {
         case .bool(let value): output.append(contentsOf: (value ? "true" : "false").utf8)
         case .integer(let value): output.append(contentsOf: String(value).utf8)
         case .double(let value): output.append(contentsOf: (value.isFinite ? String(value) : "null").utf8)
-        case .string(let value): Self.writeString(value, into: &output)
+        case .string(let value): JSONString.append(value, to: &output)
         case .array(let values):
             output.append(UInt8(ascii: "["))
             for (index, value) in values.enumerated() {
@@ -131,39 +131,12 @@ public enum JSONValue: Sendable, Hashable, Codable {
             output.append(UInt8(ascii: "{"))
             for (index, key) in members.keys.sorted().enumerated() {
                 if index > 0 { output.append(UInt8(ascii: ",")) }
-                Self.writeString(key, into: &output)
+                JSONString.append(key, to: &output)
                 output.append(UInt8(ascii: ":"))
                 members[key]!.write(into: &output)
             }
             output.append(UInt8(ascii: "}"))
         }
-    }
-
-    private static let hexDigits = Array("0123456789abcdef".utf8)
-
-    private static func writeString(_ value: String, into output: inout [UInt8]) {
-        output.append(UInt8(ascii: "\""))
-        // Most strings (ids, tokens, e-mail addresses) need no escape: copy them whole.
-        if !value.utf8.contains(where: { $0 < 0x20 || $0 == UInt8(ascii: "\"") || $0 == UInt8(ascii: "\\") }) {
-            output.append(contentsOf: value.utf8)
-            output.append(UInt8(ascii: "\""))
-            return
-        }
-        for byte in value.utf8 {
-            switch byte {
-            case UInt8(ascii: "\""): output.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "\"")])
-            case UInt8(ascii: "\\"): output.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "\\")])
-            case 0x0A: output.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "n")])
-            case 0x0D: output.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "r")])
-            case 0x09: output.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "t")])
-            case 0..<0x20:
-                output.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "u"), UInt8(ascii: "0"), UInt8(ascii: "0")])
-                output.append(hexDigits[Int(byte >> 4)])
-                output.append(hexDigits[Int(byte & 0xF)])
-            default: output.append(byte)
-            }
-        }
-        output.append(UInt8(ascii: "\""))
     }
 }
 

@@ -1,6 +1,7 @@
 import Foundation
 import HTTPServer
 import PostgresClient
+import StrictJSON
 
 /// `POST /v1/apple/login` (scope `login`), `GET /v1/users/{id}` and
 /// `GET /v1/users/{id}/credential-state` (scope `read`).
@@ -14,7 +15,7 @@ enum LoginRoutes {
         router.get("/v1/users/{id}", keys.protect(.read) { request, key in
             let id = try userID(request)
             guard try users.isVisible(id, to: key) else { throw BrokerError.userNotFound }
-            if let user = try users.user(id) { return .json(user) }
+            if let user = try users.user(id) { return .json(user.json) }
             if let deletion = try users.deletion(ofPurgedUser: id) {
                 throw BrokerError.userDeleted("this user was deleted", deletionID: deletion.lowercasedString)
             }
@@ -27,7 +28,7 @@ enum LoginRoutes {
             if let clientID, clientID.isEmpty || clientID.utf8.count > 255 {
                 throw BrokerError(.invalidClientID, "client_id must be a bundle ID or Services ID")
             }
-            return .json(["user_id": id.lowercasedString, "state": try users.credentialState(id, clientID: clientID)])
+            return .json(.object(["user_id": .string(id.lowercasedString), "state": .string(try users.credentialState(id, clientID: clientID))]))
         })
     }
 

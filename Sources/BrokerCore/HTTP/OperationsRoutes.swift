@@ -1,6 +1,7 @@
 import HTTPServer
 import Observability
 import PostgresClient
+import StrictJSON
 
 /// `/healthz`, `/readyz` and `/metrics`: for load balancers, orchestrators and Prometheus.
 enum OperationsRoutes {
@@ -9,7 +10,7 @@ enum OperationsRoutes {
         on router: inout Router, database: Database, metrics: MetricsRegistry, health: HealthState, servesMetrics: Bool = true
     ) {
         router.get("/healthz") { _ in
-            .json(["status": "ok"])
+            .json(.object(["status": "ok"]))
         }
         router.get("/readyz") { _ in
             guard !health.isShuttingDown else {
@@ -20,7 +21,7 @@ enum OperationsRoutes {
             } catch let error as PostgresError where error.isUnavailable {
                 throw BrokerError(.databaseUnavailable, "PostgreSQL is not reachable", retryAfterSeconds: 5)
             }
-            return .json(["status": "ready"])
+            return .json(.object(["status": "ready"]))
         }
         if servesMetrics { registerMetrics(on: &router, metrics: metrics) }
         let description = Array((EmbeddedFiles.text(named: "openapi.json") ?? "{}").utf8)

@@ -1,5 +1,7 @@
 import Foundation
+import Observability
 import PostgresClient
+import StrictJSON
 
 /// Read access to users for app backends: `GET /v1/users/{id}` and its credential state.
 struct UserDirectory: Sendable {
@@ -8,21 +10,21 @@ struct UserDirectory: Sendable {
     let groups: AppGroups
 
     /// Consent and mail forwarding for one app group (named by its primary App ID).
-    struct AppGrant: Encodable, Sendable, Equatable {
+    struct AppGrant: Sendable, Equatable {
         var clientID: String
         var consent: String
         var emailForwarding: String
         var refreshTokenStored: Bool
 
-        enum CodingKeys: String, CodingKey {
-            case clientID = "client_id"
-            case consent
-            case emailForwarding = "email_forwarding"
-            case refreshTokenStored = "refresh_token_stored"
+        var json: JSONValue {
+            .object([
+                "client_id": .string(clientID), "consent": .string(consent), "email_forwarding": .string(emailForwarding),
+                "refresh_token_stored": .bool(refreshTokenStored),
+            ])
         }
     }
 
-    struct Identity: Encodable, Sendable {
+    struct Identity: Sendable {
         var appleSub: String
         var teamID: String
         var clientID: String
@@ -44,37 +46,35 @@ struct UserDirectory: Sendable {
         /// of `clientID`'s group.
         var apps: [AppGrant]
 
-        enum CodingKeys: String, CodingKey {
-            case appleSub = "apple_sub"
-            case teamID = "team_id"
-            case clientID = "client_id"
-            case email
-            case unverifiedEmail = "unverified_email"
-            case emailVerified = "email_verified"
-            case isPrivateEmail = "is_private_email"
-            case emailForwarding = "email_forwarding"
-            case realUserStatus = "real_user_status"
-            case consent
-            case givenName = "given_name"
-            case familyName = "family_name"
-            case transferred
-            case createdAt = "created_at"
-            case lastLoginAt = "last_login_at"
-            case apps
+        /// Members that are unknown (nil) are left out.
+        var json: JSONValue {
+            var members: [String: JSONValue] = [
+                "apple_sub": .string(appleSub), "team_id": .string(teamID), "client_id": .string(clientID),
+                "email_verified": .bool(emailVerified), "is_private_email": .bool(isPrivateEmail),
+                "email_forwarding": .string(emailForwarding), "consent": .string(consent), "transferred": .bool(transferred),
+                "created_at": .string(RFC3339.string(from: createdAt)), "apps": .array(apps.map(\.json)),
+            ]
+            let optional: [(String, String?)] = [
+                ("email", email), ("unverified_email", unverifiedEmail), ("real_user_status", realUserStatus),
+                ("given_name", givenName), ("family_name", familyName),
+                ("last_login_at", lastLoginAt.map(RFC3339.string(from:))),
+            ]
+            for case let (name, value?) in optional { members[name] = .string(value) }
+            return .object(members)
         }
     }
 
-    struct User: Encodable, Sendable {
+    struct User: Sendable {
         var userID: String
         var status: String
         var createdAt: Date
         var identities: [Identity]
 
-        enum CodingKeys: String, CodingKey {
-            case userID = "user_id"
-            case status
-            case createdAt = "created_at"
-            case identities
+        var json: JSONValue {
+            .object([
+                "user_id": .string(userID), "status": .string(status), "created_at": .string(RFC3339.string(from: createdAt)),
+                "identities": .array(identities.map(\.json)),
+            ])
         }
     }
 
