@@ -194,9 +194,9 @@ func seedTokens() -> Int32 {
             let userID = UUID()
             let identityID = UUID()
             let sub = "001234.seed\(index).\(Hex.encode(SecureRandom.bytes(8)))"
-            let sealed = try keys.seal(
-                Array("r\(Hex.encode(SecureRandom.bytes(16))).0.seed".utf8),
-                associatedData: RefreshTokenSealing.associatedData(teamID: teamID, sub: sub, clientID: clientID))
+            let sealed = try SealedAppleToken(
+                sealing: "r\(Hex.encode(SecureRandom.bytes(16))).0.seed", as: .refresh,
+                for: .init(teamID: teamID, sub: sub, clientID: clientID), keys: keys)
             try connection.query("INSERT INTO users (id) VALUES (\(userID))")
             try connection.query(
                 """

@@ -1,5 +1,6 @@
 import AppleID
 import BrokerCore
+import BrokerCrypto
 import Foundation
 import HTTPServer
 import JOSE
@@ -113,5 +114,35 @@ struct ProblemMappingTests {
         #expect(server.respond(to: HTTPRequest(method: .get, path: "/malformed")).status == 400)
         #expect(server.respond(to: HTTPRequest(method: .get, path: "/nowhere")).status == 404)
         #expect(server.respond(to: HTTPRequest(method: .delete, path: "/key")).status == 405)
+    }
+}
+
+@Suite("Sealed tokens in process")
+struct SealedTokenTests {
+    @Test("a sealed token opens only for its owner and its kind, and not under another key")
+    func binding() throws {
+        let keys = try TokenKeyRing(parsing: Data(SecureRandom.bytes(32)).base64EncodedString())
+        let owner = SealedAppleToken.Owner(teamID: "TEAM000001", sub: "001.a", clientID: "com.example.app")
+        let sealed = try SealedAppleToken(sealing: "r.token", as: .refresh, for: owner, keys: keys)
+        #expect(try sealed.open(for: owner, keys: keys) == "r.token")
+        #expect(!sealed.sealed.isEmpty && !sealed.sealed.contains(subsequence: Array("r.token".utf8)))
+        var other = owner
+        other.sub = "001.b"
+        #expect(throws: (any Error).self) { try sealed.open(for: other, keys: keys) }
+        other = owner
+        other.clientID = "com.example.web"
+        #expect(throws: (any Error).self) { try sealed.open(for: other, keys: keys) }
+        // A refresh token's ciphertext moved into the access-token column does not open there.
+        let moved = SealedAppleToken(.access, sealed: sealed.sealed, keyID: sealed.keyID)
+        #expect(throws: (any Error).self) { try moved.open(for: owner, keys: keys) }
+        let otherKeys = try TokenKeyRing(parsing: Data(SecureRandom.bytes(32)).base64EncodedString())
+        #expect(throws: (any Error).self) { try sealed.open(for: owner, keys: otherKeys) }
+    }
+}
+
+extension Array where Element == UInt8 {
+    fileprivate func contains(subsequence: [UInt8]) -> Bool {
+        guard subsequence.count <= count else { return false }
+        return (0...(count - subsequence.count)).contains { self[$0..<($0 + subsequence.count)].elementsEqual(subsequence) }
     }
 }

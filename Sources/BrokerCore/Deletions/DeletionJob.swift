@@ -131,16 +131,15 @@ final class DeletionJob: Sendable {
         }
         for token in tokens {
             // Each success is marked in the step's transaction: a retry does only what is left.
+            let owner = SealedAppleToken.Owner(teamID: token.teamID, sub: token.sub, clientID: token.clientID)
             if !token.refreshRevoked {
                 let refreshToken = try open(
-                    token.sealed, keyID: token.keyID, request: request, clientID: token.clientID,
-                    associatedData: RefreshTokenSealing.associatedData(teamID: token.teamID, sub: token.sub, clientID: token.clientID))
+                    SealedAppleToken(.refresh, sealed: token.sealed, keyID: token.keyID), for: owner, request: request)
                 try revoke(refreshToken, hint: "refresh_token", step: "revoke", token: token.id, clientID: token.clientID, request: request)
             }
             if let access = token.access {
                 let accessToken = try open(
-                    access.sealed, keyID: access.keyID, request: request, clientID: token.clientID,
-                    associatedData: RefreshTokenSealing.accessTokenAssociatedData(teamID: token.teamID, sub: token.sub, clientID: token.clientID))
+                    SealedAppleToken(.access, sealed: access.sealed, keyID: access.keyID), for: owner, request: request)
                 try revoke(
                     accessToken, hint: "access_token", step: "revoke_access_token", accessTokenOf: token.id,
                     clientID: token.clientID, request: request)
@@ -148,13 +147,11 @@ final class DeletionJob: Sendable {
         }
     }
 
-    private func open(
-        _ sealed: [UInt8], keyID: String, request: DeletionStore.Claimed, clientID: String, associatedData: [UInt8]
-    ) throws -> String {
+    private func open(_ token: SealedAppleToken, for owner: SealedAppleToken.Owner, request: DeletionStore.Claimed) throws -> String {
         do {
-            return String(decoding: try tokenKeys.open(sealed, keyID: keyID, associatedData: associatedData), as: UTF8.self)
+            return try token.open(for: owner, keys: tokenKeys)
         } catch {
-            try store.addStep(request.id, step: "revoke", clientID: clientID, outcome: "undecryptable", detail: "\(error)")
+            try store.addStep(request.id, step: "revoke", clientID: owner.clientID, outcome: "undecryptable", detail: "\(error)")
             throw Setback(reason: "a stored token cannot be decrypted (TOKEN_ENCRYPTION_KEY)", permanent: true)
         }
     }
@@ -218,12 +215,9 @@ final class DeletionJob: Sendable {
             // Another user's code: their grant is none of this deletion's business.
             return try drop("wrong_user", "the code belongs to another user than the one being deleted", clientID: clientID)
         }
-        let sealedRefresh = try tokenKeys.seal(
-            Array(refreshToken.utf8),
-            associatedData: RefreshTokenSealing.associatedData(teamID: store.teamID, sub: identity.sub, clientID: clientID))
-        let sealedAccess = try tokenKeys.seal(
-            Array(tokens.accessToken.utf8),
-            associatedData: RefreshTokenSealing.accessTokenAssociatedData(teamID: store.teamID, sub: identity.sub, clientID: clientID))
+        let owner = SealedAppleToken.Owner(teamID: store.teamID, sub: identity.sub, clientID: clientID)
+        let sealedRefresh = try SealedAppleToken(sealing: refreshToken, as: .refresh, for: owner, keys: tokenKeys)
+        let sealedAccess = try SealedAppleToken(sealing: tokens.accessToken, as: .access, for: owner, keys: tokenKeys)
         try store.keepExchangedTokens(
             identityID: identity.id, userID: request.userID, clientID: clientID,
             refresh: (sealedRefresh.sealed, sealedRefresh.keyID),

@@ -120,14 +120,11 @@ public final class LoginService: Sendable {
                 claimedCode = code
                 do {
                     let tokens = try exchange(code, for: identity, redirectURI: request.redirectURI)
-                    sealed = try tokenKeys.seal(
-                        Array(tokens.refreshToken.utf8),
-                        associatedData: RefreshTokenSealing.associatedData(teamID: teamID, sub: identity.sub, clientID: identity.clientID))
+                    let owner = SealedAppleToken.Owner(teamID: teamID, sub: identity.sub, clientID: identity.clientID)
+                    let refresh = try SealedAppleToken(sealing: tokens.refreshToken, as: .refresh, for: owner, keys: tokenKeys)
+                    sealed = (refresh.keyID, refresh.sealed)
                     // Kept until it expires: Apple's revoke accepts it as well (§10.3).
-                    let access = try tokenKeys.seal(
-                        Array(tokens.accessToken.utf8),
-                        associatedData: RefreshTokenSealing.accessTokenAssociatedData(
-                            teamID: teamID, sub: identity.sub, clientID: identity.clientID))
+                    let access = try SealedAppleToken(sealing: tokens.accessToken, as: .access, for: owner, keys: tokenKeys)
                     sealedAccess = (access.keyID, access.sealed, tokens.expiresIn)
                 } catch let error as BrokerError {
                     // A refusal is remembered for a retry with the same code; an outage is not.

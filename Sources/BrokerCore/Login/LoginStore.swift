@@ -125,20 +125,4 @@ struct LoginStore: Sendable {
         let unchanged = try row.decode(Bool?.self, "unchanged") ?? false
         return status == "deleting" || unchanged ? record : nil
     }
-
-}
-
-/// How refresh tokens are sealed at rest: AES-256-GCM under `TOKEN_ENCRYPTION_KEY`, with
-/// associated data naming the identity and client id, so a ciphertext moved to another
-/// row does not decrypt.
-public enum RefreshTokenSealing {
-    /// The associated data that binds a sealed refresh token to its identity and client id.
-    public static func associatedData(teamID: String, sub: String, clientID: String) -> [UInt8] {
-        Array("apple_tokens|\(teamID)|\(sub)|\(clientID)".utf8)
-    }
-
-    /// The same for the access token of a code exchange (kept until it expires, for revoke).
-    public static func accessTokenAssociatedData(teamID: String, sub: String, clientID: String) -> [UInt8] {
-        Array("apple_access_tokens|\(teamID)|\(sub)|\(clientID)".utf8)
-    }
 }

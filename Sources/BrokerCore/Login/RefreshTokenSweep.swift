@@ -165,11 +165,8 @@ final class RefreshTokenSweep: Sendable {
     private func validate(_ token: DueToken) -> Verdict {
         let refreshToken: String
         do {
-            refreshToken = String(
-                decoding: try tokenKeys.open(
-                    token.sealed, keyID: token.keyID,
-                    associatedData: RefreshTokenSealing.associatedData(teamID: token.teamID, sub: token.sub, clientID: token.clientID)),
-                as: UTF8.self)
+            refreshToken = try SealedAppleToken(.refresh, sealed: token.sealed, keyID: token.keyID).open(
+                for: .init(teamID: token.teamID, sub: token.sub, clientID: token.clientID), keys: tokenKeys)
         } catch {
             outcomes.increment("undecryptable")
             logger.error("a stored refresh token cannot be decrypted", [("token_id", token.id.lowercasedString)])
