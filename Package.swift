@@ -78,7 +78,7 @@ let package = Package(
             name: "BrokerCore",
             dependencies: [
                 "Observability", "BrokerCrypto", "StrictJSON", "JOSE", "PostgresClient", "EmbeddedPostgres", "HTTPServer",
-                "HTTPClient", "CommandArguments", "Workers", "AppleID",
+                "HTTPClient", "Workers", "AppleID",
             ],
             swiftSettings: swiftSettings,
             plugins: ["EmbedResources"]
@@ -87,7 +87,9 @@ let package = Package(
         // broker itself is BrokerCore.
         .executableTarget(
             name: "appleid-broker",
-            dependencies: ["BrokerCore", "AppleID", "CommandArguments", "HTTPClient", "Observability", "PostgresClient", "StrictJSON", "Workers"],
+            dependencies: [
+                "BrokerCore", "AppleID", "CommandArguments", "HTTPClient", "Observability", "PostgresClient", "StrictJSON", "Workers",
+            ],
             swiftSettings: swiftSettings),
 
         // MARK: The Apple simulator: appleid.apple.com on loopback, for development and tests
