@@ -44,8 +44,18 @@ package struct AppleClaims {
     /// `iat`, required and not in the future.
     package func issuedAt() throws -> Int64 {
         guard let issuedAt = claims["iat"]?.integerValue else { throw TokenRejection.malformed("iat is missing") }
-        guard TimeInterval(issuedAt) - leeway <= now else { throw TokenRejection(.tokenNotYetValid, "iat is in the future") }
+        try check(issuedAt: issuedAt)
         return issuedAt
+    }
+
+    /// An `iat` already read: not in the future.
+    package func check(issuedAt: Int64) throws {
+        guard TimeInterval(issuedAt) - leeway <= now else { throw TokenRejection(.tokenNotYetValid, "iat is in the future") }
+    }
+
+    /// An `exp` already read: not past.
+    package func check(expiry expires: Int64, what: String) throws {
+        guard TimeInterval(expires) + leeway >= now else { throw TokenRejection(.tokenExpired, "\(what) has expired") }
     }
 
     /// `exp` not past; `required` for identity tokens, optional for notifications.
@@ -57,7 +67,7 @@ package struct AppleClaims {
             return nil
         }
         guard let expires = value.integerValue else { throw TokenRejection.malformed("exp is not a number") }
-        guard TimeInterval(expires) + leeway >= now else { throw TokenRejection(.tokenExpired, "\(what) has expired") }
+        try check(expiry: expires, what: what)
         return expires
     }
 }

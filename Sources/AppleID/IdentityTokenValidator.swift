@@ -52,10 +52,10 @@ public struct IdentityTokenValidator: Sendable {
         try claims.checkIssuer()
         let clientID = try claims.audience { clientIDs.contains($0) && (clientIDHint == nil || $0 == clientIDHint) }
         // Both times present before either is judged: a token lacking one is malformed, expired or not.
-        guard claims["exp"]?.integerValue != nil else { throw TokenRejection.malformed("exp is missing") }
-        guard claims["iat"]?.integerValue != nil else { throw TokenRejection.malformed("iat is missing") }
-        let expires = try claims.expiry(required: true, what: "the token")!
-        let issuedAt = try claims.issuedAt()
+        guard let expires = claims["exp"]?.integerValue else { throw TokenRejection.malformed("exp is missing") }
+        guard let issuedAt = claims["iat"]?.integerValue else { throw TokenRejection.malformed("iat is missing") }
+        try claims.check(expiry: expires, what: "the token")
+        try claims.check(issuedAt: issuedAt)
         if let notBefore = claims["nbf"] {
             guard let value = notBefore.integerValue else { throw TokenRejection.malformed("nbf is not a number") }
             guard TimeInterval(value) - leeway <= current else { throw TokenRejection(.tokenNotYetValid, "nbf is in the future") }

@@ -276,6 +276,34 @@ struct EmbeddedShutdownTests {
         }
     }
 
+    @Test("a start that fails (its port taken) stops what it started, the embedded cluster included")
+    func failedStartStopsTheCluster() throws {
+        var (environment, dataDirectory) = try Self.embeddedEnvironment()
+        defer { try? FileManager.default.removeItem(atPath: dataDirectory) }
+        let (holder, port) = try Self.serve([], environment: environment, log: dataDirectory + "/holder.log")
+        holder.send(SIGTERM)
+        #expect(holder.wait() == 0)
+        #expect(Self.postmaster(dataDirectory) == nil)
+        // Something else takes the port; the broker starts its cluster, then cannot listen.
+        let taken = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        defer { close(taken) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = in_port_t(UInt16(port).bigEndian)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        let bound = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(taken, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        }
+        #expect(bound == 0 && listen(taken, 1) == 0)
+        environment["BROKER_LISTEN"] = "127.0.0.1:\(port)"
+        let log = dataDirectory + "/failed.log"
+        let failed = try ChildProcess.start(BrokerExecutable.path, ["serve"], environment: environment, output: .file(log))
+        #expect(failed.wait() == 1)
+        let text = (try? String(contentsOfFile: log, encoding: .utf8)) ?? ""
+        #expect(text.contains("could not start") && text.contains("\"part\":\"http\""), "\(text)")
+        #expect(Self.postmaster(dataDirectory) == nil, "a failed start left the embedded PostgreSQL running: \(text)")
+    }
+
     @Test("another process on the cluster keeps it running; the one that ends last stops it")
     func lastOneStopsIt() throws {
         let (environment, dataDirectory) = try Self.embeddedEnvironment()

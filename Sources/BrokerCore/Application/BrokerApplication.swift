@@ -117,9 +117,20 @@ public final class BrokerApplication: Sendable {
         registerPoolMetrics()
     }
 
-    /// Starts everything in order; returns once the HTTP server listens.
+    /// Starts everything in order; returns once the HTTP server listens. When a part fails
+    /// (its port taken, say), the parts already started stop in reverse and the database
+    /// closes (stopping an embedded cluster nobody else uses) before the error is rethrown.
     public func start() throws {
-        for part in lifecycle { try part.start() }
+        for (index, part) in lifecycle.enumerated() {
+            do {
+                try part.start()
+            } catch {
+                logger.error("could not start", [("part", part.name), ("error", "\(error)")])
+                for started in lifecycle[..<index].reversed() { started.stop() }
+                database.close()
+                throw error
+            }
+        }
         logger.notice(
             "appleid-broker started",
             [("port", String(server.port)), ("roles", configuration.roles.sorted().map(\.rawValue).joined(separator: ","))])
