@@ -169,7 +169,7 @@ if fuzzing {
     package.targets.append(.target(name: "FuzzDriver", path: "Fuzz/FuzzDriver", swiftSettings: swiftSettings))
     let fuzzTargets: [(name: String, folder: String, dependencies: [Target.Dependency])] = [
         ("fuzz-jose", "FuzzJOSE", ["JOSE", "BrokerCrypto", "StrictJSON"]),
-        ("fuzz-notification", "FuzzNotification", ["BrokerCore", "StrictJSON"]),
+        ("fuzz-notification", "FuzzNotification", ["AppleID", "BrokerCore", "StrictJSON"]),
         ("fuzz-request-json", "FuzzRequestJSON", ["BrokerCore", "HTTPServer", "StrictJSON"]),
     ]
     for fuzz in fuzzTargets {

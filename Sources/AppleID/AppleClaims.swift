@@ -1,28 +1,76 @@
 import Foundation
 import StrictJSON
 
-/// The claim rules Apple's identity tokens and server-to-server notifications share, over
-/// the verified claims: `iss` exactly Apple's, an `aud` of ours, `iat` present and not in
-/// the future, `exp` not past (each time with the leeway). Written once, so the two
-/// cannot drift apart.
+/// The claims of a JWT Apple signed (identity token or server-to-server notification) and the
+/// rules both share: `iss` exactly Apple's, an `aud` of ours, `iat` present and not in the
+/// future, `exp` not past (each time with the leeway). Written once, so the two cannot drift
+/// apart.
+///
+/// Only the claims the broker reads are kept, by `Name`; the payload is still parsed whole
+/// and as strictly as any JSON here (duplicate names refused), but without building a
+/// dictionary: that is what holds identity-token validation above 0.8 of `openssl speed`
+/// (docs/benchmarks.md, "JWT validation").
 package struct AppleClaims {
     package static let issuer = "https://appleid.apple.com"
 
-    package let claims: [String: JSONValue]
+    /// The claims the broker reads.
+    package enum Name: Int, CaseIterable {
+        case iss, aud, exp, iat, nbf, sub, nonce, nonceSupported, email, emailVerified, isPrivateEmail, realUserStatus
+        case transferSub, jti, events
+
+        /// The claim's name in the JWT.
+        package var text: StaticString {
+            switch self {
+            case .iss: "iss"
+            case .aud: "aud"
+            case .exp: "exp"
+            case .iat: "iat"
+            case .nbf: "nbf"
+            case .sub: "sub"
+            case .nonce: "nonce"
+            case .nonceSupported: "nonce_supported"
+            case .email: "email"
+            case .emailVerified: "email_verified"
+            case .isPrivateEmail: "is_private_email"
+            case .realUserStatus: "real_user_status"
+            case .transferSub: "transfer_sub"
+            case .jti: "jti"
+            case .events: "events"
+            }
+        }
+    }
+
+    private static let names = Name.allCases.map(\.text)
+
+    /// By `Name.rawValue`; nil where the token has no such claim.
+    private let values: [JSONValue?]
     package let leeway: TimeInterval
     package let now: TimeInterval
 
-    package init(claims: [String: JSONValue], leeway: TimeInterval, now: TimeInterval) {
-        self.claims = claims
+    /// Reads a verified JWT's payload.
+    /// - Throws: `TokenRejection` (`token_malformed`) when it is not a strict JSON object.
+    package init(payload: [UInt8], leeway: TimeInterval, now: TimeInterval) throws {
+        do {
+            values = try JSONValue.members(ofObject: payload, named: Self.names)
+        } catch let error as JSONParseError {
+            throw TokenRejection.malformed(error.reason)
+        }
         self.leeway = leeway
         self.now = now
     }
 
-    package subscript(name: String) -> JSONValue? { claims[name] }
+    /// Claims already parsed (tests build them this way).
+    package init(claims: [String: JSONValue], leeway: TimeInterval, now: TimeInterval) {
+        values = Self.names.map { claims[$0.description] }
+        self.leeway = leeway
+        self.now = now
+    }
+
+    package subscript(name: Name) -> JSONValue? { values[name.rawValue] }
 
     /// `iss` must be `https://appleid.apple.com`, whatever `APPLE_BASE_URL` says.
     package func checkIssuer() throws {
-        guard claims["iss"]?.stringValue == Self.issuer else {
+        guard self[.iss]?.stringValue == Self.issuer else {
             throw TokenRejection(.tokenIssuerInvalid, "iss must be \(Self.issuer)")
         }
     }
@@ -30,7 +78,7 @@ package struct AppleClaims {
     /// The first audience `accepts` takes; `aud` may be a string or a list (RFC 7519 §4.1.3).
     package func audience(accepting accepts: (String) -> Bool) throws -> String {
         let audiences: [String]
-        switch claims["aud"] {
+        switch self[.aud] {
         case .string(let value)?: audiences = [value]
         case .array(let values)?: audiences = values.compactMap(\.stringValue)
         default: throw TokenRejection.malformed("aud is missing")
@@ -43,7 +91,7 @@ package struct AppleClaims {
 
     /// `iat`, required and not in the future.
     package func issuedAt() throws -> Int64 {
-        guard let issuedAt = claims["iat"]?.integerValue else { throw TokenRejection.malformed("iat is missing") }
+        guard let issuedAt = self[.iat]?.integerValue else { throw TokenRejection.malformed("iat is missing") }
         try check(issuedAt: issuedAt)
         return issuedAt
     }
@@ -62,7 +110,7 @@ package struct AppleClaims {
     /// - Returns: its value, nil when absent.
     @discardableResult
     package func expiry(required: Bool, what: String) throws -> Int64? {
-        guard let value = claims["exp"] else {
+        guard let value = self[.exp] else {
             if required { throw TokenRejection.malformed("exp is missing") }
             return nil
         }

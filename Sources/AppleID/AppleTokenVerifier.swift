@@ -49,6 +49,12 @@ public struct AppleTokenVerifier: Sendable {
         try verify(token) { try $0.claims() }
     }
 
+    /// The verified claims, as Apple's claim rules read them (`now` in seconds since 1970).
+    /// - Throws: as `verify(_:)`.
+    package func claims(of token: String, leeway: TimeInterval, now: TimeInterval) throws -> AppleClaims {
+        try verify(token) { try AppleClaims(payload: $0.payload, leeway: leeway, now: now) }
+    }
+
     private func verify<Claims>(_ token: String, read: (VerifiedJWS) throws -> Claims) throws -> Claims {
         do {
             return try read(verifier.verify(token) { header in

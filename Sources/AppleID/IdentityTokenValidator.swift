@@ -48,32 +48,32 @@ public struct IdentityTokenValidator: Sendable {
         -> AppleIdentity
     {
         let current = now().timeIntervalSince1970
-        let claims = AppleClaims(claims: try verifier.verify(token), leeway: leeway, now: current)
+        let claims = try verifier.claims(of: token, leeway: leeway, now: current)
         try claims.checkIssuer()
         let clientID = try claims.audience { clientIDs.contains($0) && (clientIDHint == nil || $0 == clientIDHint) }
         // Both times present before either is judged: a token lacking one is malformed, expired or not.
-        guard let expires = claims["exp"]?.integerValue else { throw TokenRejection.malformed("exp is missing") }
-        guard let issuedAt = claims["iat"]?.integerValue else { throw TokenRejection.malformed("iat is missing") }
+        guard let expires = claims[.exp]?.integerValue else { throw TokenRejection.malformed("exp is missing") }
+        guard let issuedAt = claims[.iat]?.integerValue else { throw TokenRejection.malformed("iat is missing") }
         try claims.check(expiry: expires, what: "the token")
         try claims.check(issuedAt: issuedAt)
-        if let notBefore = claims["nbf"] {
+        if let notBefore = claims[.nbf] {
             guard let value = notBefore.integerValue else { throw TokenRejection.malformed("nbf is not a number") }
             guard TimeInterval(value) - leeway <= current else { throw TokenRejection(.tokenNotYetValid, "nbf is in the future") }
         }
         if checkAge, current - TimeInterval(issuedAt) > maximumAge {
             throw TokenRejection(.tokenTooOld, "the token was issued more than \(Int(maximumAge)) s ago")
         }
-        guard let sub = claims["sub"]?.stringValue, !sub.isEmpty else { throw TokenRejection.malformed("sub is missing") }
+        guard let sub = claims[.sub]?.stringValue, !sub.isEmpty else { throw TokenRejection.malformed("sub is missing") }
 
         if let rawNonce {
-            switch claims["nonce"] {
+            switch claims[.nonce] {
             case .string(let nonce):
                 guard ConstantTime.equals(Array(nonce.utf8), Array(SHA256.hexHash(rawNonce).utf8)) else {
                     throw TokenRejection(.nonceMismatch, "nonce is not the hex SHA-256 of raw_nonce")
                 }
             case nil:
                 // Apple says nonce_supported=false means the platform could not carry one.
-                guard claims["nonce_supported"]?.lenientBoolValue == false else {
+                guard claims[.nonceSupported]?.lenientBoolValue == false else {
                     throw TokenRejection(.nonceMissing, "the token carries no nonce")
                 }
             default:
@@ -81,9 +81,9 @@ public struct IdentityTokenValidator: Sendable {
             }
         }
 
-        let email = claims["email"]?.stringValue
+        let email = claims[.email]?.stringValue
         let realUserStatus: String? =
-            switch claims["real_user_status"]?.integerValue {
+            switch claims[.realUserStatus]?.integerValue {
             case 0: "unsupported"
             case 1: "unknown"
             case 2: "likely_real"
@@ -91,9 +91,9 @@ public struct IdentityTokenValidator: Sendable {
             }
         return AppleIdentity(
             sub: sub, clientID: clientID, email: email,
-            emailVerified: claims["email_verified"]?.lenientBoolValue,
-            isPrivateEmail: claims["is_private_email"]?.lenientBoolValue ?? (email == nil ? nil : false),
-            realUserStatus: realUserStatus, transferSub: claims["transfer_sub"]?.stringValue,
+            emailVerified: claims[.emailVerified]?.lenientBoolValue,
+            isPrivateEmail: claims[.isPrivateEmail]?.lenientBoolValue ?? (email == nil ? nil : false),
+            realUserStatus: realUserStatus, transferSub: claims[.transferSub]?.stringValue,
             issuedAt: Date(timeIntervalSince1970: TimeInterval(issuedAt)),
             expiresAt: Date(timeIntervalSince1970: TimeInterval(expires)))
     }

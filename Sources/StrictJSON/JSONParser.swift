@@ -1,3 +1,7 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+
 /// A strict RFC 8259 JSON reader for JOSE headers, JWT claims and JWKs. It refuses what
 /// Foundation's decoders let through: duplicate member names in any object (RFC 7515 §4
 /// and RFC 7519 §4 ask for rejection; parsers that keep the last one are how "duplicate
@@ -20,6 +24,93 @@ enum JSONParser {
     }
 
     static func malformed(_ reason: String) -> JSONParseError { JSONParseError(reason: reason) }
+
+    static func duplicate(_ name: String) -> JSONParseError { malformed("duplicate member name \"\(name)\"") }
+
+    /// Parses text that must be one JSON object, as strictly as `parse` (every member checked,
+    /// duplicate names refused), and returns the values of the members `names` lists, in that
+    /// order, nil where absent. No dictionary and no String per name is built: this is how the
+    /// claims of every login's identity token are read (see docs/benchmarks.md).
+    /// - Parameter names: plain ASCII names.
+    static func members(of bytes: [UInt8], named names: [StaticString]) throws -> [JSONValue?] {
+        try bytes.withUnsafeBufferPointer { buffer in
+            var scanner = Scanner(bytes: buffer)
+            scanner.skipWhitespace()
+            guard scanner.index < buffer.count, buffer[scanner.index] == UInt8(ascii: "{") else {
+                throw malformed("not a JSON object")
+            }
+            var found = [JSONValue?](repeating: nil, count: names.count)
+            var seen = MemberNames(bytes: buffer)
+            try scanner.forEachMember(depth: 0) { name, value in
+                try seen.insert(name)
+                if let position = names.firstIndex(where: { name.equals($0, in: buffer) }) { found[position] = value }
+            }
+            scanner.skipWhitespace()
+            guard scanner.index == buffer.count else { throw malformed("trailing characters after the JSON value") }
+            return found
+        }
+    }
+
+    /// A member name as read: its bytes' place in the text when plain ASCII without escapes,
+    /// else decoded.
+    enum Name {
+        case plain(Range<Int>)
+        case decoded(String)
+
+        func string(in bytes: UnsafeBufferPointer<UInt8>) -> String {
+            switch self {
+            case .plain(let range): String(decoding: UnsafeBufferPointer(rebasing: bytes[range]), as: UTF8.self)
+            case .decoded(let name): name
+            }
+        }
+
+        /// Whether this is `wanted`, a plain ASCII name: byte equality for a plain name (for
+        /// ASCII that is what String's canonical equivalence comes to), String equality else.
+        func equals(_ wanted: StaticString, in bytes: UnsafeBufferPointer<UInt8>) -> Bool {
+            switch self {
+            case .plain(let range):
+                return range.count == wanted.utf8CodeUnitCount
+                    && memcmp(bytes.baseAddress! + range.lowerBound, wanted.utf8Start, range.count) == 0
+            case .decoded(let name):
+                return name == wanted.description
+            }
+        }
+    }
+
+    /// The names of one object's members so far, to refuse a duplicate as a dictionary's keys
+    /// would: plain names compare by their bytes while the object has at most `linearLimit`
+    /// members; past that (never a real token, but a hostile one), or once a name needed
+    /// decoding (then names compare as Strings: `"\u212A"` is `"K"`), every name goes into a
+    /// set, so the check stays linear in the text.
+    struct MemberNames {
+        static let linearLimit = 32
+        let bytes: UnsafeBufferPointer<UInt8>
+        private var plain: [Range<Int>] = []
+        private var all: Set<String>? = nil
+
+        init(bytes: UnsafeBufferPointer<UInt8>) {
+            self.bytes = bytes
+            plain.reserveCapacity(16)
+        }
+
+        mutating func insert(_ name: Name) throws {
+            if all == nil, case .plain(let range) = name, plain.count < Self.linearLimit {
+                for other in plain where other.count == range.count
+                    && memcmp(bytes.baseAddress! + other.lowerBound, bytes.baseAddress! + range.lowerBound, range.count) == 0
+                {
+                    throw duplicate(name.string(in: bytes))
+                }
+                plain.append(range)
+                return
+            }
+            if all == nil {
+                all = Set(plain.map { Name.plain($0).string(in: bytes) })
+                plain = []
+            }
+            let text = name.string(in: bytes)
+            guard all!.insert(text).inserted else { throw duplicate(text) }
+        }
+    }
 
     private struct Scanner {
         let bytes: UnsafeBufferPointer<UInt8>
@@ -56,25 +147,32 @@ enum JSONParser {
         }
 
         mutating func object(depth: Int) throws -> JSONValue {
-            index += 1
             var members: [String: JSONValue] = [:]
             members.reserveCapacity(16)
+            let text = bytes
+            try forEachMember(depth: depth) { name, member in
+                let name = name.string(in: text)
+                guard members.updateValue(member, forKey: name) == nil else { throw duplicate(name) }
+            }
+            return .object(members)
+        }
+
+        /// Reads the object at `index` (its `{`), handing each member to `body` in text order.
+        mutating func forEachMember(depth: Int, _ body: (Name, JSONValue) throws -> Void) throws {
+            index += 1
             skipWhitespace()
             if index < bytes.count, bytes[index] == UInt8(ascii: "}") {
                 index += 1
-                return .object(members)
+                return
             }
             while true {
                 skipWhitespace()
                 guard index < bytes.count, bytes[index] == UInt8(ascii: "\"") else { throw malformed("expected a member name") }
-                let name = try string()
+                let name = try self.name()
                 skipWhitespace()
                 guard index < bytes.count, bytes[index] == UInt8(ascii: ":") else { throw malformed("expected ':'") }
                 index += 1
-                let member = try value(depth: depth + 1)
-                guard members.updateValue(member, forKey: name) == nil else {
-                    throw malformed("duplicate member name \"\(name)\"")
-                }
+                try body(name, try value(depth: depth + 1))
                 skipWhitespace()
                 guard index < bytes.count else { throw malformed("unterminated object") }
                 if bytes[index] == UInt8(ascii: ",") {
@@ -83,7 +181,7 @@ enum JSONParser {
                 }
                 guard bytes[index] == UInt8(ascii: "}") else { throw malformed("expected ',' or '}'") }
                 index += 1
-                return .object(members)
+                return
             }
         }
 
@@ -112,24 +210,42 @@ enum JSONParser {
         /// Reads a string; escapes are decoded, so `"a"` and `"\u0061"` are the same member
         /// name. Most strings have no escape: those are sliced out without copying byte by byte.
         mutating func string() throws -> String {
-            index += 1
-            let start = index
+            let start = index + 1
+            if let plain = plainString() { return String(decoding: UnsafeBufferPointer(rebasing: bytes[plain]), as: UTF8.self) }
             var cursor = start
-            var ascii = true
-            while cursor < bytes.count {
-                let byte = bytes[cursor]
-                if byte == UInt8(ascii: "\"") {
-                    index = cursor + 1
-                    let slice = UnsafeBufferPointer(rebasing: bytes[start..<cursor])
-                    // ASCII needs no validation; anything else must be well-formed UTF-8.
-                    return ascii ? String(decoding: slice, as: UTF8.self) : try text(slice)
-                }
-                if byte == UInt8(ascii: "\\") || byte < 0x20 { break }
-                if byte >= 0x80 { ascii = false }
+            while cursor < bytes.count, bytes[cursor] != UInt8(ascii: "\""), bytes[cursor] != UInt8(ascii: "\\"), bytes[cursor] >= 0x20 {
                 cursor += 1
+            }
+            if cursor < bytes.count, bytes[cursor] == UInt8(ascii: "\"") {
+                // No escape, but not ASCII: it must be well-formed UTF-8.
+                index = cursor + 1
+                return try text(UnsafeBufferPointer(rebasing: bytes[start..<cursor]))
             }
             let decoded = try escapedString(from: start)
             return try decoded.withUnsafeBufferPointer { try text($0) }
+        }
+
+        /// A member name: where its bytes are when it is plain (ASCII, no escape: what every
+        /// JWT claim name is), else decoded.
+        mutating func name() throws -> Name {
+            if let plain = plainString() { return .plain(plain) }
+            return .decoded(try string())
+        }
+
+        /// The contents of the string at `index` when they are plain ASCII with no escape,
+        /// with `index` moved past it; nil, and `index` unmoved, otherwise.
+        mutating func plainString() -> Range<Int>? {
+            var cursor = index + 1
+            while cursor < bytes.count {
+                let byte = bytes[cursor]
+                if byte == UInt8(ascii: "\"") {
+                    defer { index = cursor + 1 }
+                    return (index + 1)..<cursor
+                }
+                if byte == UInt8(ascii: "\\") || byte < 0x20 || byte >= 0x80 { return nil }
+                cursor += 1
+            }
+            return nil
         }
 
         private mutating func escapedString(from start: Int) throws -> [UInt8] {

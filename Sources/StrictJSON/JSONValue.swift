@@ -105,6 +105,15 @@ public enum JSONValue: Sendable, Hashable, Codable {
         return object
     }
 
+    /// Parses a JSON object as strictly as `parseObject` and returns the values of the
+    /// members `names` lists, in that order (nil where absent), without building the whole
+    /// object: for reading a few members of a small object on a hot path (a JWT's claims).
+    /// - Parameter names: plain ASCII member names.
+    /// - Throws: `JSONParseError`, also when the text is JSON but not an object.
+    public static func members(ofObject bytes: [UInt8], named names: [StaticString]) throws -> [JSONValue?] {
+        try JSONParser.members(of: bytes, named: names)
+    }
+
     /// Compact JSON text with sorted member names (stable bytes to sign or compare).
     public func serialized() -> [UInt8] {
         var output: [UInt8] = []

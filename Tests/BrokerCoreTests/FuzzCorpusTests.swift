@@ -1,3 +1,4 @@
+import AppleID
 import BrokerCore
 import Foundation
 import HTTPServer
@@ -18,8 +19,7 @@ struct FuzzCorpusTests {
 
     static func notification(_ bytes: [UInt8]) throws -> AppleNotification {
         try NotificationReceiver.decode(
-            claims: try JSONValue.parseObject(bytes), clientIDs: ["com.example.app", "com.example.web"], leeway: 60,
-            now: Date(timeIntervalSince1970: 1_750_000_000))
+            claims: AppleClaims(payload: bytes, leeway: 60, now: 1_750_000_000), clientIDs: ["com.example.app", "com.example.web"])
     }
 
     @Test("notification claims: every seed decodes or is refused; events as a string or an object both read")

@@ -25,7 +25,9 @@ struct NotificationRuleTests {
             var claims = base
             change(&claims)
             do {
-                _ = try NotificationReceiver.decode(claims: claims, clientIDs: ["com.example.app"], leeway: 60, now: now)
+                _ = try NotificationReceiver.decode(
+                    claims: AppleClaims(payload: JSONValue.object(claims).serialized(), leeway: 60, now: now.timeIntervalSince1970),
+                    clientIDs: ["com.example.app"])
                 return "accept"
             } catch let rejection as TokenRejection {
                 return rejection.code.rawValue

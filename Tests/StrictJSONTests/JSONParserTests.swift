@@ -64,6 +64,40 @@ struct JSONParserTests {
         #expect(throws: JSONParseError.self) { try JSONValue.parseObject(Array("[1]".utf8)) }
     }
 
+    @Test("members(ofObject:named:) accepts exactly what parseObject accepts and reads the same values")
+    func selectedMembers() throws {
+        var cases = [
+            #"{"iss":"https://appleid.apple.com","aud":["a","b"],"exp":1796057647,"email_verified":"true","n":null}"#,
+            #"{"aud":"a","aud":"b"}"#, #"{"aud":"a","\u0061ud":"b"}"#, #"{"\u0061ud":"a"}"#, #"{"x":{"k":1,"k":2}}"#,
+            #"{"é":1,"e\u0301":2}"#, #"{"é":1,"\u00e9":2}"#, #"{"K":1,"\u212a":2}"#, "{\"\u{212A}\":1,\"K\":2}", #"{"\u212a":1}"#,
+            #"{"s":"\ud83c"}"#, #"{"s":"a\u0000b","t":"\n"}"#, #"{"abc":1,"abd":2}"#, #"{"abc":1,"abc":2}"#, #"{"a":01}"#,
+            #"{"a":-0.5e3,"b":[{}]}"#, #"{"t":true,"f":false,"z":null,"e":"","u":"é€","q":"a\"b","s":" x ","o":{"p":"é"}}"#,
+            #"{"a":tru}"#, #"{"a":1,}"#, #"{"a" 1}"#, #"{} x"#, "[1]", #""s""#, "{", "", " { } ", #"{"a":5.0e322}"#,
+            "{\"a\":\"\u{1}\"}", #"{"deep":"# + String(repeating: "[", count: 40) + String(repeating: "]", count: 40) + "}",
+        ]
+        // Past the 32 names compared one by one: distinct names, then one repeated at the
+        // end, then one repeated after an escaped name moved the check to a set.
+        let many = (0..<40).map { #""m\#($0)":\#($0)"# }
+        cases.append("{" + many.joined(separator: ",") + "}")
+        cases.append("{" + many.joined(separator: ",") + #","m3":0}"#)
+        cases.append(#"{"m1":1,"\u006d2":2,"m2":3}"#)
+        let names: [StaticString] = ["iss", "aud", "exp", "email_verified", "n", "K", "a", "m3", "m39", "absent"]
+        for text in cases {
+            let bytes = Array(text.utf8)
+            let strict = try? JSONValue.parseObject(bytes)
+            let selected = try? JSONValue.members(ofObject: bytes, named: names)
+            #expect((strict == nil) == (selected == nil), "\(text): parseObject \(strict == nil ? "refused" : "accepted"), members disagrees")
+            guard let strict, let selected else { continue }
+            for (position, name) in names.enumerated() {
+                #expect(selected[position] == strict[name.description], "\(text): \(name)")
+            }
+        }
+        // Invalid UTF-8 in a member not asked for is still refused.
+        #expect(throws: JSONParseError.self) {
+            try JSONValue.members(ofObject: [0x7B, 0x22, 0x62, 0x22, 0x3A, 0x22, 0xC3, 0x28, 0x22, 0x7D], named: ["a"])
+        }
+    }
+
     @Test("serialization is compact, sorted and round-trips through the parser")
     func serialization() throws {
         let value: JSONValue = .object(["b": "x\"y\n\u{1}", "a": .array([.integer(1), .double(0.5), .bool(false), .null])])

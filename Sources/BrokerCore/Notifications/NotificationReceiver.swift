@@ -144,32 +144,29 @@ public final class NotificationReceiver: Sendable {
         guard let payload = try? body.string("payload"), !payload.isEmpty else {
             throw Self.malformed("the body must be {\"payload\": \"<JWS>\"}")
         }
-        let claims: [String: JSONValue]
+        let claims: AppleClaims
         do {
-            claims = try verifier.verify(payload)
+            claims = try verifier.claims(of: payload, leeway: leeway, now: now().timeIntervalSince1970)
         } catch AppleKeyError.unavailable {
             throw BrokerError.appleUnavailable("Apple's signing keys cannot be fetched")
         }
-        return try Self.decode(claims: claims, clientIDs: clientIDs, leeway: leeway, now: now())
+        return try Self.decode(claims: claims, clientIDs: clientIDs)
     }
 
     /// The event in a notification's verified claims: issuer, audience, times and `jti`
     /// checked, `events` read whether Apple sent it as a JSON string or an object.
     /// Pure (the fuzz target `fuzz-notification` drives it with arbitrary claims).
-    package static func decode(
-        claims: [String: JSONValue], clientIDs: Set<String>, leeway: TimeInterval, now: Date
-    ) throws -> AppleNotification {
-        let claims = AppleClaims(claims: claims, leeway: leeway, now: now.timeIntervalSince1970)
+    package static func decode(claims: AppleClaims, clientIDs: Set<String>) throws -> AppleNotification {
         try claims.checkIssuer()
         let audience = try claims.audience(accepting: clientIDs.contains)
         let issuedAt = try claims.issuedAt()
         try claims.expiry(required: false, what: "the notification")
-        guard let jti = claims["jti"]?.stringValue, !jti.isEmpty, jti.utf8.count <= 256 else {
+        guard let jti = claims[.jti]?.stringValue, !jti.isEmpty, jti.utf8.count <= 256 else {
             throw TokenRejection.malformed("jti is missing")
         }
         // Apple sends `events` as a JSON string; its documentation shows an object. Both are read.
         let event: [String: JSONValue]
-        switch claims["events"] {
+        switch claims[.events] {
         case .string(let text)?:
             guard let parsed = try? JSONValue.parseObject(Array(text.utf8)) else {
                 throw Self.malformed("events is not a JSON object")
