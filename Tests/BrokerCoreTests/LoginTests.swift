@@ -51,6 +51,55 @@ struct LoginTests {
         #expect(try broker.count("SELECT count(*) FROM outbox_events WHERE type = 'user.created'") == 1)
     }
 
+    @Test("a repeat login writes nothing within the last-login resolution; past it, only last_login_at and last_verified_at, with no event")
+    func repeatLoginWrites() throws {
+        let broker = try TestBroker()
+        let minted = try broker.mint()
+        let first = try broker.login(["identity_token": minted.idToken])
+        #expect(first.status == 200, "\(first.bodyText)")
+        func identityRow() throws -> (version: String, lastLogin: Double, lastVerified: Double) {
+            let row = try broker.pool.query(
+                """
+                SELECT xmin::text AS version, extract(epoch FROM last_login_at)::float8 AS last_login,
+                       extract(epoch FROM last_verified_at)::float8 AS last_verified
+                FROM apple_identities
+                """
+            ).single()
+            return (try row.decode(String.self, "version"), try row.decode(Double.self, "last_login"), try row.decode(Double.self, "last_verified"))
+        }
+        let events = try broker.count("SELECT count(*) FROM outbox_events")
+        let created = try identityRow()
+
+        // Within the resolution (60 s by default): answered, the row untouched.
+        let again = try broker.login(["identity_token": try broker.mint { $0.sub = minted.sub }.idToken])
+        #expect(again.status == 200, "\(again.bodyText)")
+        #expect(again.json["user_id"] as? String == first.json["user_id"] as? String)
+        #expect(try identityRow().version == created.version, "a repeat login within the resolution wrote the identity")
+
+        // Past it: the two times move to now, nothing else changes, no event is written.
+        try broker.pool.query(
+            "UPDATE apple_identities SET last_login_at = now() - interval '2 minutes', last_verified_at = now() - interval '2 minutes'")
+        let aged = try identityRow()
+        let later = try broker.login(["identity_token": try broker.mint { $0.sub = minted.sub }.idToken])
+        #expect(later.status == 200, "\(later.bodyText)")
+        for field in ["user_id", "email", "email_verified", "is_private_email", "real_user_status", "refresh_token_stored"] {
+            #expect("\(later.json[field] ?? "nil")" == "\(first.json[field] ?? "nil")", "\(field)")
+        }
+        #expect(later.json["is_new_user"] as? Bool == false)
+        let touched = try identityRow()
+        #expect(touched.lastLogin > aged.lastLogin + 100, "last_login_at was not rewritten past the resolution")
+        #expect(touched.lastVerified > aged.lastVerified + 100, "last_verified_at was not rewritten past the resolution")
+        #expect(try broker.count("SELECT count(*) FROM outbox_events") == events)
+
+        // A change still goes through broker_login, stale or not: the token's e-mail (the
+        // stored one made to differ) is kept again and announced.
+        try broker.pool.query("UPDATE apple_identities SET email = 'old@privaterelay.appleid.com'")
+        let changed = try broker.login(["identity_token": try broker.mint { $0.sub = minted.sub }.idToken])
+        #expect(changed.status == 200, "\(changed.bodyText)")
+        #expect(changed.json["email"] as? String == minted.email)
+        #expect(try broker.count("SELECT count(*) FROM outbox_events WHERE type = 'identity.updated'") == 1)
+    }
+
     @Test("string booleans, a real address without is_private_email, and real_user_status map as documented")
     func claimVariants() throws {
         let broker = try TestBroker()

@@ -3,9 +3,10 @@ import BrokerCrypto
 import Foundation
 import PostgresClient
 
-/// The database side of a login: one call of `broker_login` (sql/0002_login.sql), which
-/// upserts the user and identity, stores the refresh token and writes the outbox events
-/// in one transaction.
+/// The database side of a login: one call of `broker_login` (sql/0002_login.sql, as replaced
+/// since), which upserts the user and identity, stores the refresh token and writes the
+/// outbox events in one transaction; a repeat login that changes nothing takes the fast path
+/// (`unchangedRepeatLogin`) instead.
 struct LoginStore: Sendable {
     let pool: PostgresPool
     let teamID: String
@@ -98,17 +99,22 @@ struct LoginStore: Sendable {
     }
 
     /// The fast path: a repeat login that changes nothing needs no write, so it is answered
-    /// by one read-only query; nil when broker_login must run (new identity, a change, a
-    /// stale last_login_at). A user whose deletion is pending is reported as such.
+    /// by one read-only query; one whose only change is a stale `last_login_at` by that query
+    /// and one UPDATE of the two columns `broker_login` would write (the same values, no
+    /// event). nil when broker_login must run (new identity, a change, a revoked consent). A
+    /// user whose deletion is pending is reported as such.
     private func unchangedRepeatLogin(_ identity: AppleIdentity, user: AppleUserField?) throws -> Record? {
+        // broker_identity_unchanged over a century is "nothing but the time changed"; with the
+        // resolution it is broker_login's own test, which is this and a recent last_login_at.
         guard let row = try pool.query(
             """
-            SELECT i.user_id, i.email, i.email_verified, i.is_private_email, i.real_user_status, u.status, i.unverified_email,
+            SELECT i.id, i.user_id, i.email, i.email_verified, i.is_private_email, i.real_user_status, u.status, i.unverified_email,
                    EXISTS (SELECT 1 FROM apple_tokens t WHERE t.identity_id = i.id AND t.revoked_at IS NULL) AS has_token,
                    broker_identity_unchanged(i, \(identity.clientID), g.identity_id IS NOT NULL,
                        \(identity.email), \(identity.emailVerified),
                        \(identity.isPrivateEmail), \(identity.realUserStatus), \(user?.name?.firstName),
-                       \(user?.name?.lastName), \(user?.email), \(String(lastLoginResolution) + " seconds")::interval) AS unchanged
+                       \(user?.name?.lastName), \(user?.email), interval '100 years') AS unchanged,
+                   i.last_login_at >= now() - \(String(lastLoginResolution) + " seconds")::interval AS recent
             FROM apple_identities i JOIN users u ON u.id = i.user_id
             LEFT JOIN apple_grants g
                 ON g.identity_id = i.id AND g.app_id = \(groups.group(of: identity.clientID).primary) AND g.consent = 'revoked'
@@ -122,7 +128,13 @@ struct LoginStore: Sendable {
             isPrivateEmail: try row.decode(Bool.self, "is_private_email"), realUserStatus: try row.decode(String?.self, "real_user_status"),
             refreshTokenStored: try row.decode(Bool.self, "has_token"), unverifiedEmail: try row.decode(String?.self, "unverified_email"),
             wroteThrough: false)
-        let unchanged = try row.decode(Bool?.self, "unchanged") ?? false
-        return status == "deleting" || unchanged ? record : nil
+        if status == "deleting" { return record }
+        guard try row.decode(Bool?.self, "unchanged") ?? false else { return nil }
+        if try row.decode(Bool?.self, "recent") ?? false { return record }
+        // Only last_login_at is stale. No row (purged meanwhile): broker_login decides.
+        let updated = try pool.query(
+            "UPDATE apple_identities SET last_login_at = now(), last_verified_at = now() WHERE id = \(try row.decode(UUID.self, "id"))"
+        ).affectedRows
+        return updated == 1 ? record : nil
     }
 }
