@@ -10,9 +10,13 @@ trap 'echo "$(basename "$0"): stopped: \"$BASH_COMMAND\" failed (line $LINENO); 
 # shellcheck source=../lib/stack.sh
 source "$(dirname "${BASH_SOURCE[0]}")/../lib/stack.sh"
 # One benchmark at a time per work directory: a second one would share its cluster, and its
-# figures would be taken while another heavy job runs.
-exec 9> "$WORK/.lock"
-flock -n 9 || { echo "$(basename "$0"): another benchmark is using $WORK; wait for it or set WORK" >&2; exit 1; }
+# figures would be taken while another heavy job runs. `make bench` runs the others under its
+# own lock (they inherit it, and must not take it again through a second open of the file).
+if [ "${BENCH_LOCK_HELD:-}" != "$WORK" ]; then
+  exec 9> "$WORK/.lock"
+  flock -n 9 || { echo "$(basename "$0"): another benchmark is using $WORK; wait for it or set WORK" >&2; exit 1; }
+  export BENCH_LOCK_HELD=$WORK
+fi
 RESULTS=$ROOT/bench-results
 PG_BIN=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)
 HZ=$(getconf CLK_TCK)
