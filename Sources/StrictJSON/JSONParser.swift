@@ -173,15 +173,7 @@ enum JSONParser {
                 guard index < bytes.count, bytes[index] == UInt8(ascii: ":") else { throw malformed("expected ':'") }
                 index += 1
                 try body(name, try value(depth: depth + 1))
-                skipWhitespace()
-                guard index < bytes.count else { throw malformed("unterminated object") }
-                if bytes[index] == UInt8(ascii: ",") {
-                    index += 1
-                    continue
-                }
-                guard bytes[index] == UInt8(ascii: "}") else { throw malformed("expected ',' or '}'") }
-                index += 1
-                return
+                guard try another(closing: UInt8(ascii: "}"), of: "object") else { return }
             }
         }
 
@@ -195,16 +187,21 @@ enum JSONParser {
             }
             while true {
                 elements.append(try value(depth: depth + 1))
-                skipWhitespace()
-                guard index < bytes.count else { throw malformed("unterminated array") }
-                if bytes[index] == UInt8(ascii: ",") {
-                    index += 1
-                    continue
-                }
-                guard bytes[index] == UInt8(ascii: "]") else { throw malformed("expected ',' or ']'") }
-                index += 1
-                return .array(elements)
+                guard try another(closing: UInt8(ascii: "]"), of: "array") else { return .array(elements) }
             }
+        }
+
+        /// After a member or an element: past a `,` (true: another follows) or past `closing`
+        /// (false: the object or array ends).
+        mutating func another(closing: UInt8, of container: String) throws -> Bool {
+            skipWhitespace()
+            guard index < bytes.count else { throw malformed("unterminated \(container)") }
+            let byte = bytes[index]
+            guard byte == UInt8(ascii: ",") || byte == closing else {
+                throw malformed("expected ',' or '\(Character(Unicode.Scalar(closing)))'")
+            }
+            index += 1
+            return byte == UInt8(ascii: ",")
         }
 
         /// Reads a string; escapes are decoded, so `"a"` and `"\u0061"` are the same member
