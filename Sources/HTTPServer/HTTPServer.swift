@@ -233,39 +233,48 @@ final class ServerCore: Sendable {
     /// Routes a complete request and turns whatever happens into a response.
     func respond(to request: HTTPRequest) -> (HTTPResponse, route: String) {
         var request = request
-        let response: HTTPResponse
         guard HTTPMethod.known.contains(request.method) else {
-            return (Problem.notImplemented.response(instance: request.path, requestID: request.requestID, typeBase: configuration.problemTypeBase), "unmatched")
+            return (answer(.notImplemented, path: request.path, requestID: request.requestID), "unmatched")
         }
         switch router.match(request.method, request.path) {
         case .notFound:
-            return (Problem.notFound(path: request.path).response(instance: request.path, requestID: request.requestID, typeBase: configuration.problemTypeBase), "unmatched")
+            return (answer(.notFound(path: request.path), path: request.path, requestID: request.requestID), "unmatched")
         case .methodNotAllowed(let allowed):
             let problem = Problem.methodNotAllowed(request.method, allowed: allowed)
-            return (problem.response(instance: request.path, requestID: request.requestID, typeBase: configuration.problemTypeBase), "unmatched")
+            return (answer(problem, path: request.path, requestID: request.requestID), "unmatched")
         case .found(let route, let parameters):
             request.pathParameters = parameters
             request.route = route.pattern
             do {
-                response = try route.handler(request)
-            } catch let problem as Problem {
-                response = problem.response(instance: request.path, requestID: request.requestID, typeBase: configuration.problemTypeBase)
-            } catch let error as JSONFieldError {
-                response = Problem.badRequest(error.detail).response(instance: request.path, requestID: request.requestID, typeBase: configuration.problemTypeBase)
+                return (try route.handler(request), route.pattern)
             } catch {
-                if let problem = errorMapper(error) {
-                    if problem.status >= 500 {
-                        request.logger.warning("request failed", [("route", route.pattern), ("error", "\(error)")])
-                    }
-                    response = problem.response(instance: request.path, requestID: request.requestID, typeBase: configuration.problemTypeBase)
-                } else {
-                    request.logger.error(
-                        "unhandled error", [("route", route.pattern), ("error_type", "\(type(of: error))"), ("error", "\(error)")])
-                    response = Problem.internalError.response(instance: request.path, requestID: request.requestID, typeBase: configuration.problemTypeBase)
-                }
+                let problem = problem(for: error, route: route.pattern, logger: request.logger)
+                return (answer(problem, path: request.path, requestID: request.requestID), route.pattern)
             }
-            return (response, route.pattern)
         }
+    }
+
+    /// What a handler's error answers: a `Problem` as it is, a JSON field error 400, anything
+    /// else what the error mapper makes of it or, when it knows nothing of it, 500 (logged).
+    private func problem(for error: any Error, route: String, logger: Logger) -> Problem {
+        switch error {
+        case let problem as Problem:
+            return problem
+        case let error as JSONFieldError:
+            return .badRequest(error.detail)
+        default:
+            if let problem = errorMapper(error) {
+                if problem.status >= 500 { logger.warning("request failed", [("route", route), ("error", "\(error)")]) }
+                return problem
+            }
+            logger.error("unhandled error", [("route", route), ("error_type", "\(type(of: error))"), ("error", "\(error)")])
+            return .internalError
+        }
+    }
+
+    /// `problem` as the response to a request for `path`, its `type` under the configured base.
+    func answer(_ problem: Problem, path: String, requestID: String) -> HTTPResponse {
+        problem.response(instance: path, requestID: requestID, typeBase: configuration.problemTypeBase)
     }
 
     /// The caller's `X-Request-Id` when it is a sane token, otherwise a fresh one.
@@ -352,8 +361,7 @@ private func finish(
     var response: HTTPResponse
     var route = "unmatched"
     if state.tooLarge {
-        response = Problem.payloadTooLarge(limit: core.configuration.maximumBodyBytes)
-            .response(instance: path, requestID: requestID, typeBase: core.configuration.problemTypeBase)
+        response = core.answer(.payloadTooLarge(limit: core.configuration.maximumBodyBytes), path: path, requestID: requestID)
         response.headers.set("Connection", "close")
     } else {
         let request = HTTPRequest(

@@ -207,39 +207,34 @@ enum JSONParser {
         /// Reads a string; escapes are decoded, so `"a"` and `"\u0061"` are the same member
         /// name. Most strings have no escape: those are sliced out without copying byte by byte.
         mutating func string() throws -> String {
-            let start = index + 1
-            if let plain = plainString() { return String(decoding: UnsafeBufferPointer(rebasing: bytes[plain]), as: UTF8.self) }
-            var cursor = start
-            while cursor < bytes.count, bytes[cursor] != UInt8(ascii: "\""), bytes[cursor] != UInt8(ascii: "\\"), bytes[cursor] >= 0x20 {
-                cursor += 1
+            guard let (contents, ascii) = unescaped() else {
+                let decoded = try escapedString(from: index + 1)
+                return try decoded.withUnsafeBufferPointer { try text($0) }
             }
-            if cursor < bytes.count, bytes[cursor] == UInt8(ascii: "\"") {
-                // No escape, but not ASCII: it must be well-formed UTF-8.
-                index = cursor + 1
-                return try text(UnsafeBufferPointer(rebasing: bytes[start..<cursor]))
-            }
-            let decoded = try escapedString(from: start)
-            return try decoded.withUnsafeBufferPointer { try text($0) }
+            index = contents.upperBound + 1
+            let slice = UnsafeBufferPointer(rebasing: bytes[contents])
+            // ASCII needs no validation; anything else must be well-formed UTF-8.
+            return ascii ? String(decoding: slice, as: UTF8.self) : try text(slice)
         }
 
         /// A member name: where its bytes are when it is plain (ASCII, no escape: what every
         /// JWT claim name is), else decoded.
         mutating func name() throws -> Name {
-            if let plain = plainString() { return .plain(plain) }
-            return .decoded(try string())
+            guard let (contents, ascii) = unescaped(), ascii else { return .decoded(try string()) }
+            index = contents.upperBound + 1
+            return .plain(contents)
         }
 
-        /// The contents of the string at `index` when they are plain ASCII with no escape,
-        /// with `index` moved past it; nil, and `index` unmoved, otherwise.
-        mutating func plainString() -> Range<Int>? {
+        /// Where the contents of the string at `index` (its opening quote) end, and whether they
+        /// are ASCII, when they hold no escape and no control character; nil otherwise.
+        func unescaped() -> (contents: Range<Int>, ascii: Bool)? {
             var cursor = index + 1
+            var ascii = true
             while cursor < bytes.count {
                 let byte = bytes[cursor]
-                if byte == UInt8(ascii: "\"") {
-                    defer { index = cursor + 1 }
-                    return (index + 1)..<cursor
-                }
-                if byte == UInt8(ascii: "\\") || byte < 0x20 || byte >= 0x80 { return nil }
+                if byte == UInt8(ascii: "\"") { return ((index + 1)..<cursor, ascii) }
+                if byte == UInt8(ascii: "\\") || byte < 0x20 { return nil }
+                if byte >= 0x80 { ascii = false }
                 cursor += 1
             }
             return nil

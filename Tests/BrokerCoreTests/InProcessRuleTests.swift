@@ -10,7 +10,8 @@ import TestSupport
 import Testing
 
 // The fast layer: rules checked in process, with no PostgreSQL and no socket, so a change
-// to a rule is known in seconds (`swift test --filter "in process"`).
+// to a rule is known in seconds (docs/testing.md: `swift test --filter
+// "AppleIDTests|NotificationRuleTests|ProblemMappingTests|SealedTokenTests"`).
 
 @Suite("Notification claim rules in process")
 struct NotificationRuleTests {

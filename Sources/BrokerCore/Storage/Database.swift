@@ -39,8 +39,6 @@ public final class Database: Sendable {
             embedded = cluster
             connection = cluster.connectionConfiguration
         }
-        // Every connection of this process carries its pid, so that `close()` can tell its own
-        // backends from other processes' (and operators can see who is connected).
         connection.applicationName = Self.applicationName
         do {
             let deadline = ContinuousClock.now + waitForServer

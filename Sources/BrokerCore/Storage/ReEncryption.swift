@@ -34,11 +34,11 @@ package struct ReEncryption: Sendable {
 
     /// One kind of sealed column: how to list candidates, how to name the associated data, how to write back.
     private struct Kind {
-        package var name: String
+        var name: String
         /// Selects `id` (text), `sealed`, `key_id` and `associated_data` (text) of the rows with id > $1 sealed with another key.
-        package var select: (String, String) -> PostgresQuery
-        package var update: (String, [UInt8], String, [UInt8], String) -> PostgresQuery
-        package var remaining: (String) -> PostgresQuery
+        var select: (String, String) -> PostgresQuery
+        var update: (String, [UInt8], String, [UInt8], String) -> PostgresQuery
+        var remaining: (String) -> PostgresQuery
     }
 
     private var kinds: [Kind] {

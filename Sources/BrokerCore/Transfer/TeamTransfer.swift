@@ -339,16 +339,16 @@ package struct TeamTransfer: Sendable {
 /// The `user.migration` access token, fetched when first needed and again before its hour
 /// runs out or when Apple refuses it.
 struct MigrationToken {
-    package let apple: AppleClient
-    package let clientID: String
+    let apple: AppleClient
+    let clientID: String
     private var token: (value: String, fetched: ContinuousClock.Instant)?
 
-    package init(apple: AppleClient, clientID: String) {
+    init(apple: AppleClient, clientID: String) {
         self.apple = apple
         self.clientID = clientID
     }
 
-    package mutating func call<T>(_ body: (String) throws -> T) throws -> T {
+    mutating func call<T>(_ body: (String) throws -> T) throws -> T {
         if token == nil || ContinuousClock.now - token!.fetched > .seconds(3000) {
             token = (try apple.migrationAccessToken(clientID: clientID), .now)
         }
@@ -363,12 +363,12 @@ struct MigrationToken {
 
 /// Spaces calls `1/rate` seconds apart (no limit for rate 0).
 struct Pacer {
-    package let interval: Duration
+    let interval: Duration
     private var next = ContinuousClock.now
 
-    package init(rate: Double) { interval = rate > 0 ? .nanoseconds(Int64(1e9 / rate)) : .zero }
+    init(rate: Double) { interval = rate > 0 ? .nanoseconds(Int64(1e9 / rate)) : .zero }
 
-    package mutating func wait() {
+    mutating func wait() {
         guard interval > .zero else { return }
         let now = ContinuousClock.now
         if next > now { Thread.sleep(forTimeInterval: (next - now).seconds) }
