@@ -81,7 +81,9 @@ public struct IdentityTokenValidator: Sendable {
             }
         }
 
-        let email = claims[.email]?.stringValue
+        // Managed Apple Accounts (Work & School) send `email` empty (protocol reference §10.5):
+        // no address, not an address "".
+        let email = claims[.email]?.stringValue.flatMap { $0.isEmpty ? nil : $0 }
         let realUserStatus: String? =
             switch claims[.realUserStatus]?.integerValue {
             case 0: "unsupported"

@@ -375,7 +375,12 @@ public final class AppleSimulator: Sendable {
         claims["nonce_supported"] = .bool(request?.nonceSupported ?? true)
         if let code { claims["c_hash"] = .string(Self.halfHash(code)) }
         if let accessToken { claims["at_hash"] = .string(Self.halfHash(accessToken)) }
-        if request?.omitEmail != true, let email = user.email {
+        if request?.managedAccount == true {
+            // Apple documents an empty email and email_verified false for these accounts.
+            claims["org_id"] = .string("org.\(user.sub.prefix(8))")
+            claims["email"] = ""
+            claims["email_verified"] = false
+        } else if request?.omitEmail != true, let email = user.email {
             let strings = request?.booleansAsStrings == true
             claims["email"] = .string(email)
             claims["email_verified"] = strings ? "true" : true

@@ -66,6 +66,9 @@ public struct TokenRequest: Sendable, Codable {
     public var issuer: String?
     /// Leave `real_user_status` out, as Apple does for web sign-ins.
     public var omitRealUserStatus: Bool?
+    /// A Managed Apple Account (Work & School, protocol reference §10.5): the token carries
+    /// `org_id`, and `email` empty with `email_verified` false, no `is_private_email`.
+    public var managedAccount: Bool?
 
     public init(clientID: String) { self.clientID = clientID }
 
@@ -87,6 +90,7 @@ public struct TokenRequest: Sendable, Codable {
         case redirectURI = "redirect_uri"
         case issuer = "iss"
         case omitRealUserStatus = "omit_real_user_status"
+        case managedAccount = "managed_account"
     }
 }
 
