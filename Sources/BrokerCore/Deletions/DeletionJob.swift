@@ -52,26 +52,16 @@ final class DeletionJob: Sendable {
             "deletion_apple_revocations_total",
             help: "Deletions by what they came to at Apple: revoked, already_invalid, skipped_apple_initiated, manual_required.",
             labels: ["outcome"])
-        let pool = store.pool
-        metrics.collect {
-            guard let row = try? pool.query(
-                """
-                SELECT count(*) FILTER (WHERE state IN ('requested', 'revoking', 'purging')) AS backlog,
-                       count(*) FILTER (WHERE state = 'failed') AS dead_letters,
-                       COALESCE(EXTRACT(EPOCH FROM now() - min(created_at) FILTER (WHERE state IN ('requested', 'revoking', 'purging'))), 0)
-                           AS oldest_age
-                FROM deletion_requests
-                """
-            ).first else { return [] }
+        metrics.collect { [store] in
+            guard let backlog = try? store.backlog() else { return [] }
             return [
-                CollectedSample(
-                    name: "deletion_backlog", help: "Deletion requests not yet done.", value: (try? row.decode(Double.self, "backlog")) ?? 0),
+                CollectedSample(name: "deletion_backlog", help: "Deletion requests not yet done.", value: backlog.pending),
                 CollectedSample(
                     name: "deletion_dead_letters", help: "Deletion requests that failed and wait for a retry.",
-                    value: (try? row.decode(Double.self, "dead_letters")) ?? 0),
+                    value: backlog.deadLetters),
                 CollectedSample(
                     name: "deletion_oldest_pending_age_seconds", help: "Age of the oldest pending deletion request.",
-                    value: (try? row.decode(Double.self, "oldest_age")) ?? 0),
+                    value: backlog.oldestPendingAgeSeconds),
             ]
         }
     }

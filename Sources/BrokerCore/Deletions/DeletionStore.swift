@@ -77,6 +77,28 @@ package struct DeletionStore: Sendable {
         self.hasher = hasher
     }
 
+    package struct Backlog: Sendable {
+        var pending: Double
+        var deadLetters: Double
+        var oldestPendingAgeSeconds: Double
+    }
+
+    /// Requests not yet done, dead-lettered ones, and the age of the oldest pending one, for `/metrics`.
+    func backlog() throws -> Backlog? {
+        guard let row = try pool.query(
+            """
+            SELECT count(*) FILTER (WHERE state IN ('requested', 'revoking', 'purging')) AS backlog,
+                   count(*) FILTER (WHERE state = 'failed') AS dead_letters,
+                   COALESCE(EXTRACT(EPOCH FROM now() - min(created_at) FILTER (WHERE state IN ('requested', 'revoking', 'purging'))), 0)
+                       AS oldest_age
+            FROM deletion_requests
+            """
+        ).first else { return nil }
+        return Backlog(
+            pending: (try? row.decode(Double.self, "backlog")) ?? 0, deadLetters: (try? row.decode(Double.self, "dead_letters")) ?? 0,
+            oldestPendingAgeSeconds: (try? row.decode(Double.self, "oldest_age")) ?? 0)
+    }
+
     /// Where a deletion request points.
     package enum Target {
         case user(UUID)

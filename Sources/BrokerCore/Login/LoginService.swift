@@ -11,7 +11,7 @@ public final class LoginService: Sendable {
     let validator: IdentityTokenValidator
     let apple: AppleClient
     let store: LoginStore
-    let ledger: CodeExchangeLedger
+    let ledger: CodeExchangeStore
     let tokenKeys: TokenKeyRing
     let teamID: String
     let settings: BrokerConfiguration.LoginSettings
@@ -37,7 +37,7 @@ public final class LoginService: Sendable {
         self.store = LoginStore(
             pool: pool, teamID: teamID, lastLoginResolution: settings.lastLoginResolutionSeconds,
             groups: groups, hasher: SubjectHasher(keys: tokenKeys))
-        self.ledger = CodeExchangeLedger(pool: pool)
+        self.ledger = CodeExchangeStore(pool: pool)
         self.tokenKeys = tokenKeys
         self.teamID = teamID
         self.settings = settings

@@ -48,7 +48,7 @@ struct LoginStore: Sendable {
             let record = try upsert(
                 connection, identity, user: user, sealedRefreshToken: sealedRefreshToken, validationJitterSeconds: validationJitterSeconds)
             guard record.outcome == "ok" else { return record }
-            try TeamTransfer.retireOldTeam(connection, userID: record.userID, teamID: teamID, transferSub: transferSub)
+            try TeamTransferStore.retireOldTeam(connection, userID: record.userID, teamID: teamID, transferSub: transferSub)
             return record
         }
     }
