@@ -123,14 +123,8 @@ package struct DeletionStore: Sendable {
         self.hasher = hasher
     }
 
-    package struct Backlog: Sendable {
-        var pending: Double
-        var deadLetters: Double
-        var oldestPendingAgeSeconds: Double
-    }
-
     /// Requests not yet done, dead-lettered ones, and the age of the oldest pending one, for `/metrics`.
-    func backlog() throws -> Backlog? {
+    func backlog() throws -> QueueBacklog? {
         guard let row = try pool.query(
             """
             SELECT count(*) FILTER (WHERE state IN ('requested', 'revoking', 'purging')) AS backlog,
@@ -140,9 +134,7 @@ package struct DeletionStore: Sendable {
             FROM deletion_requests
             """
         ).first else { return nil }
-        return Backlog(
-            pending: (try? row.decode(Double.self, "backlog")) ?? 0, deadLetters: (try? row.decode(Double.self, "dead_letters")) ?? 0,
-            oldestPendingAgeSeconds: (try? row.decode(Double.self, "oldest_age")) ?? 0)
+        return QueueBacklog(row)
     }
 
     /// Where a deletion request points.

@@ -64,14 +64,8 @@ struct WebhookDeliveryStore: Sendable {
             """)
     }
 
-    struct Backlog: Sendable {
-        var pending: Double
-        var deadLetters: Double
-        var oldestPendingAgeSeconds: Double
-    }
-
     /// Waiting and dead-lettered deliveries, and the age of the oldest waiting one, for `/metrics`.
-    func backlog() throws -> Backlog? {
+    func backlog() throws -> QueueBacklog? {
         guard let row = try pool.query(
             """
             SELECT count(*) FILTER (WHERE state = 'pending') AS backlog, count(*) FILTER (WHERE state = 'failed') AS dead_letters,
@@ -79,9 +73,7 @@ struct WebhookDeliveryStore: Sendable {
             FROM webhook_deliveries
             """
         ).first else { return nil }
-        return Backlog(
-            pending: (try? row.decode(Double.self, "backlog")) ?? 0, deadLetters: (try? row.decode(Double.self, "dead_letters")) ?? 0,
-            oldestPendingAgeSeconds: (try? row.decode(Double.self, "oldest_age")) ?? 0)
+        return QueueBacklog(row)
     }
 
     /// Delivered deliveries older than the retention, then events older than it with no

@@ -27,7 +27,6 @@ final class WebhookDispatcher: Sendable {
         var lease: Duration = .seconds(60)
     }
 
-    let pool: PostgresPool
     let deliveries: WebhookDeliveryStore
     let subscriptions: WebhookSubscriptionStore
     let transport: any HTTPTransport
@@ -40,7 +39,6 @@ final class WebhookDispatcher: Sendable {
         pool: PostgresPool, subscriptions: WebhookSubscriptionStore, transport: any HTTPTransport, settings: Settings,
         metrics: MetricsRegistry, logger: Logger
     ) {
-        self.pool = pool
         deliveries = WebhookDeliveryStore(pool: pool)
         self.subscriptions = subscriptions
         self.transport = transport
