@@ -20,6 +20,10 @@ public enum TestPostgres {
     /// The process-wide cluster.
     public static func cluster() throws -> EmbeddedPostgres { try shared.get() }
 
+    /// A new, empty database in the shared cluster (no schema, no `schema_migrations`): for
+    /// tests of the migrations themselves.
+    public static func emptyDatabase() throws -> PostgresConfiguration { try freshDatabase() }
+
     /// A new, empty database in the shared cluster.
     public static func freshDatabase() throws -> PostgresConfiguration {
         let cluster = try cluster()

@@ -1,0 +1,11 @@
+-- A deletion request remembers the apps its user was in (deletion_requests.client_ids), so
+-- the record and the user's events stay visible to those apps' limited keys after the
+-- purge. The trigger is created here, beside its function (see audit_log_append_only.sql).
+CREATE OR REPLACE FUNCTION broker_deletion_request_apps() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    NEW.client_ids := broker_user_client_ids(NEW.user_id);
+    RETURN NEW;
+END
+$$;
+CREATE OR REPLACE TRIGGER deletion_requests_apps BEFORE INSERT ON deletion_requests
+    FOR EACH ROW EXECUTE FUNCTION broker_deletion_request_apps();
