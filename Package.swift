@@ -120,7 +120,7 @@ let package = Package(
         // MARK: Tests
         .target(
             name: "TestSupport",
-            dependencies: ["PostgresClient", "EmbeddedPostgres", "HTTPClient", "ProcessRunner", "Observability"],
+            dependencies: ["PostgresClient", "EmbeddedPostgres", "HTTPClient", "ProcessRunner", "Observability", "BrokerCore"],
             path: "Tests/TestSupport",
             swiftSettings: swiftSettings
         ),
