@@ -18,6 +18,7 @@ Every answer is checked; exits 1 on the first wrong one, with the logs' tails.
 import argparse
 import base64
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -122,6 +123,7 @@ def main():
     new = Broker("current", options.current, env, work, *broker_ports[2:4])
     receiver = Receiver(receiver_port)
     services = [simulator, old.api, new.api]
+    succeeded = False
     try:
         simulator.start()
         wait_http(f"{sim}/sim/stats")
@@ -205,6 +207,7 @@ def main():
         check(receiver.bad_signatures == 0, f"{receiver.bad_signatures} deliveries with a bad signature")
         say(f"   {expected} events delivered with valid signatures")
         say("rolling upgrade: every answer right on both releases")
+        succeeded = True
         return 0
     except Failed as failure:
         print(f"rolling-upgrade: FAILED: {failure}", file=sys.stderr)
@@ -218,6 +221,9 @@ def main():
             service.kill()
         receiver.stop()
         postgres.stop()
+        # Kept when something failed: the logs are there.
+        if succeeded:
+            shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":
