@@ -26,18 +26,31 @@ public struct PostgresConfiguration: Sendable, Hashable {
         self.connectionString = connectionString
     }
 
-    /// Keywords and values for `PQconnectdbParams`. Ours come after the connection string
-    /// so that the session settings the decoder depends on always apply.
+    /// Keywords and values for `PQconnectdbParams`. No `options` startup parameter:
+    /// PgBouncer refuses it ("unsupported startup parameter: options"), and a pooler in
+    /// transaction mode would not keep session settings anyway; `sessionSettingsSQL` sends
+    /// them with every transaction instead. `application_name` and `client_encoding` are
+    /// startup parameters PgBouncer tracks and restores on whichever server it picks.
     func connectParameters() -> [(String, String)] {
-        var session = "-c client_min_messages=warning -c DateStyle=ISO -c TimeZone=UTC -c IntervalStyle=iso_8601 -c bytea_output=hex"
-        if let statementTimeoutMilliseconds {
-            session += " -c statement_timeout=\(statementTimeoutMilliseconds)"
-        }
-        return (applicationName.map { [("application_name", $0)] } ?? []) + [
+        (applicationName.map { [("application_name", $0)] } ?? []) + [
             ("connect_timeout", String(max(2, connectTimeoutSeconds))),
             ("dbname", connectionString),
             ("client_encoding", "UTF8"),
-            ("options", session),
         ]
+    }
+
+    /// The settings the decoder and the callers rely on, as one statement that sets them
+    /// for the current transaction only (`set_config(…, true)` is `SET LOCAL`). Sent with
+    /// every BEGIN and in the same pipeline as every autocommit statement, so nothing is
+    /// assumed to survive from one transaction to the next on a pooled server connection.
+    var sessionSettingsSQL: String {
+        var settings = [
+            ("DateStyle", "ISO"), ("TimeZone", "UTC"), ("IntervalStyle", "iso_8601"), ("bytea_output", "hex"),
+            ("client_min_messages", "warning"),
+        ]
+        if let statementTimeoutMilliseconds {
+            settings.append(("statement_timeout", String(statementTimeoutMilliseconds)))
+        }
+        return "SELECT " + settings.map { "set_config('\($0.0)', '\($0.1)', true)" }.joined(separator: ", ")
     }
 }

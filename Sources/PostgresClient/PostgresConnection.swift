@@ -5,11 +5,13 @@ import Glibc
 ///
 /// Not safe for concurrent use. It is `@unchecked Sendable` only so the pool can hand it
 /// from thread to thread; the pool gives each connection to one caller at a time.
-/// Statements are prepared once per connection and reused (`PQprepare` + `PQexecPrepared`).
+///
+/// Works through PgBouncer in transaction pooling: statements are unnamed (`PQexecParams`;
+/// PgBouncer 1.18 cannot route named prepared statements in that mode, SQLSTATE 42P05), and
+/// the session settings are sent with every transaction (`PostgresConfiguration.sessionSettingsSQL`).
 public final class PostgresConnection: @unchecked Sendable {
     private let handle: OpaquePointer
-    private var preparedStatements: [String: String] = [:]
-    private static let maximumPreparedStatements = 512
+    private let settingsSQL: String
     /// Set while COMMIT is in flight, so a connection failure then is reported as ambiguous.
     private var committing = false
     /// When the pool last handed this connection back.
@@ -40,6 +42,7 @@ public final class PostgresConnection: @unchecked Sendable {
         // default; they are not ours to print, and errors reach callers as PostgresError.
         PQsetNoticeProcessor(handle, ignoreNotice, nil)
         self.handle = handle
+        self.settingsSQL = configuration.sessionSettingsSQL
     }
 
     deinit { PQfinish(handle) }
@@ -50,13 +53,20 @@ public final class PostgresConnection: @unchecked Sendable {
     /// The server process id (for `pg_terminate_backend` in tests).
     public var backendPID: Int32 { PQbackendPID(handle) }
 
-    /// Runs one parameterised statement and returns its rows.
+    /// Runs one parameterised statement and returns its rows. Inside a transaction it is one
+    /// `PQexecParams`; outside one (autocommit) it goes in a pipeline behind the session
+    /// settings, so both run in one implicit transaction on one server connection, in one
+    /// round trip.
     @discardableResult
     public func query(_ query: PostgresQuery) throws -> PostgresRows {
-        let name = try statementName(for: query)
-        return try withBindPointers(query.binds) { values, lengths, formats in
-            let result = PQexecPrepared(handle, name, Int32(query.binds.count), values, lengths, formats, 0)
-            return try consume(result)
+        try withBindPointers(query.binds) { values, lengths, formats in
+            let count = Int32(query.binds.count)
+            guard PQtransactionStatus(handle) == PQTRANS_IDLE else {
+                return try consume(PQexecParams(handle, query.sql, count, nil, values, lengths, formats, 0))
+            }
+            return try pipelined { handle in
+                PQsendQueryParams(handle, query.sql, count, nil, values, lengths, formats, 0)
+            }
         }
     }
 
@@ -74,8 +84,9 @@ public final class PostgresConnection: @unchecked Sendable {
 
     // MARK: Transactions (used by PostgresPool.withTransaction)
 
+    /// BEGIN and the session settings in one simple-query round trip.
     func begin(_ isolation: PostgresIsolationLevel) throws {
-        try execute(isolation.beginStatement)
+        try execute(isolation.beginStatement + "; " + settingsSQL)
     }
 
     func commit() throws {
@@ -122,16 +133,36 @@ public final class PostgresConnection: @unchecked Sendable {
 
     // MARK: Internals
 
-    private func statementName(for query: PostgresQuery) throws -> String {
-        if let name = preparedStatements[query.sql] { return name }
-        if preparedStatements.count >= Self.maximumPreparedStatements {
-            try execute("DEALLOCATE ALL")
-            preparedStatements.removeAll()
+    /// Sends the settings, then `send`'s statement, then a Sync, and returns the statement's
+    /// rows. The extended protocol runs everything before a Sync in one implicit transaction,
+    /// so the `SET LOCAL`s apply to the statement and PgBouncer keeps one server for both.
+    private func pipelined(_ send: (OpaquePointer) -> Int32) throws -> PostgresRows {
+        guard PQenterPipelineMode(handle) == 1 else { throw connectionError(nil) }
+        defer { _ = PQexitPipelineMode(handle) }
+        guard PQsendQueryParams(handle, settingsSQL, 0, nil, nil, nil, nil, 0) == 1, send(handle) == 1,
+            PQpipelineSync(handle) == 1
+        else { throw connectionError(nil) }
+        // Results: settings, NULL, statement (or PGRES_PIPELINE_ABORTED), NULL, PGRES_PIPELINE_SYNC.
+        var outcomes: [Result<PostgresRows, any Error>] = []
+        var ends = 0
+        while true {
+            guard let result = PQgetResult(handle) else {
+                ends += 1
+                if !isOpen || ends > 2 { throw connectionError(nil) }
+                continue
+            }
+            if PQresultStatus(result) == PGRES_PIPELINE_SYNC {
+                PQclear(result)
+                break
+            }
+            outcomes.append(Result { try consume(result) })
         }
-        let name = "s\(preparedStatements.count + 1)"
-        try consume(PQprepare(handle, name, query.sql, Int32(query.binds.count), nil))
-        preparedStatements[query.sql] = name
-        return name
+        // The first failure is the cause (a failed setting aborts the statement behind it).
+        if let failure = outcomes.first(where: { if case .failure = $0 { true } else { false } }) {
+            _ = try failure.get()
+        }
+        guard outcomes.count == 2 else { throw connectionError(nil) }
+        return try outcomes[1].get()
     }
 
     /// Copies binds into C memory for the duration of one call.
