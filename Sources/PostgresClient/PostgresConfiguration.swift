@@ -12,6 +12,9 @@ public struct PostgresConfiguration: Sendable, Hashable {
     public var statementTimeoutMilliseconds: Int? = 30_000
     /// `application_name` shown in `pg_stat_activity`; nil sends none (libpq's default).
     public var applicationName: String?
+    /// Whether a pooler in transaction mode (PgBouncer) may give each transaction another
+    /// server session; nil finds out per connection (`PostgresConnection` says how).
+    public var transactionPooling: Bool?
 
     /// Validates `connectionString` with libpq's own parser.
     /// - Throws: `PostgresError.invalidConfiguration` with libpq's reason.
@@ -39,11 +42,11 @@ public struct PostgresConfiguration: Sendable, Hashable {
         ]
     }
 
-    /// The settings the decoder and the callers rely on, as one statement that sets them
-    /// for the current transaction only (`set_config(…, true)` is `SET LOCAL`). Sent with
-    /// every BEGIN and in the same pipeline as every autocommit statement, so nothing is
-    /// assumed to survive from one transaction to the next on a pooled server connection.
-    var sessionSettingsSQL: String {
+    /// The settings the decoder and the callers rely on, as one statement. `local` sets them
+    /// for the current transaction only (`set_config(…, true)` is `SET LOCAL`): through a
+    /// pooler it goes with every BEGIN and in the same pipeline as every autocommit
+    /// statement, so nothing is assumed to survive from one transaction to the next.
+    func sessionSettingsSQL(local: Bool) -> String {
         var settings = [
             ("DateStyle", "ISO"), ("TimeZone", "UTC"), ("IntervalStyle", "iso_8601"), ("bytea_output", "hex"),
             ("client_min_messages", "warning"),
@@ -51,6 +54,6 @@ public struct PostgresConfiguration: Sendable, Hashable {
         if let statementTimeoutMilliseconds {
             settings.append(("statement_timeout", String(statementTimeoutMilliseconds)))
         }
-        return "SELECT " + settings.map { "set_config('\($0.0)', '\($0.1)', true)" }.joined(separator: ", ")
+        return "SELECT " + settings.map { "set_config('\($0.0)', '\($0.1)', \(local))" }.joined(separator: ", ")
     }
 }

@@ -6,12 +6,20 @@ import Glibc
 /// Not safe for concurrent use. It is `@unchecked Sendable` only so the pool can hand it
 /// from thread to thread; the pool gives each connection to one caller at a time.
 ///
-/// Works through PgBouncer in transaction pooling: statements are unnamed (`PQexecParams`;
-/// PgBouncer 1.18 cannot route named prepared statements in that mode, SQLSTATE 42P05), and
-/// the session settings are sent with every transaction (`PostgresConfiguration.sessionSettingsSQL`).
+/// Directly connected, it sets the session settings once and prepares each statement once
+/// (`PQprepare` + `PQexecPrepared`). Through a pooler in transaction mode (PgBouncer) the
+/// session is not ours from one transaction to the next, so statements are unnamed
+/// (`PQexecParams`; PgBouncer 1.18 cannot route named prepared statements there, SQLSTATE
+/// 42P05) and the settings go with every transaction. Which one: a pooler answers the
+/// startup with a backend key of its own, so `PQbackendPID` differs from the server's
+/// `pg_backend_pid()`; directly they are the same process.
 public final class PostgresConnection: @unchecked Sendable {
     private let handle: OpaquePointer
-    private let settingsSQL: String
+    /// The settings for one transaction, when a pooler may switch sessions; nil when they
+    /// were set once for the session.
+    private var transactionSettingsSQL: String?
+    private var preparedStatements: [String: String] = [:]
+    private static let maximumPreparedStatements = 512
     /// Set while COMMIT is in flight, so a connection failure then is reported as ambiguous.
     private var committing = false
     /// When the pool last handed this connection back.
@@ -42,7 +50,22 @@ public final class PostgresConnection: @unchecked Sendable {
         // default; they are not ours to print, and errors reach callers as PostgresError.
         PQsetNoticeProcessor(handle, ignoreNotice, nil)
         self.handle = handle
-        self.settingsSQL = configuration.sessionSettingsSQL
+        // (A throw from here on still runs deinit, which finishes the handle.)
+        if configuration.transactionPooling ?? isBehindPooler() {
+            transactionSettingsSQL = configuration.sessionSettingsSQL(local: true)
+        } else {
+            try execute(configuration.sessionSettingsSQL(local: false))
+        }
+    }
+
+    /// True unless the server's own pid is the one the startup reported (or cannot be read).
+    private func isBehindPooler() -> Bool {
+        guard let result = PQexec(handle, "SELECT pg_backend_pid()") else { return true }
+        defer { PQclear(result) }
+        guard PQresultStatus(result) == PGRES_TUPLES_OK, PQntuples(result) == 1, let value = PQgetvalue(result, 0, 0) else {
+            return true
+        }
+        return Int32(String(cString: value)) != PQbackendPID(handle)
     }
 
     deinit { PQfinish(handle) }
@@ -53,22 +76,31 @@ public final class PostgresConnection: @unchecked Sendable {
     /// The server process id (for `pg_terminate_backend` in tests).
     public var backendPID: Int32 { PQbackendPID(handle) }
 
-    /// Runs one parameterised statement and returns its rows. Inside a transaction it is one
-    /// `PQexecParams`; outside one (autocommit) it goes in a pipeline behind the session
-    /// settings, so both run in one implicit transaction on one server connection, in one
+    /// Runs one parameterised statement and returns its rows. Through a pooler: inside a
+    /// transaction one `PQexecParams`; outside one (autocommit) in a pipeline behind the
+    /// settings, so both run in one implicit transaction on one server session, in one
     /// round trip.
     @discardableResult
     public func query(_ query: PostgresQuery) throws -> PostgresRows {
-        try withBindPointers(query.binds) { values, lengths, formats in
+        guard let settings = transactionSettingsSQL else {
+            let name = try statementName(for: query)
+            return try withBindPointers(query.binds) { values, lengths, formats in
+                try consume(PQexecPrepared(handle, name, Int32(query.binds.count), values, lengths, formats, 0))
+            }
+        }
+        return try withBindPointers(query.binds) { values, lengths, formats in
             let count = Int32(query.binds.count)
             guard PQtransactionStatus(handle) == PQTRANS_IDLE else {
                 return try consume(PQexecParams(handle, query.sql, count, nil, values, lengths, formats, 0))
             }
-            return try pipelined { handle in
+            return try pipelined(settings) { handle in
                 PQsendQueryParams(handle, query.sql, count, nil, values, lengths, formats, 0)
             }
         }
     }
+
+    /// Whether statements are unnamed and settings sent per transaction (a pooler in between).
+    public var isPooled: Bool { transactionSettingsSQL != nil }
 
     /// Runs SQL text with no parameters through the simple-query protocol. It may hold
     /// several statements (migrations); only the last result is returned.
@@ -84,9 +116,9 @@ public final class PostgresConnection: @unchecked Sendable {
 
     // MARK: Transactions (used by PostgresPool.withTransaction)
 
-    /// BEGIN and the session settings in one simple-query round trip.
+    /// BEGIN, and through a pooler the settings, in one simple-query round trip.
     func begin(_ isolation: PostgresIsolationLevel) throws {
-        try execute(isolation.beginStatement + "; " + settingsSQL)
+        try execute(isolation.beginStatement + (transactionSettingsSQL.map { "; " + $0 } ?? ""))
     }
 
     func commit() throws {
@@ -136,10 +168,10 @@ public final class PostgresConnection: @unchecked Sendable {
     /// Sends the settings, then `send`'s statement, then a Sync, and returns the statement's
     /// rows. The extended protocol runs everything before a Sync in one implicit transaction,
     /// so the `SET LOCAL`s apply to the statement and PgBouncer keeps one server for both.
-    private func pipelined(_ send: (OpaquePointer) -> Int32) throws -> PostgresRows {
+    private func pipelined(_ settings: String, _ send: (OpaquePointer) -> Int32) throws -> PostgresRows {
         guard PQenterPipelineMode(handle) == 1 else { throw connectionError(nil) }
         defer { _ = PQexitPipelineMode(handle) }
-        guard PQsendQueryParams(handle, settingsSQL, 0, nil, nil, nil, nil, 0) == 1, send(handle) == 1,
+        guard PQsendQueryParams(handle, settings, 0, nil, nil, nil, nil, 0) == 1, send(handle) == 1,
             PQpipelineSync(handle) == 1
         else { throw connectionError(nil) }
         // Results: settings, NULL, statement (or PGRES_PIPELINE_ABORTED), NULL, PGRES_PIPELINE_SYNC.
@@ -163,6 +195,18 @@ public final class PostgresConnection: @unchecked Sendable {
         }
         guard outcomes.count == 2 else { throw connectionError(nil) }
         return try outcomes[1].get()
+    }
+
+    private func statementName(for query: PostgresQuery) throws -> String {
+        if let name = preparedStatements[query.sql] { return name }
+        if preparedStatements.count >= Self.maximumPreparedStatements {
+            try execute("DEALLOCATE ALL")
+            preparedStatements.removeAll()
+        }
+        let name = "s\(preparedStatements.count + 1)"
+        try consume(PQprepare(handle, name, query.sql, Int32(query.binds.count), nil))
+        preparedStatements[query.sql] = name
+        return name
     }
 
     /// Copies binds into C memory for the duration of one call.

@@ -25,6 +25,8 @@ struct PgBouncerTests {
                 "DATABASE_LISTEN_URL": database.connectionString, "BROKER_SWEEP_INTERVAL_SECONDS": "1",
             ]) { $1 })
         let name = String(url.split(separator: "/").last!)
+        // PgBouncer's backend key is its own: the client finds out it is pooled.
+        #expect(try PostgresConnection(configuration: try PostgresConfiguration(connectionString: url)).isPooled)
 
         // Logins: new users, a repeat login, a second app.
         let (userID, sub) = try broker.signIn(clients: [TestBroker.clientID, TestBroker.webClientID])

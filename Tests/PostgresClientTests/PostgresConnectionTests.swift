@@ -114,13 +114,20 @@ struct PostgresConnectionTests {
     /// What PgBouncer in transaction pooling needs (issue 29 item 7): no `options` startup
     /// parameter, no named prepared statements, and the settings in every transaction,
     /// whatever the role's defaults say.
-    @Test("settings apply per transaction and per autocommit statement, without startup options or named statements")
+    @Test("through a pooler, settings apply per transaction and per autocommit statement, without startup options or named statements")
     func settingsPerTransaction() throws {
         var configuration = try TestPostgres.freshDatabase()
         let admin = try PostgresConnection(configuration: configuration)
+        #expect(!admin.isPooled, "a direct connection is recognised as one")
         let database = try admin.query("SELECT current_database() AS name").single().decode(String.self, "name")
         try admin.execute(
             "ALTER DATABASE \(database) SET TimeZone = 'Asia/Kolkata'; ALTER DATABASE \(database) SET DateStyle = 'SQL, DMY'")
+        // Directly connected, the settings are the session's, whatever the database's defaults.
+        let direct = try PostgresConnection(configuration: configuration)
+        let session = try direct.execute("SELECT current_setting('TimeZone') AS tz, current_setting('DateStyle') AS ds").single()
+        #expect(try session.decode(String.self, "tz") == "UTC")
+        #expect(try session.decode(String.self, "ds") == "ISO, DMY")
+        configuration.transactionPooling = true
         configuration.statementTimeoutMilliseconds = 250
         let pool = PostgresPool(configuration: .init(connection: configuration, maximumConnections: 1))
         let autocommit = try pool.query("SELECT current_setting('TimeZone') AS tz, current_setting('DateStyle') AS ds, now() AS at").single()
