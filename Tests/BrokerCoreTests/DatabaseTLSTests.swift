@@ -69,42 +69,42 @@ struct DatabaseTLSTests {
         return (cluster, port)
     }
 
-    static func url(port: Int, rootCertificate: String) -> String {
-        "postgres://broker@127.0.0.1:\(port)/postgres?sslmode=verify-full&sslrootcert=\(rootCertificate)&connect_timeout=5"
+    /// Runs `body` with a `DATABASE_URL` configuration (verify-full, trusting `authority`) for
+    /// a TLS cluster of its own, then removes the cluster and the certificates.
+    static func withTLSCluster(trusting authority: KeyPath<Certificates, String>, _ body: (PostgresConfiguration) throws -> Void) throws {
+        let certificates = try Certificates()
+        defer { try? FileManager.default.removeItem(atPath: certificates.directory) }
+        let (cluster, port) = try Self.tlsCluster(certificates)
+        defer {
+            try? cluster.stop()
+            try? FileManager.default.removeItem(atPath: (cluster.configuration.dataDirectory as NSString).deletingLastPathComponent)
+        }
+        try body(
+            try PostgresConfiguration(
+                connectionString: "postgres://broker@127.0.0.1:\(port)/postgres?sslmode=verify-full"
+                    + "&sslrootcert=\(certificates[keyPath: authority])&connect_timeout=5"))
     }
 
     @Test("verify-full with the server's CA connects over TLS; the broker serves logins through it")
     func verifiedConnection() throws {
-        let certificates = try Certificates()
-        defer { try? FileManager.default.removeItem(atPath: certificates.directory) }
-        let (cluster, port) = try Self.tlsCluster(certificates)
-        defer {
-            try? cluster.stop()
-            try? FileManager.default.removeItem(atPath: (cluster.configuration.dataDirectory as NSString).deletingLastPathComponent)
-        }
-        let configuration = try PostgresConfiguration(connectionString: Self.url(port: port, rootCertificate: certificates.ca))
-        let connection = try PostgresConnection(configuration: configuration)
-        let ssl = try connection.query("SELECT ssl, version FROM pg_stat_ssl WHERE pid = pg_backend_pid()").single()
-        #expect(try ssl.decode(Bool.self, "ssl") == true)
-        #expect(try ssl.decode(String.self, "version").hasPrefix("TLS"))
+        try Self.withTLSCluster(trusting: \.ca) { configuration in
+            let connection = try PostgresConnection(configuration: configuration)
+            let ssl = try connection.query("SELECT ssl, version FROM pg_stat_ssl WHERE pid = pg_backend_pid()").single()
+            #expect(try ssl.decode(Bool.self, "ssl") == true)
+            #expect(try ssl.decode(String.self, "version").hasPrefix("TLS"))
 
-        let broker = try TestBroker(database: configuration)
-        _ = try broker.signIn()
-        #expect(try broker.count("SELECT count(*) FROM users") == 1)
+            let broker = try TestBroker(database: configuration)
+            _ = try broker.signIn()
+            #expect(try broker.count("SELECT count(*) FROM users") == 1)
+        }
     }
 
     @Test("a server whose certificate another CA signed is refused, and the error says why")
     func wrongAuthority() throws {
-        let certificates = try Certificates()
-        defer { try? FileManager.default.removeItem(atPath: certificates.directory) }
-        let (cluster, port) = try Self.tlsCluster(certificates)
-        defer {
-            try? cluster.stop()
-            try? FileManager.default.removeItem(atPath: (cluster.configuration.dataDirectory as NSString).deletingLastPathComponent)
+        try Self.withTLSCluster(trusting: \.otherCA) { configuration in
+            let error = #expect(throws: PostgresError.self) { try PostgresConnection(configuration: configuration) }
+            #expect(error?.code == .connectionFailed)
+            #expect(error.map { "\($0)" }?.contains("certificate verify failed") == true, "\(String(describing: error))")
         }
-        let configuration = try PostgresConfiguration(connectionString: Self.url(port: port, rootCertificate: certificates.otherCA))
-        let error = #expect(throws: PostgresError.self) { try PostgresConnection(configuration: configuration) }
-        #expect(error?.code == .connectionFailed)
-        #expect(error.map { "\($0)" }?.contains("certificate verify failed") == true, "\(String(describing: error))")
     }
 }
