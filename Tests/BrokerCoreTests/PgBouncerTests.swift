@@ -82,4 +82,19 @@ struct PgBouncerTests {
         // PgBouncer's own words, not only `connection_failed`.
         #expect(error.map { "\($0)" }?.contains("authentication failed") == true, "\(String(describing: error))")
     }
+
+    @Test("a listener through PgBouncer says it hears nothing and names DATABASE_LISTEN_URL")
+    func listenerThroughPooler() throws {
+        let database = try TestPostgres.freshDatabase()
+        let bouncer = try TestPgBouncer(database: database)
+        let sink = LogSink.capturing(level: .warning)
+        let listener = PostgresListener(
+            configuration: try PostgresConfiguration(connectionString: try bouncer.url(for: database)),
+            logger: Logger(label: "listener", sink: sink))
+        listener.subscribe("wakeup") { _ in }
+        listener.start()
+        defer { listener.stop() }
+        for _ in 0..<100 where sink.capturedLines.isEmpty { Thread.sleep(forTimeInterval: 0.05) }
+        #expect(sink.capturedLines.contains { $0.contains("DATABASE_LISTEN_URL") }, "\(sink.capturedLines)")
+    }
 }
