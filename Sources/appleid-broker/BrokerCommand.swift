@@ -142,8 +142,11 @@ enum BrokerCommand {
         return try body(database)
     }
 
+    /// Writes to stderr with write(2): FileHandle traps when stderr is closed, and a message
+    /// nobody can read is not worth a crash.
     static func printError(_ text: String) {
-        FileHandle.standardError.write(Data((text + "\n").utf8))
+        let bytes = Array((text + "\n").utf8)
+        _ = bytes.withUnsafeBytes { write(2, $0.baseAddress, $0.count) }
     }
 }
 
