@@ -6,8 +6,9 @@ set -euo pipefail
 
 packages=(pkg-config libmicrohttpd-dev libpq-dev libssl-dev libcurl4-openssl-dev postgresql openssl)
 if [ "${1:-}" = "test" ]; then
-  # nodejs and golang-go run the integration examples (scripts/examples.sh).
-  packages+=(wrk procps python3 python3-venv prometheus nodejs golang-go)
+  # nodejs and golang-go run the integration examples (scripts/examples.sh); pgbouncer is
+  # started by PgBouncerTests in front of a test cluster (its service kept off like PostgreSQL's).
+  packages+=(wrk procps python3 python3-venv prometheus nodejs golang-go pgbouncer)
 fi
 
 missing=()
@@ -21,7 +22,8 @@ if [ ${#missing[@]} -gt 0 ]; then
     echo "bootstrap: run as root or install: apt-get install ${missing[*]}" >&2
     exit 1
   fi
-  # Keep the system PostgreSQL service from starting: the broker runs its own cluster.
+  # Keep the system PostgreSQL (and PgBouncer) services from starting: the broker and the
+  # tests run their own.
   policy=/usr/sbin/policy-rc.d
   created_policy=""
   if [ ! -e "$policy" ]; then

@@ -3,6 +3,7 @@ import Glibc
 import Observability
 import PostgresClient
 import ProcessRunner
+import Synchronization
 
 /// A private PostgreSQL cluster in a data directory, reachable only through a Unix socket
 /// owned by the service: what `appleid-broker serve` uses when `DATABASE_URL` is unset,
@@ -12,6 +13,16 @@ import ProcessRunner
 /// an unprivileged account (`postgres`, created by Debian's `postgresql` package, unless
 /// `Configuration.systemUser` says otherwise) through `runuser`, and the data directory
 /// is handed to that account.
+///
+/// The cluster never outlives the last process using it, however that process ends
+/// (SIGKILL included). Every process that starts or joins it holds a shared `flock` on
+/// `<dataDirectory>.users.lock` until it exits, and whoever starts the server also starts a
+/// watchdog, `flock --exclusive <that file> pg_ctl stop`, in a session of its own: the
+/// kernel drops a dead process's locks, so the watchdog's exclusive lock is granted the
+/// moment the last user is gone, and it stops the server. A death signal on the server
+/// (`setpriv --pdeathsig`) cannot do this: pg_ctl daemonizes the postmaster, whose parent
+/// is then init, and the server must stay up while any other process (a second broker, a
+/// CLI command) still uses it.
 public final class EmbeddedPostgres: Sendable {
     public struct Configuration: Sendable {
         /// The cluster's data directory (created if missing).
@@ -46,6 +57,12 @@ public final class EmbeddedPostgres: Sendable {
     private let binaries: String
     /// Directory of the server's Unix socket (short path: sockets are limited to 107 bytes).
     public let socketDirectory: String
+    /// This process's share of the users lock, once `start()` took it (closed in deinit).
+    private let use = Mutex<Int32?>(nil)
+
+    /// The lock file every user of the cluster holds shared (beside the data directory, which
+    /// belongs to the server's account).
+    public var usersLockPath: String { configuration.dataDirectory + ".users.lock" }
 
     /// Finds the binaries and prepares paths; starts nothing.
     /// - Throws: `Failure` with installation advice when the PostgreSQL binaries are missing.
@@ -81,6 +98,12 @@ public final class EmbeddedPostgres: Sendable {
                 + "dbname=\(Self.quote(configuration.database))")
     }
 
+    deinit {
+        use.withLock { descriptor in
+            if let descriptor { close(descriptor) }
+        }
+    }
+
     private var runsAsOtherUser: Bool { geteuid() == 0 }
 
     /// Initialises the cluster if needed and starts it unless it is already running.
@@ -88,6 +111,7 @@ public final class EmbeddedPostgres: Sendable {
     @discardableResult
     public func start() throws -> Bool {
         try prepareDirectories()
+        try holdUse()
         if !FileManager.default.fileExists(atPath: configuration.dataDirectory + "/PG_VERSION") {
             logger.info("initialising embedded PostgreSQL cluster", [("data_directory", configuration.dataDirectory)])
             try run(
@@ -108,6 +132,8 @@ public final class EmbeddedPostgres: Sendable {
         for (name, value) in configuration.settings.sorted(by: { $0.key < $1.key }) {
             options.append("-c \(name)=\(value)")
         }
+        // The watchdog first: killed between the two, this process leaves nothing running.
+        startWatchdog()
         try run(
             binaries + "/pg_ctl",
             ["-D", configuration.dataDirectory, "-l", configuration.dataDirectory + "/server.log",
@@ -136,6 +162,62 @@ public final class EmbeddedPostgres: Sendable {
     }
 
     // MARK: Internals
+
+    /// Takes this process's shared lock on `usersLockPath` (once). Blocks while a watchdog
+    /// holds it exclusively, i.e. while it is stopping the server: then this start begins
+    /// again from a stopped cluster.
+    private func holdUse() throws {
+        try use.withLock { held in
+            guard held == nil else { return }
+            // Close-on-exec: a child (pg_ctl, the postmaster) must not keep our share alive.
+            let descriptor = open(usersLockPath, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+            guard descriptor >= 0 else {
+                throw Failure("cannot open \(usersLockPath): \(String(cString: strerror(errno)))")
+            }
+            while flock(descriptor, LOCK_SH) != 0 {
+                guard errno == EINTR else {
+                    let reason = String(cString: strerror(errno))
+                    close(descriptor)
+                    throw Failure("cannot lock \(usersLockPath): \(reason)")
+                }
+            }
+            held = descriptor
+        }
+    }
+
+    /// Starts `flock --exclusive usersLockPath pg_ctl stop`, detached (its own session, so
+    /// neither Ctrl-C nor a closed terminal reaches it). It waits, blocked in the kernel,
+    /// until no process holds the lock shared, stops the server and exits.
+    private func startWatchdog() {
+        guard let flock = ["/usr/bin/flock", "/bin/flock"].first(where: { FileManager.default.isExecutableFile(atPath: $0) })
+        else {
+            logger.warning("util-linux flock not found: the embedded PostgreSQL may outlive a killed broker")
+            return
+        }
+        let stop = [binaries + "/pg_ctl", "-D", configuration.dataDirectory, "-m", "fast", "-w", "-t", "60", "stop"]
+        let (executable, arguments) = command(stop)
+        do {
+            _ = try ChildProcess.start(
+                flock, ["--exclusive", usersLockPath, executable] + arguments, environment: environment(), output: .null,
+                detached: true)
+        } catch {
+            logger.warning("cannot start the embedded PostgreSQL watchdog", [("error", "\(error)")])
+        }
+    }
+
+    /// The program and arguments that run `program` as the server's account.
+    private func command(_ program: [String]) -> (String, [String]) {
+        runsAsOtherUser
+            ? ("/usr/sbin/runuser", ["-u", configuration.systemUser, "--"] + program)
+            : (program[0], Array(program.dropFirst()))
+    }
+
+    private func environment() -> [String: String] {
+        var environment = ProcessInfo.processInfo.environment
+        environment["LC_ALL"] = "C.UTF-8"
+        environment.removeValue(forKey: "PGDATA")
+        return environment
+    }
 
     private func prepareDirectories() throws {
         let data = configuration.dataDirectory
@@ -168,16 +250,10 @@ public final class EmbeddedPostgres: Sendable {
     /// Runs a program (as the unprivileged account when root), throwing with its output on failure.
     @discardableResult
     private func run(_ program: String, _ arguments: [String], quiet: Bool = false) throws -> String {
-        var environment = ProcessInfo.processInfo.environment
-        environment["LC_ALL"] = "C.UTF-8"
-        environment.removeValue(forKey: "PGDATA")
-        let (executable, fullArguments) =
-            runsAsOtherUser
-            ? ("/usr/sbin/runuser", ["-u", configuration.systemUser, "--", program] + arguments)
-            : (program, arguments)
+        let (executable, fullArguments) = command([program] + arguments)
         let result: (status: Int32, output: String)
         do {
-            result = try ChildProcess.run(executable, fullArguments, environment: environment)
+            result = try ChildProcess.run(executable, fullArguments, environment: environment())
         } catch {
             throw Failure("cannot run \(program): \(error)")
         }

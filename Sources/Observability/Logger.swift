@@ -92,7 +92,13 @@ public struct Logger: Sendable {
 /// The destination of log lines: a file descriptor (stdout by default) and a threshold.
 ///
 /// Lines are written whole under a lock, so lines from different threads never interleave.
+/// A line that cannot be written (stdout closed, a log shipper gone: EPIPE with SIGPIPE
+/// ignored) is dropped and counted in `droppedLines`; logging never stops the service.
 public final class LogSink: Sendable {
+    /// Lines no sink of this process could write, since start (`broker_log_lines_dropped_total`).
+    public static var droppedLines: Int { dropped.load(ordering: .relaxed) }
+    private static let dropped = Atomic<Int>(0)
+
     public let level: Logger.Level
     private let descriptor: Int32
     private let capture: Lock<[String]?>
@@ -143,7 +149,12 @@ public final class LogSink: Sendable {
                 let written = bytes.withUnsafeMutableBytes { raw in
                     Glibc.write(descriptor, raw.baseAddress! + offset, raw.count - offset)
                 }
-                if written <= 0 { break }
+                if written < 0 && errno == EINTR { continue }
+                if written <= 0 {
+                    // EPIPE, EBADF, ENOSPC: the line is lost; the next one tries again.
+                    Self.dropped.add(1, ordering: .relaxed)
+                    break
+                }
                 offset += written
             }
             bytes.removeAll()

@@ -42,6 +42,10 @@ public enum ProcessMetrics {
             if let descriptors = try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd") {
                 samples.append(CollectedSample(name: "process_open_fds", help: "Open file descriptors.", value: Double(descriptors.count)))
             }
+            samples.append(CollectedSample(
+                name: "broker_log_lines_dropped_total",
+                help: "Log lines that could not be written (stdout or stderr closed) and were dropped.", type: .counter,
+                value: Double(LogSink.droppedLines)))
             var limit = rlimit()
             if getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0 {
                 samples.append(CollectedSample(name: "process_max_fds", help: "Maximum open file descriptors.", value: Double(limit.rlim_cur)))

@@ -12,6 +12,9 @@ public struct PostgresConfiguration: Sendable, Hashable {
     public var statementTimeoutMilliseconds: Int? = 30_000
     /// `application_name` shown in `pg_stat_activity`; nil sends none (libpq's default).
     public var applicationName: String?
+    /// Whether a pooler in transaction mode (PgBouncer) may give each transaction another
+    /// server session; nil finds out per connection (`PostgresConnection` says how).
+    public var transactionPooling: Bool?
 
     /// Validates `connectionString` with libpq's own parser.
     /// - Throws: `PostgresError.invalidConfiguration` with libpq's reason.
@@ -26,18 +29,31 @@ public struct PostgresConfiguration: Sendable, Hashable {
         self.connectionString = connectionString
     }
 
-    /// Keywords and values for `PQconnectdbParams`. Ours come after the connection string
-    /// so that the session settings the decoder depends on always apply.
+    /// Keywords and values for `PQconnectdbParams`. No `options` startup parameter:
+    /// PgBouncer refuses it ("unsupported startup parameter: options"), and a pooler in
+    /// transaction mode would not keep session settings anyway; `sessionSettingsSQL` sends
+    /// them with every transaction instead. `application_name` and `client_encoding` are
+    /// startup parameters PgBouncer tracks and restores on whichever server it picks.
     func connectParameters() -> [(String, String)] {
-        var session = "-c client_min_messages=warning -c DateStyle=ISO -c TimeZone=UTC -c IntervalStyle=iso_8601 -c bytea_output=hex"
-        if let statementTimeoutMilliseconds {
-            session += " -c statement_timeout=\(statementTimeoutMilliseconds)"
-        }
-        return (applicationName.map { [("application_name", $0)] } ?? []) + [
+        (applicationName.map { [("application_name", $0)] } ?? []) + [
             ("connect_timeout", String(max(2, connectTimeoutSeconds))),
             ("dbname", connectionString),
             ("client_encoding", "UTF8"),
-            ("options", session),
         ]
+    }
+
+    /// The settings the decoder and the callers rely on, as one statement. `local` sets them
+    /// for the current transaction only (`set_config(…, true)` is `SET LOCAL`): through a
+    /// pooler it goes with every BEGIN and in the same pipeline as every autocommit
+    /// statement, so nothing is assumed to survive from one transaction to the next.
+    func sessionSettingsSQL(local: Bool) -> String {
+        var settings = [
+            ("DateStyle", "ISO"), ("TimeZone", "UTC"), ("IntervalStyle", "iso_8601"), ("bytea_output", "hex"),
+            ("client_min_messages", "warning"),
+        ]
+        if let statementTimeoutMilliseconds {
+            settings.append(("statement_timeout", String(statementTimeoutMilliseconds)))
+        }
+        return "SELECT " + settings.map { "set_config('\($0.0)', '\($0.1)', \(local))" }.joined(separator: ", ")
     }
 }

@@ -5,9 +5,19 @@ import Glibc
 ///
 /// Not safe for concurrent use. It is `@unchecked Sendable` only so the pool can hand it
 /// from thread to thread; the pool gives each connection to one caller at a time.
-/// Statements are prepared once per connection and reused (`PQprepare` + `PQexecPrepared`).
+///
+/// Directly connected, it sets the session settings once and prepares each statement once
+/// (`PQprepare` + `PQexecPrepared`). Through a pooler in transaction mode (PgBouncer) the
+/// session is not ours from one transaction to the next, so statements are unnamed
+/// (`PQexecParams`; PgBouncer 1.18 cannot route named prepared statements there, SQLSTATE
+/// 42P05) and the settings go with every transaction. Which one: a pooler answers the
+/// startup with a backend key of its own, so `PQbackendPID` differs from the server's
+/// `pg_backend_pid()`; directly they are the same process.
 public final class PostgresConnection: @unchecked Sendable {
     private let handle: OpaquePointer
+    /// The settings for one transaction, when a pooler may switch sessions; nil when they
+    /// were set once for the session.
+    private var transactionSettingsSQL: String?
     private var preparedStatements: [String: String] = [:]
     private static let maximumPreparedStatements = 512
     /// Set while COMMIT is in flight, so a connection failure then is reported as ambiguous.
@@ -40,6 +50,22 @@ public final class PostgresConnection: @unchecked Sendable {
         // default; they are not ours to print, and errors reach callers as PostgresError.
         PQsetNoticeProcessor(handle, ignoreNotice, nil)
         self.handle = handle
+        // (A throw from here on still runs deinit, which finishes the handle.)
+        if configuration.transactionPooling ?? isBehindPooler() {
+            transactionSettingsSQL = configuration.sessionSettingsSQL(local: true)
+        } else {
+            try execute(configuration.sessionSettingsSQL(local: false))
+        }
+    }
+
+    /// True unless the server's own pid is the one the startup reported (or cannot be read).
+    private func isBehindPooler() -> Bool {
+        guard let result = PQexec(handle, "SELECT pg_backend_pid()") else { return true }
+        defer { PQclear(result) }
+        guard PQresultStatus(result) == PGRES_TUPLES_OK, PQntuples(result) == 1, let value = PQgetvalue(result, 0, 0) else {
+            return true
+        }
+        return Int32(String(cString: value)) != PQbackendPID(handle)
     }
 
     deinit { PQfinish(handle) }
@@ -50,15 +76,31 @@ public final class PostgresConnection: @unchecked Sendable {
     /// The server process id (for `pg_terminate_backend` in tests).
     public var backendPID: Int32 { PQbackendPID(handle) }
 
-    /// Runs one parameterised statement and returns its rows.
+    /// Runs one parameterised statement and returns its rows. Through a pooler: inside a
+    /// transaction one `PQexecParams`; outside one (autocommit) in a pipeline behind the
+    /// settings, so both run in one implicit transaction on one server session, in one
+    /// round trip.
     @discardableResult
     public func query(_ query: PostgresQuery) throws -> PostgresRows {
-        let name = try statementName(for: query)
+        guard let settings = transactionSettingsSQL else {
+            let name = try statementName(for: query)
+            return try withBindPointers(query.binds) { values, lengths, formats in
+                try consume(PQexecPrepared(handle, name, Int32(query.binds.count), values, lengths, formats, 0))
+            }
+        }
         return try withBindPointers(query.binds) { values, lengths, formats in
-            let result = PQexecPrepared(handle, name, Int32(query.binds.count), values, lengths, formats, 0)
-            return try consume(result)
+            let count = Int32(query.binds.count)
+            guard PQtransactionStatus(handle) == PQTRANS_IDLE else {
+                return try consume(PQexecParams(handle, query.sql, count, nil, values, lengths, formats, 0))
+            }
+            return try pipelined(settings) { handle in
+                PQsendQueryParams(handle, query.sql, count, nil, values, lengths, formats, 0)
+            }
         }
     }
+
+    /// Whether statements are unnamed and settings sent per transaction (a pooler in between).
+    public var isPooled: Bool { transactionSettingsSQL != nil }
 
     /// Runs SQL text with no parameters through the simple-query protocol. It may hold
     /// several statements (migrations); only the last result is returned.
@@ -74,8 +116,9 @@ public final class PostgresConnection: @unchecked Sendable {
 
     // MARK: Transactions (used by PostgresPool.withTransaction)
 
+    /// BEGIN, and through a pooler the settings, in one simple-query round trip.
     func begin(_ isolation: PostgresIsolationLevel) throws {
-        try execute(isolation.beginStatement)
+        try execute(isolation.beginStatement + (transactionSettingsSQL.map { "; " + $0 } ?? ""))
     }
 
     func commit() throws {
@@ -121,6 +164,38 @@ public final class PostgresConnection: @unchecked Sendable {
     }
 
     // MARK: Internals
+
+    /// Sends the settings, then `send`'s statement, then a Sync, and returns the statement's
+    /// rows. The extended protocol runs everything before a Sync in one implicit transaction,
+    /// so the `SET LOCAL`s apply to the statement and PgBouncer keeps one server for both.
+    private func pipelined(_ settings: String, _ send: (OpaquePointer) -> Int32) throws -> PostgresRows {
+        guard PQenterPipelineMode(handle) == 1 else { throw connectionError(nil) }
+        defer { _ = PQexitPipelineMode(handle) }
+        guard PQsendQueryParams(handle, settings, 0, nil, nil, nil, nil, 0) == 1, send(handle) == 1,
+            PQpipelineSync(handle) == 1
+        else { throw connectionError(nil) }
+        // Results: settings, NULL, statement (or PGRES_PIPELINE_ABORTED), NULL, PGRES_PIPELINE_SYNC.
+        var outcomes: [Result<PostgresRows, any Error>] = []
+        var ends = 0
+        while true {
+            guard let result = PQgetResult(handle) else {
+                ends += 1
+                if !isOpen || ends > 2 { throw connectionError(nil) }
+                continue
+            }
+            if PQresultStatus(result) == PGRES_PIPELINE_SYNC {
+                PQclear(result)
+                break
+            }
+            outcomes.append(Result { try consume(result) })
+        }
+        // The first failure is the cause (a failed setting aborts the statement behind it).
+        if let failure = outcomes.first(where: { if case .failure = $0 { true } else { false } }) {
+            _ = try failure.get()
+        }
+        guard outcomes.count == 2 else { throw connectionError(nil) }
+        return try outcomes[1].get()
+    }
 
     private func statementName(for query: PostgresQuery) throws -> String {
         if let name = preparedStatements[query.sql] { return name }

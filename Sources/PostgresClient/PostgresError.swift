@@ -50,6 +50,14 @@ public struct PostgresError: Error, Sendable, CustomStringConvertible, CustomDeb
         var text = "PostgresError.\(code)"
         if let sqlState { text += " (SQLSTATE \(sqlState)\(Self.conditionNames[sqlState].map { " \($0)" } ?? ""))" }
         if let constraint { text += " constraint \(constraint)" }
+        // A refused connection is named by the server's or libpq's reason (bad password, TLS
+        // verification, PgBouncer refusing a parameter): it quotes hosts, users and database
+        // names from the configuration, never request input, and without it the operator
+        // sees only `connection_failed`.
+        if code == .connectionFailed, let serverMessage {
+            text += ": " + serverMessage.split(whereSeparator: \.isNewline).map { $0.split(separator: " ").joined(separator: " ") }
+                .filter { !$0.isEmpty }.joined(separator: " ")
+        }
         return text
     }
 

@@ -53,6 +53,11 @@ public final class PostgresListener: Sendable {
         while !stopped.load(ordering: .acquiring) {
             do {
                 let connection = try PostgresConnection(configuration: configuration)
+                if connection.isPooled {
+                    // Through a transaction pooler the LISTEN stays on a server session that
+                    // is soon another client's: nothing arrives, waiters fall back to polling.
+                    logger.warning("LISTEN through a connection pooler receives no notifications; set DATABASE_LISTEN_URL to a direct connection")
+                }
                 let channels = handlers.withLock { Array($0.keys) }
                 for channel in channels {
                     try connection.execute("LISTEN \(channel)")

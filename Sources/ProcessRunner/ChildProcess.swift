@@ -14,6 +14,8 @@ public final class ChildProcess: @unchecked Sendable {
         case null
         /// Append to a file (created if missing).
         case file(String)
+        /// This open descriptor (a pipe's write end); the caller keeps and closes its own copy.
+        case descriptor(Int32)
     }
 
     /// A failure to start the program, or a non-zero exit of `run`.
@@ -58,25 +60,30 @@ public final class ChildProcess: @unchecked Sendable {
         return (child.wait(), String(decoding: output, as: UTF8.self))
     }
 
-    /// Starts `program` in the background with its own process group.
+    /// Starts `program` in the background with its own process group, or with `detached`
+    /// in a session of its own (no controlling terminal: it outlives a closed terminal).
     public static func start(
-        _ program: String, _ arguments: [String], environment: [String: String]? = nil, output: Output = .inherit
+        _ program: String, _ arguments: [String], environment: [String: String]? = nil, output: Output = .inherit,
+        detached: Bool = false
     ) throws -> ChildProcess {
         switch output {
         case .inherit:
-            return try spawn(program, arguments, environment: environment, outputDescriptor: nil)
+            return try spawn(program, arguments, environment: environment, outputDescriptor: nil, detached: detached)
         case .null:
-            return try start(program, arguments, environment: environment, output: .file("/dev/null"))
+            return try start(program, arguments, environment: environment, output: .file("/dev/null"), detached: detached)
         case .file(let path):
             let descriptor = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0o644)
             guard descriptor >= 0 else { throw Failure(description: "open \(path): \(errorText())") }
             defer { close(descriptor) }
-            return try spawn(program, arguments, environment: environment, outputDescriptor: descriptor)
+            return try spawn(program, arguments, environment: environment, outputDescriptor: descriptor, detached: detached)
+        case .descriptor(let descriptor):
+            return try spawn(program, arguments, environment: environment, outputDescriptor: descriptor, detached: detached)
         }
     }
 
     private static func spawn(
-        _ program: String, _ arguments: [String], environment: [String: String]?, outputDescriptor: Int32?
+        _ program: String, _ arguments: [String], environment: [String: String]?, outputDescriptor: Int32?,
+        detached: Bool = false
     ) throws -> ChildProcess {
         var actions = posix_spawn_file_actions_t()
         posix_spawn_file_actions_init(&actions)
@@ -89,12 +96,19 @@ public final class ChildProcess: @unchecked Sendable {
         var attributes = posix_spawnattr_t()
         posix_spawnattr_init(&attributes)
         defer { posix_spawnattr_destroy(&attributes) }
-        // Own process group (so a test can signal the whole tree) and default signal mask.
+        // Own process group (so a test can signal the whole tree), default signal mask, and
+        // SIGPIPE back to its default: an ignored signal stays ignored across exec, and the
+        // broker ignores SIGPIPE.
         var emptySet = sigset_t()
         sigemptyset(&emptySet)
         posix_spawnattr_setsigmask(&attributes, &emptySet)
+        var defaults = sigset_t()
+        sigemptyset(&defaults)
+        sigaddset(&defaults, SIGPIPE)
+        posix_spawnattr_setsigdefault(&attributes, &defaults)
         posix_spawnattr_setpgroup(&attributes, 0)
-        posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK))
+        let group = detached ? Self.spawnSetSID : Int32(POSIX_SPAWN_SETPGROUP)
+        posix_spawnattr_setflags(&attributes, Int16(group | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF))
 
         let argv = ([program] + arguments).map { strdup($0) } + [nil]
         defer { argv.forEach { free($0) } }
@@ -147,6 +161,9 @@ public final class ChildProcess: @unchecked Sendable {
         let signal = raw & 0x7F
         return signal == 0 ? (raw >> 8) & 0xFF : 128 + signal
     }
+
+    /// glibc's POSIX_SPAWN_SETSID (2.26+), which Swift does not see: it is behind _GNU_SOURCE.
+    private static let spawnSetSID: Int32 = 0x80
 
     private static func errorText() -> String { String(cString: strerror(errno)) }
 }

@@ -72,6 +72,7 @@ enum BrokerCommand {
         // Block SIGTERM/SIGINT before any thread exists, so every thread inherits the mask
         // and `serve` can wait for them with sigwait on this thread.
         TerminationSignals.block()
+        StandardStreams.secure()
         exit(run(Array(CommandLine.arguments.dropFirst()), environment: ProcessInfo.processInfo.environment))
     }
 
@@ -141,8 +142,11 @@ enum BrokerCommand {
         return try body(database)
     }
 
+    /// Writes to stderr with write(2): FileHandle traps when stderr is closed, and a message
+    /// nobody can read is not worth a crash.
     static func printError(_ text: String) {
-        FileHandle.standardError.write(Data((text + "\n").utf8))
+        let bytes = Array((text + "\n").utf8)
+        _ = bytes.withUnsafeBytes { write(2, $0.baseAddress, $0.count) }
     }
 }
 
@@ -167,5 +171,24 @@ enum TerminationSignals {
         sigaddset(&set, SIGTERM)
         sigaddset(&set, SIGINT)
         return set
+    }
+}
+
+/// The process's standard streams must never end it: a log shipper restarting, or
+/// `make run | tee log` and Ctrl-C, closes the read end of stdout.
+enum StandardStreams {
+    static func secure() {
+        // Writes to a closed pipe fail with EPIPE (LogSink drops and counts the line) instead
+        // of killing the process. posix_spawn children get SIGPIPE back (ChildProcess).
+        signal(SIGPIPE, SIG_IGN)
+        // Started with 0, 1 or 2 closed (`serve >&-`), the next socket or libpq connection
+        // would get that number and log lines would be written into it: hold them on /dev/null.
+        for descriptor: Int32 in 0...2 where fcntl(descriptor, F_GETFD) < 0 && errno == EBADF {
+            let null = open("/dev/null", descriptor == 0 ? O_RDONLY : O_WRONLY)
+            if null >= 0 && null != descriptor {
+                dup2(null, descriptor)
+                close(null)
+            }
+        }
     }
 }

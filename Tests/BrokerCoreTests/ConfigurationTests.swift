@@ -150,4 +150,16 @@ struct ConfigurationTests {
             try BrokerConfiguration.load(environment: ["TF_CLI_CONFIG_FILE": "/nonexistent/.terraformrc"], requireApple: false)
         }
     }
+
+    @Test("DATABASE_LISTEN_URL: the listener's direct connection, only beside DATABASE_URL")
+    func listenURL() throws {
+        let both = try BrokerConfiguration.load(
+            environment: ["DATABASE_URL": "postgres://broker@pgbouncer/broker", "DATABASE_LISTEN_URL": "postgres://broker@db/broker"],
+            requireApple: false)
+        #expect(both.databaseListenURL == "postgres://broker@db/broker")
+        let error = #expect(throws: BrokerConfiguration.Invalid.self) {
+            try BrokerConfiguration.load(environment: ["DATABASE_LISTEN_URL": "postgres://broker@db/broker"], requireApple: false)
+        }
+        #expect(error?.problems.first?.hasPrefix("DATABASE_LISTEN_URL:") == true)
+    }
 }

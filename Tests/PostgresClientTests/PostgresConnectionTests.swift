@@ -107,6 +107,45 @@ struct PostgresConnectionTests {
         let error = #expect(throws: PostgresError.self) { try PostgresConnection(configuration: configuration) }
         #expect(error?.code == .connectionFailed)
         #expect(error?.isUnavailable == true)
+        // The reason is in the description, not only the code (issue 29 item 7).
+        #expect(error.map { "\($0)" }?.contains("/nonexistent-socket-dir") == true)
+    }
+
+    /// What PgBouncer in transaction pooling needs (issue 29 item 7): no `options` startup
+    /// parameter, no named prepared statements, and the settings in every transaction,
+    /// whatever the role's defaults say.
+    @Test("through a pooler, settings apply per transaction and per autocommit statement, without startup options or named statements")
+    func settingsPerTransaction() throws {
+        var configuration = try TestPostgres.freshDatabase()
+        let admin = try PostgresConnection(configuration: configuration)
+        #expect(!admin.isPooled, "a direct connection is recognised as one")
+        let database = try admin.query("SELECT current_database() AS name").single().decode(String.self, "name")
+        try admin.execute(
+            "ALTER DATABASE \(database) SET TimeZone = 'Asia/Kolkata'; ALTER DATABASE \(database) SET DateStyle = 'SQL, DMY'")
+        // Directly connected, the settings are the session's, whatever the database's defaults.
+        let direct = try PostgresConnection(configuration: configuration)
+        let session = try direct.execute("SELECT current_setting('TimeZone') AS tz, current_setting('DateStyle') AS ds").single()
+        #expect(try session.decode(String.self, "tz") == "UTC")
+        #expect(try session.decode(String.self, "ds") == "ISO, DMY")
+        configuration.transactionPooling = true
+        configuration.statementTimeoutMilliseconds = 250
+        let pool = PostgresPool(configuration: .init(connection: configuration, maximumConnections: 1))
+        let autocommit = try pool.query("SELECT current_setting('TimeZone') AS tz, current_setting('DateStyle') AS ds, now() AS at").single()
+        let autocommitAt = try autocommit.decode(Date.self, "at")
+        #expect(try autocommit.decode(String.self, "tz") == "UTC")
+        #expect(try autocommit.decode(String.self, "ds") == "ISO, DMY")
+        #expect(abs(autocommitAt.timeIntervalSinceNow) < 60)
+        let inside = try pool.withTransaction { try $0.query("SELECT current_setting('statement_timeout') AS t").single() }
+        #expect(try inside.decode(String.self, "t") == "250ms")
+        let error = #expect(throws: PostgresError.self) { try pool.query("SELECT pg_sleep(2)") }
+        #expect(error?.sqlState == "57014")
+        try pool.withConnection { connection in
+            let prepared = try connection.query("SELECT count(*) AS n FROM pg_prepared_statements").single()
+            #expect(try prepared.decode(Int.self, "n") == 0)
+            // Outside our statements the session keeps the database default: nothing was set for the session.
+            let session = try connection.execute("SHOW TimeZone").single()
+            #expect(try session.decode(String.self, "TimeZone") == "Asia/Kolkata")
+        }
     }
 
     @Test("a malformed DATABASE_URL is rejected with libpq's reason")

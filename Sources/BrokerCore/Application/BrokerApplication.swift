@@ -53,7 +53,7 @@ public final class BrokerApplication: Sendable {
         try GrantAlignment.align(database.pool, groups: appleSettings.appGroups)
         let metrics = MetricsRegistry()
         self.metrics = metrics
-        listener = PostgresListener(configuration: database.connection, logger: logger.labelled("listener"))
+        listener = PostgresListener(configuration: database.listenConnection, logger: logger.labelled("listener"))
         let parts = BrokerParts(
             configuration: configuration, apple: appleSettings, tokenKeys: tokenKeys, pool: database.pool, metrics: metrics,
             logger: logger, transport: transport)

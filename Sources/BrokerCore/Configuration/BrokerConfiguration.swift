@@ -7,6 +7,9 @@ import Observability
 public struct BrokerConfiguration: Sendable {
     /// `DATABASE_URL`; nil runs an embedded PostgreSQL in `dataDirectory/postgres`.
     public var databaseURL: String?
+    /// `DATABASE_LISTEN_URL`: a direct connection (not through a transaction-pooling
+    /// PgBouncer, which cannot keep a LISTEN) for notifications; nil uses `databaseURL`.
+    public var databaseListenURL: String?
     /// `BROKER_LISTEN`, `host:port`.
     public var listen: String = "127.0.0.1:8080"
     /// `BROKER_METRICS_LISTEN`, `host:port`: serve `/metrics` there, and only there; nil
@@ -214,6 +217,10 @@ public struct BrokerConfiguration: Sendable {
         var reader = EnvironmentReader(environment)
         var configuration = BrokerConfiguration()
         configuration.databaseURL = reader.string("DATABASE_URL")
+        configuration.databaseListenURL = reader.string("DATABASE_LISTEN_URL")
+        if configuration.databaseListenURL != nil && configuration.databaseURL == nil {
+            reader.problem("DATABASE_LISTEN_URL: only with DATABASE_URL (the embedded PostgreSQL needs no other)")
+        }
         configuration.listen = reader.string("BROKER_LISTEN") ?? configuration.listen
         if !configuration.listen.contains(":") {
             reader.problem("BROKER_LISTEN: expected host:port such as 127.0.0.1:8080, got '\(configuration.listen)'")
@@ -446,7 +453,7 @@ struct EnvironmentReader {
 
     /// The secrets that may also come from a file: `NAME_FILE` stands for `NAME` when `NAME`
     /// is unset (the Docker and Kubernetes secrets convention).
-    static let fileBackedNames = ["DATABASE_URL", "TOKEN_ENCRYPTION_KEY"]
+    static let fileBackedNames = ["DATABASE_URL", "DATABASE_LISTEN_URL", "TOKEN_ENCRYPTION_KEY"]
 
     init(_ environment: [String: String]) {
         var merged = environment

@@ -7,15 +7,19 @@ import PostgresClient
 /// `BROKER_DATA_DIR/postgres` when that is unset. Opening it applies pending migrations.
 public final class Database: Sendable {
     public let connection: PostgresConfiguration
+    /// Where the notification listener connects: `DATABASE_LISTEN_URL`, or `connection`.
+    /// LISTEN belongs to a session, which PgBouncer in transaction pooling does not keep.
+    public let listenConnection: PostgresConfiguration
     public let pool: PostgresPool
     private let embedded: EmbeddedPostgres?
     private let logger: Logger
 
     private init(
-        connection: PostgresConfiguration, pool: PostgresPool, embedded: EmbeddedPostgres?,
-        logger: Logger
+        connection: PostgresConfiguration, listenConnection: PostgresConfiguration, pool: PostgresPool,
+        embedded: EmbeddedPostgres?, logger: Logger
     ) {
         self.connection = connection
+        self.listenConnection = listenConnection
         self.pool = pool
         self.embedded = embedded
         self.logger = logger
@@ -40,6 +44,11 @@ public final class Database: Sendable {
             connection = cluster.connectionConfiguration
         }
         connection.applicationName = Self.applicationName
+        var listenConnection = connection
+        if let url = configuration.databaseListenURL {
+            listenConnection = try PostgresConfiguration(connectionString: url)
+            listenConnection.applicationName = Self.applicationName
+        }
         do {
             let deadline = ContinuousClock.now + waitForServer
             while true {
@@ -60,7 +69,7 @@ public final class Database: Sendable {
         poolConfiguration.acquireTimeout = .milliseconds(configuration.databaseAcquireTimeoutMilliseconds)
         let pool = PostgresPool(configuration: poolConfiguration, logger: logger.labelled("postgres"))
         return Database(
-            connection: connection, pool: pool, embedded: embedded, logger: logger)
+            connection: connection, listenConnection: listenConnection, pool: pool, embedded: embedded, logger: logger)
     }
 
     /// `application_name` of every connection of this process: its pid, so that `close()`
