@@ -4,7 +4,7 @@ import PostgresClient
 import StrictJSON
 
 /// Where a webhook delivery is (`webhook_deliveries.state`).
-enum DeliveryState: String, Sendable, CaseIterable, PostgresDecodable {
+package enum DeliveryState: String, Sendable, CaseIterable, PostgresDecodable {
     case pending, delivered, failed
 }
 
@@ -12,7 +12,7 @@ extension WebhookSubscriptionStore {
     /// The newest 500 deliveries, optionally in one state, as `GET /v1/webhook-deliveries`
     /// lists them; `owner` (a limited key's id) sees only its subscriptions' deliveries.
     /// `last_error` is a category (`timeout`, `address_not_allowed`, …), never a receiver's text.
-    func deliveries(state: DeliveryState?, ownedBy owner: String?) throws -> [JSONValue] {
+    package func deliveries(state: DeliveryState?, ownedBy owner: String?) throws -> [JSONValue] {
         try pool.query(
             """
             SELECT d.id, d.event_id, e.type, d.subscription_id, d.state, d.attempts, d.last_status, d.last_error,
@@ -39,7 +39,7 @@ extension WebhookSubscriptionStore {
     }
 
     /// Puts a failed delivery back in the queue as new; false when it is not `failed` (or not the owner's).
-    func redrive(delivery id: Int64, ownedBy owner: String?) throws -> Bool {
+    package func redrive(delivery id: Int64, ownedBy owner: String?) throws -> Bool {
         try pool.query(
             """
             UPDATE webhook_deliveries

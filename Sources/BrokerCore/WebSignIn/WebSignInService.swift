@@ -20,7 +20,7 @@ import StrictJSON
 /// 3. `redeem` gives the app backend the login answer for that code, once.
 ///
 /// Browsers only ever go to Apple or to a `return_to` registered for the client id.
-final class WebSignInService: Sendable {
+package final class WebSignInService: Sendable {
     let settings: BrokerConfiguration.WebSignInSettings?
     let appleBaseURL: String
     let store: WebSignInStore
@@ -28,7 +28,7 @@ final class WebSignInService: Sendable {
     let keys: TokenKeyRing
     private let outcomes: CounterFamily
 
-    init(
+    package init(
         settings: BrokerConfiguration.WebSignInSettings?, appleBaseURL: String, store: WebSignInStore, login: LoginService,
         keys: TokenKeyRing, metrics: MetricsRegistry
     ) {
@@ -48,7 +48,7 @@ final class WebSignInService: Sendable {
     static let invalidState = BrokerError(.invalidState, "the state is unknown, already used or expired")
 
     /// The URL of Apple's authorization page for a new sign-in.
-    func authorize(clientID: String?, returnTo: String?, appState: String?) throws -> String {
+    package func authorize(clientID: String?, returnTo: String?, appState: String?) throws -> String {
         guard let settings else { throw Self.notConfigured }
         guard let clientID, !clientID.isEmpty else { throw BrokerError.invalidRequest("query parameter `client_id` is required") }
         guard let returnTo, !returnTo.isEmpty else { throw BrokerError.invalidRequest("query parameter `return_to` is required") }
@@ -74,7 +74,7 @@ final class WebSignInService: Sendable {
 
     /// Where a browser that met an error can go back to: the `return_to` of a state this
     /// broker sealed, or a `return_to` given with its client id, when it is registered now.
-    func returnTo(state: String?, clientID: String?, returnTo: String?) -> String? {
+    package func returnTo(state: String?, clientID: String?, returnTo: String?) -> String? {
         guard let settings else { return nil }
         if let state, let opened = WebSignInState.open(state, keys: keys) {
             return settings.returnURLs[opened.clientID]?.contains(opened.returnTo) == true ? opened.returnTo : nil
@@ -96,7 +96,7 @@ final class WebSignInService: Sendable {
     private struct StateAlreadyUsed: Error {}
 
     /// Handles Apple's form post and answers where the browser goes next.
-    func callback(form fields: [String: String]) throws -> String {
+    package func callback(form fields: [String: String]) throws -> String {
         guard let settings else { throw Self.notConfigured }
         guard let stateText = fields["state"], !stateText.isEmpty else {
             // Whether Apple sends `state` with a cancel is unconfirmed (protocol reference
@@ -168,7 +168,7 @@ final class WebSignInService: Sendable {
     }
 
     /// The login answer for a result code, once.
-    func redeem(_ code: String, by key: APIKey) throws -> JSONValue {
+    package func redeem(_ code: String, by key: APIKey) throws -> JSONValue {
         guard settings != nil else { throw Self.notConfigured }
         // A key limited to other apps may not take this sign-in's answer (nor spend its code).
         if key.reach != nil, code.utf8.count <= 256, let clientID = try store.clientID(ofResult: code), !key.reaches(clientID) {

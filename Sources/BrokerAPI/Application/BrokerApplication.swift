@@ -1,4 +1,5 @@
 import AppleID
+import BrokerCore
 import Foundation
 import HTTPClient
 import HTTPServer
@@ -95,7 +96,7 @@ public final class BrokerApplication: Sendable {
             metrics: metrics, errorMapper: ProblemCatalog.problem(for:))
         metricsServer = configuration.metricsListen.map { Self.metricsServer(listen: $0, metrics: metrics, logger: logger) }
         ProcessMetrics.register(on: metrics)
-        let commit = EmbeddedFiles.text(named: "build-commit") ?? "unknown"
+        let commit = BuildResources.commit
         metrics.collect {
             [CollectedSample(
                 name: "appleid_broker_build_info", help: "The running build: version and commit (always 1).",
