@@ -48,6 +48,7 @@ public final class BrokerApplication: Sendable {
         guard let appleSettings = configuration.apple, let tokenKeys = configuration.tokenKeys else {
             throw BrokerConfiguration.Invalid(problems: ["serve needs the Apple settings and TOKEN_ENCRYPTION_KEY"])
         }
+        let serverConfiguration = try Self.serverConfiguration(configuration)
         self.configuration = configuration
         self.logger = logger
         database = try Database.open(configuration, logger: logger)
@@ -92,7 +93,7 @@ public final class BrokerApplication: Sendable {
 
         routes = router.routes.map { "\($0.method) \($0.pattern)" }
         server = HTTPServer(
-            configuration: Self.serverConfiguration(configuration), router: router, logger: logger.labelled("http"),
+            configuration: serverConfiguration, router: router, logger: logger.labelled("http"),
             metrics: metrics, errorMapper: ProblemCatalog.problem(for:))
         metricsServer = configuration.metricsListen.map { Self.metricsServer(listen: $0, metrics: metrics, logger: logger) }
         ProcessMetrics.register(on: metrics)
@@ -152,8 +153,14 @@ public final class BrokerApplication: Sendable {
         logger.notice("appleid-broker stopped")
     }
 
-    private static func serverConfiguration(_ configuration: BrokerConfiguration) -> HTTPServer.Configuration {
+    private static func serverConfiguration(_ configuration: BrokerConfiguration) throws -> HTTPServer.Configuration {
         var server = HTTPServer.Configuration()
+        server.trustedProxies = try configuration.trustedProxies.map { text in
+            guard let range = ClientAddress.Range(text) else {
+                throw BrokerConfiguration.Invalid(problems: ["BROKER_TRUSTED_PROXIES: expected CIDRs such as 10.0.0.0/8 or fd00::/8, got '\(text)'"])
+            }
+            return range
+        }
         server.listen = configuration.listen
         server.workerThreads = configuration.httpThreads
         server.maximumBodyBytes = configuration.maximumBodyBytes

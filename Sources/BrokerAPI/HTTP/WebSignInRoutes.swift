@@ -12,52 +12,53 @@ import StrictJSON
 /// `return_to` is known; anything else gets the problem as JSON.
 enum WebSignInRoutes {
     static func register(on router: inout Router, service: WebSignInService, keys: APIKeyAuthenticator, perAddress: RateLimiter) {
-        router.get("/v1/apple/web/authorize") { request in
-            let clientID = request.query["client_id"]
-            let returnTo = request.query["return_to"]
-            return try forBrowsers(request, service: service, clientID: clientID, returnTo: returnTo) {
-                try perAddress.check(address: request.remoteAddress)
-                let location = try service.authorize(clientID: clientID, returnTo: returnTo, appState: request.query["app_state"])
+        // The page outside the budget, so a browser over it gets a page too.
+        router.group(BrowserPages(service: service), AddressBudget(perAddress)) { router in
+            router.get("/v1/apple/web/authorize") { request in
+                let location = try service.authorize(
+                    clientID: request.query["client_id"], returnTo: request.query["return_to"], appState: request.query["app_state"])
                 return redirect(to: location, status: 302)
             }
-        }
-        router.post("/v1/apple/web/callback") { request in
-            let fields = FormEncoding.fields(String(decoding: request.body, as: UTF8.self))
-            return try forBrowsers(request, service: service, state: fields["state"], cancelled: fields["error"] != nil) {
-                try perAddress.check(address: request.remoteAddress)
+            router.post("/v1/apple/web/callback") { request in
                 guard request.mediaType == "application/x-www-form-urlencoded" else {
                     throw Problem(
                         status: 415, code: "unsupported_media_type", title: "Unsupported media type",
                         detail: "Apple posts the callback as application/x-www-form-urlencoded")
                 }
                 // 303: the browser follows a form POST's redirect with a GET.
-                return redirect(to: try service.callback(form: fields), status: 303)
+                return redirect(to: try service.callback(form: FormEncoding.fields(String(decoding: request.body, as: UTF8.self))), status: 303)
             }
         }
-        router.post("/v1/apple/web/redeem", keys.protect(.login) { request, key in
-            .json(try service.redeem(try request.jsonObject().requiredString("result_code"), by: key))
-        })
+        router.group(keys.requiring(.login)) { router in
+            router.post("/v1/apple/web/redeem", authenticated { request, key in
+                .json(try service.redeem(try request.jsonObject().requiredString("result_code"), by: key))
+            })
+        }
     }
 
     static func redirect(to location: String, status: Int) -> HTTPResponse {
         HTTPResponse(status: status, headers: ["Location": location, "Cache-Control": "no-store", "Referrer-Policy": "no-referrer"])
     }
 
-    /// Runs `body`; a problem becomes a page when a browser asked.
-    private static func forBrowsers(
-        _ request: HTTPRequest, service: WebSignInService, state: String? = nil, cancelled: Bool = false, clientID: String? = nil,
-        returnTo: String? = nil, _ body: () throws -> HTTPResponse
-    ) throws -> HTTPResponse {
-        do {
-            return try body()
-        } catch where request.prefersHTML {
-            guard let problem = (error as? Problem) ?? ProblemCatalog.problem(for: error) else { throw error }
-            let back = service.returnTo(state: state, clientID: clientID, returnTo: returnTo)
-            return HTMLPage.response(
-                status: problem.status, title: cancelled ? "Sign-in cancelled" : pageTitle(problem.code),
-                message: cancelled ? "Sign in with Apple was cancelled. Go back to the app to try again." : pageMessage(problem),
-                link: back.map { ($0, "Back to the app") },
-                headers: HTTPHeaders(problem.headers.map { ($0.key, $0.value) }))
+    /// A problem becomes a page when a browser asked (the authorize query's app and
+    /// `return_to`, or the callback form's `state`, find the way back to the app).
+    struct BrowserPages: HTTPMiddleware {
+        let service: WebSignInService
+
+        func handle(_ request: HTTPRequest, next: HTTPHandler) throws -> HTTPResponse {
+            do {
+                return try next(request)
+            } catch where request.prefersHTML {
+                guard let problem = (error as? Problem) ?? ProblemCatalog.problem(for: error) else { throw error }
+                let form = request.method == .post ? FormEncoding.fields(String(decoding: request.body, as: UTF8.self)) : [:]
+                let cancelled = form["error"] != nil
+                let back = service.returnTo(state: form["state"], clientID: request.query["client_id"], returnTo: request.query["return_to"])
+                return HTMLPage.response(
+                    status: problem.status, title: cancelled ? "Sign-in cancelled" : pageTitle(problem.code),
+                    message: cancelled ? "Sign in with Apple was cancelled. Go back to the app to try again." : pageMessage(problem),
+                    link: back.map { ($0, "Back to the app") },
+                    headers: HTTPHeaders(problem.headers.map { ($0.key, $0.value) }))
+            }
         }
     }
 
