@@ -30,8 +30,8 @@ public final class HTTPServer: Sendable {
         public var connectionTimeoutSeconds: Int = 30
         /// Most simultaneous connections.
         public var connectionLimit: Int = 1024
-        /// Most simultaneous connections from one IP address; 0 = no limit (behind a proxy,
-        /// where every connection comes from the proxy's address).
+        /// Most simultaneous connections from one client address, IPv6 per /64 (`ConnectionCap`);
+        /// 0 = no limit. Trusted proxies are not capped.
         public var connectionsPerAddress: Int = 0
         /// Seconds a connection may take to send a request's headers, counted from when it
         /// opens or its previous response went out; 0 = no deadline (idle timeout only).
@@ -122,11 +122,12 @@ public final class HTTPServer: Sendable {
                 connection_memory_limit: configuration.connectionMemoryBytes,
                 connection_limit: UInt32(configuration.connectionLimit),
                 listen_backlog: 1024,
-                per_ip_connection_limit: UInt32(max(0, configuration.connectionsPerAddress)),
+                accept_policy: core.connectionCap == nil ? nil : serverAcceptPolicy,
+                accept_policy_cls: core.connectionCap.map { Unmanaged.passUnretained($0).toOpaque() },
                 handler: serverAccessHandler, handler_cls: context,
                 completed: serverRequestCompleted, completed_cls: context,
-                connection_notify: core.headerDeadline == nil ? nil : serverConnectionNotify,
-                connection_notify_cls: core.headerDeadline.map { Unmanaged.passUnretained($0).toOpaque() },
+                connection_notify: core.headerDeadline == nil && core.connectionCap == nil ? nil : serverConnectionNotify,
+                connection_notify_cls: context,
                 tls_key_pem: keyPEM, tls_cert_pem: certificatePEM)
             return cbroker_mhd_start(&options)
         }
@@ -216,6 +217,8 @@ final class ServerCore: Sendable {
     let inFlight = Atomic<Int>(0)
     let shuttingDown = Atomic<Bool>(false)
     let headerDeadline: HeaderDeadline?
+    /// `connectionsPerAddress`, when set.
+    let connectionCap: ConnectionCap?
     /// The server's own middleware around every exchange, a route's group middleware inside.
     let pipeline: [any HTTPMiddleware]
 
@@ -226,8 +229,11 @@ final class ServerCore: Sendable {
         self.configuration = configuration
         self.router = router
         self.logger = logger
+        let client = ClientAddress(trusted: configuration.trustedProxies)
+        connectionCap =
+            configuration.connectionsPerAddress > 0 ? ConnectionCap(limit: configuration.connectionsPerAddress, client: client) : nil
         var pipeline: [any HTTPMiddleware] = [
-            RequestIDMiddleware(), ClientAddressMiddleware(client: ClientAddress(trusted: configuration.trustedProxies)),
+            RequestIDMiddleware(), ClientAddressMiddleware(client: client),
             SecurityHeadersMiddleware(strictTransportSecurity: configuration.tls != nil), MetricsMiddleware(metrics),
         ]
         if configuration.accessLog { pipeline.append(AccessLogMiddleware()) }
@@ -404,7 +410,7 @@ private func arguments(_ connection: OpaquePointer) -> [String: String] {
     return query
 }
 
-private func clientAddress(_ connection: OpaquePointer) -> String {
+func clientAddress(_ connection: OpaquePointer) -> String {
     var buffer = [CChar](repeating: 0, count: 64)
     guard cbroker_mhd_client_address(connection, &buffer, buffer.count) == 0 else { return "" }
     return String(decoding: buffer.prefix { $0 != 0 }.map(UInt8.init(bitPattern:)), as: UTF8.self)

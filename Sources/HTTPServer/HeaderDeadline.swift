@@ -87,13 +87,20 @@ final class HeaderDeadline: Sendable {
     }
 }
 
-/// libmicrohttpd's connection notification: feeds the header deadline.
+/// libmicrohttpd's connection notification: feeds the header deadline and the connection cap.
 func serverConnectionNotify(
     _ context: UnsafeMutableRawPointer?, _ connection: OpaquePointer?, _ socketContext: UnsafeMutablePointer<UnsafeMutableRawPointer?>?,
     _ code: MHD_ConnectionNotificationCode
 ) {
     guard let context, let connection else { return }
-    let deadline = Unmanaged<HeaderDeadline>.fromOpaque(context).takeUnretainedValue()
+    let core = Unmanaged<ServerCore>.fromOpaque(context).takeUnretainedValue()
     // MHD_CONNECTION_NOTIFY_STARTED is 0; the other code is CLOSED.
-    if code.rawValue == 0 { deadline.opened(connection) } else { deadline.closed(connection) }
+    let started = code.rawValue == 0
+    if let deadline = core.headerDeadline {
+        if started { deadline.opened(connection) } else { deadline.closed(connection) }
+    }
+    if let cap = core.connectionCap {
+        let address = clientAddress(connection)
+        if started { cap.opened(address) } else { cap.closed(address) }
+    }
 }

@@ -1,7 +1,7 @@
 import Dispatch
 import Foundation
 import HTTPClient
-import HTTPServer
+@testable import HTTPServer
 import Locking
 import Observability
 import Synchronization
@@ -281,6 +281,22 @@ struct HTTPServerTests {
             #expect(answer.hasPrefix("HTTP/1.1 200"), "127.0.0.2 got: \(answer.prefix(80))")
             withExtendedLifetime(stalled) {}
         }
+    }
+
+    @Test("the per-address connection cap counts IPv6 per /64 and leaves trusted proxies alone")
+    func connectionCapPerPrefix() throws {
+        let cap = ConnectionCap(limit: 2, client: ClientAddress(trusted: [ClientAddress.Range("10.0.0.0/8")!]))
+        cap.opened("2001:db8:1:2::1")
+        cap.opened("2001:db8:1:2:ffff::9")
+        #expect(!cap.admits("2001:db8:1:2::77"), "a third address of the same /64 is one host too many")
+        #expect(cap.admits("2001:db8:1:3::1"), "the next /64 is someone else")
+        cap.closed("2001:db8:1:2::1")
+        #expect(cap.admits("2001:db8:1:2::77"))
+        cap.opened("192.0.2.1")
+        cap.opened("192.0.2.1")
+        #expect(!cap.admits("192.0.2.1") && cap.admits("192.0.2.2"))
+        for _ in 0..<5 { cap.opened("10.1.2.3") }
+        #expect(cap.admits("10.1.2.3"), "a trusted proxy carries every client: not capped")
     }
 
     @Test("a client sending its headers a byte at a time is cut off at the header deadline")
