@@ -283,6 +283,16 @@ struct HTTPServerTests {
         }
     }
 
+    @Test("HTML escaping is per Unicode scalar; pages allow no form target and no base URL")
+    func htmlEscaping() throws {
+        #expect(HTMLPage.escape("\u{0600}<script>") == "\u{0600}&lt;script&gt;", "U+0600 and < are one Character")
+        #expect(HTMLPage.escape("a\u{301}\"'&") == "a\u{301}&quot;&#39;&amp;")
+        let page = HTMLPage.response(status: 400, title: "t", message: "\u{0600}<b>", link: nil)
+        #expect(!String(decoding: page.body, as: UTF8.self).contains("<b>"))
+        let policy = try #require(page.headers["Content-Security-Policy"])
+        #expect(policy.contains("form-action 'none'") && policy.contains("base-uri 'none'"))
+    }
+
     @Test("the per-address connection cap counts IPv6 per /64 and leaves trusted proxies alone")
     func connectionCapPerPrefix() throws {
         let cap = ConnectionCap(limit: 2, client: ClientAddress(trusted: [ClientAddress.Range("10.0.0.0/8")!]))
