@@ -20,11 +20,11 @@ import Workers
 /// jitter until the delivery is older than the maximum age, then it is `failed`.
 package final class WebhookDispatcher: Sendable {
     package struct Settings: Sendable {
-        var timeout: Duration = .seconds(5)
-        var retryBase: Duration = .seconds(1)
-        var retryMaximum: Duration = .seconds(3600)
-        var maximumAge: Duration = .seconds(86_400)
-        var lease: Duration = .seconds(60)
+        var timeout: Duration
+        var retryBase: Duration
+        var retryMaximum: Duration
+        var maximumAge: Duration
+        var lease: Duration
 
         package init(
             timeout: Duration = .seconds(5), retryBase: Duration = .seconds(1), retryMaximum: Duration = .seconds(3600),
