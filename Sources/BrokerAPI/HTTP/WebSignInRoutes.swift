@@ -15,9 +15,14 @@ enum WebSignInRoutes {
         // The page outside the budget, so a browser over it gets a page too.
         router.group(BrowserPages(service: service), AddressBudget(perAddress)) { router in
             router.get("/v1/apple/web/authorize") { request in
-                let location = try service.authorize(
+                let started = try service.authorize(
                     clientID: request.query["client_id"], returnTo: request.query["return_to"], appState: request.query["app_state"])
-                return redirect(to: location, status: 302)
+                var response = redirect(to: started.location, status: 302)
+                // SameSite=None: Apple's callback is a cross-site form post, which Lax would strip.
+                response.headers.add(
+                    "Set-Cookie",
+                    "\(bindingCookie)=\(started.browserBinding); Path=/; Max-Age=\(started.lifetimeSeconds); Secure; HttpOnly; SameSite=None")
+                return response
             }
             router.post("/v1/apple/web/callback") { request in
                 guard request.mediaType == "application/x-www-form-urlencoded" else {
@@ -26,7 +31,11 @@ enum WebSignInRoutes {
                         detail: "Apple posts the callback as application/x-www-form-urlencoded")
                 }
                 // 303: the browser follows a form POST's redirect with a GET.
-                return redirect(to: try service.callback(form: FormEncoding.fields(String(decoding: request.body, as: UTF8.self))), status: 303)
+                let location = try service.callback(
+                    form: FormEncoding.fields(String(decoding: request.body, as: UTF8.self)), browserBinding: cookie(bindingCookie, in: request))
+                var response = redirect(to: location, status: 303)
+                response.headers.add("Set-Cookie", "\(bindingCookie)=; Path=/; Max-Age=0; Secure; HttpOnly; SameSite=None")
+                return response
             }
         }
         router.group(keys.requiring(.login)) { router in
@@ -34,6 +43,23 @@ enum WebSignInRoutes {
                 .json(try service.redeem(try request.jsonObject().requiredString("result_code"), by: key))
             })
         }
+    }
+
+    /// Binds a sign-in's state to the browser that started it. `__Host-`: only over HTTPS,
+    /// for this host alone (no Domain), for every path.
+    static let bindingCookie = "__Host-abk_signin"
+
+    /// The value of the cookie `name` the request carries, if any.
+    static func cookie(_ name: String, in request: HTTPRequest) -> String? {
+        for header in request.headers.values("Cookie") {
+            for pair in header.split(separator: ";") {
+                let parts = pair.split(separator: "=", maxSplits: 1)
+                if parts.count == 2, parts[0].trimmingCharacters(in: .whitespaces) == name {
+                    return parts[1].trimmingCharacters(in: .whitespaces)
+                }
+            }
+        }
+        return nil
     }
 
     static func redirect(to location: String, status: Int) -> HTTPResponse {
