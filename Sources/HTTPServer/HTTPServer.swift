@@ -33,8 +33,8 @@ public final class HTTPServer: Sendable {
         /// Most simultaneous connections from one client address, IPv6 per /64 (`ConnectionCap`);
         /// 0 = no limit. Trusted proxies are not capped.
         public var connectionsPerAddress: Int = 0
-        /// Seconds a connection may take to send a request's headers, counted from when it
-        /// opens or its previous response went out; 0 = no deadline (idle timeout only).
+        /// Seconds a connection may take to send a request's headers and body, counted from
+        /// when it opens or its previous response went out; 0 = no deadline (idle timeout only).
         public var headerTimeoutSeconds: Int = 10
         /// libmicrohttpd's per-connection memory: the request line and headers must fit in it
         /// with room to spare for the response headers. Larger heads get libmicrohttpd's own
@@ -299,7 +299,6 @@ private func serverAccessHandler(
         // First call: headers are in, no body yet.
         let state = RequestState()
         slot.pointee = Unmanaged.passRetained(state).toOpaque()
-        core.headerDeadline?.headersArrived(connection)
         core.inFlight.add(1, ordering: .relaxed)
         if let length = header(connection, "Content-Length").flatMap(Int.init),
             length > core.configuration.maximumBodyBytes
@@ -312,6 +311,9 @@ private func serverAccessHandler(
     }
     let state = Unmanaged<RequestState>.fromOpaque(existing).takeUnretainedValue()
     if uploadSize.pointee > 0 {
+        // A chunked body past the limit is read to its end and dropped, then 413 and close:
+        // libmicrohttpd 0.9.75 cannot queue a response in mid-body (tried: the connection
+        // closes with no answer). The request deadline bounds how long that reading lasts.
         if !state.tooLarge, let uploadData {
             if state.body.count + uploadSize.pointee > core.configuration.maximumBodyBytes {
                 state.tooLarge = true
@@ -332,6 +334,9 @@ private func finish(
     _ core: ServerCore, _ connection: OpaquePointer, _ state: RequestState,
     url: UnsafePointer<CChar>?, method: UnsafePointer<CChar>?
 ) -> MHD_Result {
+    // The deadline covers the head and the body: a body trickled a byte at a time is cut
+    // off like slow headers, and its slot freed.
+    core.headerDeadline?.headersArrived(connection)
     let methodName = HTTPMethod(method.map { String(cString: $0) } ?? "GET")
     var request = HTTPRequest(
         method: methodName, path: url.map { String(cString: $0) } ?? "/", query: arguments(connection),

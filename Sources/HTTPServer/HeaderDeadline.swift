@@ -6,7 +6,7 @@ import Locking
 import Observability
 import Synchronization
 
-/// Closes connections whose request headers do not arrive in time.
+/// Closes connections whose request (headers, then body) does not arrive in time.
 ///
 /// libmicrohttpd's timeout counts idle time only: a client that sends one header byte
 /// every few seconds (slowloris) keeps its connection for ever. This deadline counts from

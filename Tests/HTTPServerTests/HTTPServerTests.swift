@@ -328,6 +328,17 @@ struct HTTPServerTests {
             #expect(ContinuousClock.now - started < .seconds(6))
             #expect(metrics.render().contains("http_header_timeouts_total 1"))
 
+            // A body trickled a byte at a time is cut off the same way, its slot freed.
+            let trickle = try #require(RawConnection(port: port, timeoutSeconds: 3))
+            trickle.send("POST /items HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n")
+            let bodyStarted = ContinuousClock.now
+            while ContinuousClock.now - bodyStarted < .seconds(4) {
+                guard trickle.send("a") else { break }
+                Thread.sleep(forTimeInterval: 0.2)
+            }
+            #expect(trickle.isClosedByPeer(), "the connection outlived its deadline while sending a body")
+            #expect(ContinuousClock.now - bodyStarted < .seconds(6))
+
             // A kept-alive connection that sends whole requests is not affected.
             let steady = try #require(RawConnection(port: port, timeoutSeconds: 3))
             for index in 0..<3 {

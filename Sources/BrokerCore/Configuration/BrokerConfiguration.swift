@@ -28,8 +28,9 @@ public struct BrokerConfiguration: Sendable {
     /// (default none). From such a peer the client is the right-most untrusted address of
     /// `X-Forwarded-For`; budgets and log lines use it. Checked when the server is built.
     public var trustedProxies: [String] = []
-    /// `BROKER_HEADER_TIMEOUT_SECONDS`: a connection must send a request's headers this soon
-    /// after it opens or its previous response went out (slow-header attacks), 0: off.
+    /// `BROKER_HEADER_TIMEOUT_SECONDS`: a connection must send a request's headers and body
+    /// this soon after it opens or its previous response went out (slow headers, trickled
+    /// bodies), 0: off.
     public var headerTimeoutSeconds: Int = 10
     /// `BROKER_SHUTDOWN_GRACE_SECONDS`: how long SIGTERM waits for in-flight requests.
     public var shutdownGraceSeconds: Int = 10
