@@ -14,7 +14,7 @@ enum DeletionRoutes {
     private static func routes(on router: inout Router, service: DeletionService) {
         router.post("/v1/deletions", authenticated { request, key in
             let body = try request.jsonObject()
-            let result = try service.request(try DeletionService.Request(body), source: "api", actor: "api:\(key.id)", visibleTo: key)
+            let result = try service.request(try DeletionService.Request(body), source: .api, actor: "api:\(key.id)", visibleTo: key)
             return .json(
                 .object([
                     "deletion_id": .string(result.id.lowercasedString), "state": .string(result.state.rawValue),

@@ -52,26 +52,16 @@ package final class DeletionJob: Sendable {
             "deletion_apple_revocations_total",
             help: "Deletions by what they came to at Apple: revoked, already_invalid, skipped_apple_initiated, manual_required.",
             labels: ["outcome"])
-        let pool = store.pool
-        metrics.collect {
-            guard let row = try? pool.query(
-                """
-                SELECT count(*) FILTER (WHERE state IN ('requested', 'revoking', 'purging')) AS backlog,
-                       count(*) FILTER (WHERE state = 'failed') AS dead_letters,
-                       COALESCE(EXTRACT(EPOCH FROM now() - min(created_at) FILTER (WHERE state IN ('requested', 'revoking', 'purging'))), 0)
-                           AS oldest_age
-                FROM deletion_requests
-                """
-            ).first else { return [] }
+        metrics.collect { [store] in
+            guard let backlog = try? store.backlog() else { return [] }
             return [
-                CollectedSample(
-                    name: "deletion_backlog", help: "Deletion requests not yet done.", value: (try? row.decode(Double.self, "backlog")) ?? 0),
+                CollectedSample(name: "deletion_backlog", help: "Deletion requests not yet done.", value: backlog.pending),
                 CollectedSample(
                     name: "deletion_dead_letters", help: "Deletion requests that failed and wait for a retry.",
-                    value: (try? row.decode(Double.self, "dead_letters")) ?? 0),
+                    value: backlog.deadLetters),
                 CollectedSample(
                     name: "deletion_oldest_pending_age_seconds", help: "Age of the oldest pending deletion request.",
-                    value: (try? row.decode(Double.self, "oldest_age")) ?? 0),
+                    value: backlog.oldestPendingAgeSeconds),
             ]
         }
     }
@@ -97,7 +87,7 @@ package final class DeletionJob: Sendable {
                 try revokeTokens(request)
                 let appleRevocation = try store.appleRevocation(request.id, source: request.source)
                 try store.startPurging(request.id, appleRevocation: appleRevocation)
-                revocations.increment(appleRevocation)
+                revocations.increment(appleRevocation.rawValue)
             }
             if try store.purge(request.id) {
                 outcomes.increment("done")
@@ -111,10 +101,10 @@ package final class DeletionJob: Sendable {
     }
 
     private func revokeTokens(_ request: DeletionStore.Claimed) throws {
-        if request.source == "apple" {
-            if try !store.hasSteps(request.id, named: "revoke_skipped") {
+        if request.source == .apple {
+            if try !store.hasSteps(request.id, named: .revokeSkipped) {
                 try store.addStep(
-                    request.id, step: "revoke_skipped", outcome: "skipped",
+                    request.id, step: .revokeSkipped, outcome: .skipped,
                     detail: "Apple deleted the account: its tokens are already invalid")
             }
             return
@@ -122,9 +112,9 @@ package final class DeletionJob: Sendable {
         try exchangeHandedOverCode(request)
         let tokens = try store.liveTokens(of: request.userID)
         if tokens.isEmpty {
-            if try !store.hasSteps(request.id, named: "revoke"), try !store.hasSteps(request.id, named: "nothing_to_revoke") {
+            if try !store.hasSteps(request.id, named: .revoke), try !store.hasSteps(request.id, named: .nothingToRevoke) {
                 try store.addStep(
-                    request.id, step: "nothing_to_revoke", outcome: "manual_revocation_required",
+                    request.id, step: .nothingToRevoke, outcome: .manualRevocationRequired,
                     detail: "no refresh token on file and no authorization code: the user must stop using Sign in with Apple for this app in Settings")
             }
             return
@@ -135,13 +125,13 @@ package final class DeletionJob: Sendable {
             if !token.refreshRevoked {
                 let refreshToken = try open(
                     SealedAppleToken(.refresh, sealed: token.sealed, keyID: token.keyID), for: owner, request: request)
-                try revoke(refreshToken, hint: "refresh_token", step: "revoke", token: token.id, clientID: token.clientID, request: request)
+                try revoke(refreshToken, hint: "refresh_token", step: .revoke, token: token.id, clientID: token.clientID, request: request)
             }
             if let access = token.access {
                 let accessToken = try open(
                     SealedAppleToken(.access, sealed: access.sealed, keyID: access.keyID), for: owner, request: request)
                 try revoke(
-                    accessToken, hint: "access_token", step: "revoke_access_token", accessTokenOf: token.id,
+                    accessToken, hint: "access_token", step: .revokeAccessToken, accessTokenOf: token.id,
                     clientID: token.clientID, request: request)
             }
         }
@@ -151,7 +141,7 @@ package final class DeletionJob: Sendable {
         do {
             return try token.open(for: owner, keys: tokenKeys)
         } catch {
-            try store.addStep(request.id, step: "revoke", clientID: owner.clientID, outcome: "undecryptable", detail: "\(error)")
+            try store.addStep(request.id, step: .revoke, clientID: owner.clientID, outcome: .undecryptable, detail: "\(error)")
             throw Setback(reason: "a stored token cannot be decrypted (TOKEN_ENCRYPTION_KEY)", permanent: true)
         }
     }
@@ -159,22 +149,22 @@ package final class DeletionJob: Sendable {
     /// One revoke call and its step. A dead grant (`invalid_grant`, `invalid_request`) counts
     /// as revoked; Apple unavailable is retried later; anything else too, as an error.
     private func revoke(
-        _ token: String, hint: String, step: String, token tokenID: UUID? = nil, accessTokenOf: UUID? = nil, clientID: String,
+        _ token: String, hint: String, step: DeletionStep, token tokenID: UUID? = nil, accessTokenOf: UUID? = nil, clientID: String,
         request: DeletionStore.Claimed
     ) throws {
         do {
             try apple.revoke(token, clientID: clientID, hint: hint, retry: RetryPolicy(maximumAttempts: 3))
             try store.addStep(
-                request.id, step: step, clientID: clientID, outcome: "revoked", tokenID: tokenID, accessTokenOf: accessTokenOf)
+                request.id, step: step, clientID: clientID, outcome: .revoked, tokenID: tokenID, accessTokenOf: accessTokenOf)
         } catch let error as AppleAPIError where error.isGrantRevoked {
             try store.addStep(
-                request.id, step: step, clientID: clientID, outcome: "already_invalid", tokenID: tokenID,
+                request.id, step: step, clientID: clientID, outcome: .alreadyInvalid, tokenID: tokenID,
                 accessTokenOf: accessTokenOf)
         } catch AppleAPIError.unavailable(let reason, let retryAfter) {
-            try store.addStep(request.id, step: step, clientID: clientID, outcome: "retry", detail: reason)
+            try store.addStep(request.id, step: step, clientID: clientID, outcome: .retry, detail: reason)
             throw Setback(reason: reason, retryAfter: retryAfter)
         } catch let error as AppleAPIError {
-            try store.addStep(request.id, step: step, clientID: clientID, outcome: "error", detail: "\(error)")
+            try store.addStep(request.id, step: step, clientID: clientID, outcome: .error, detail: "\(error)")
             throw Setback(reason: "\(error)")
         }
     }
@@ -186,16 +176,16 @@ package final class DeletionJob: Sendable {
     /// the retry.
     private func exchangeHandedOverCode(_ request: DeletionStore.Claimed) throws {
         guard let code = try store.pendingCode(request.id) else { return }
-        func drop(_ outcome: String, _ detail: String, clientID: String? = nil) throws {
+        func drop(_ outcome: DeletionStepOutcome, _ detail: String, clientID: String? = nil) throws {
             try store.clearCode(request.id)
-            try store.addStep(request.id, step: "code_exchange", clientID: clientID, outcome: outcome, detail: detail)
+            try store.addStep(request.id, step: .codeExchange, clientID: clientID, outcome: outcome, detail: detail)
         }
         guard let plain = try? tokenKeys.open(
             code.sealed, keyID: code.keyID, associatedData: DeletionStore.SealedCode.associatedData(userID: request.userID))
-        else { return try drop("undecryptable", "the handed-over code cannot be decrypted") }
+        else { return try drop(.undecryptable, "the handed-over code cannot be decrypted") }
         let identities = try store.identities(of: request.userID)
         guard let clientID = code.clientID ?? identities.first?.clientID else {
-            return try drop("no_identity", "the user has no identity in this team")
+            return try drop(.noIdentity, "the user has no identity in this team")
         }
         let tokens: AppleTokenResponse
         do {
@@ -203,17 +193,17 @@ package final class DeletionJob: Sendable {
                 String(decoding: plain, as: UTF8.self), clientID: clientID, redirectURI: code.redirectURI,
                 retry: RetryPolicy(maximumAttempts: 3))
         } catch AppleAPIError.unavailable(let reason, let retryAfter) {
-            try store.addStep(request.id, step: "code_exchange", clientID: clientID, outcome: "retry", detail: reason)
+            try store.addStep(request.id, step: .codeExchange, clientID: clientID, outcome: .retry, detail: reason)
             throw Setback(reason: reason, retryAfter: retryAfter)
         } catch let error as AppleAPIError {
-            return try drop("code_invalid", "Apple refused the code: \(error.kind)", clientID: clientID)
+            return try drop(.codeInvalid, "Apple refused the code: \(error.kind)", clientID: clientID)
         }
         guard let refreshToken = tokens.refreshToken, let idToken = tokens.idToken,
             let returned = try? validator.validate(idToken, rawNonce: nil, clientIDHint: clientID, checkAge: false)
-        else { return try drop("id_token_invalid", "Apple's answer lacked a refresh token or a verifiable id_token", clientID: clientID) }
+        else { return try drop(.idTokenInvalid, "Apple's answer lacked a refresh token or a verifiable id_token", clientID: clientID) }
         guard let identity = identities.first(where: { $0.sub == returned.sub }) else {
             // Another user's code: their grant is none of this deletion's business.
-            return try drop("wrong_user", "the code belongs to another user than the one being deleted", clientID: clientID)
+            return try drop(.wrongUser, "the code belongs to another user than the one being deleted", clientID: clientID)
         }
         let owner = SealedAppleToken.Owner(teamID: store.teamID, sub: identity.sub, clientID: clientID)
         let sealedRefresh = try SealedAppleToken(sealing: refreshToken, as: .refresh, for: owner, keys: tokenKeys)
@@ -223,7 +213,7 @@ package final class DeletionJob: Sendable {
             refresh: (sealedRefresh.sealed, sealedRefresh.keyID),
             access: (sealedAccess.sealed, sealedAccess.keyID, tokens.expiresIn ?? 3600))
         try store.clearCode(request.id)
-        try store.addStep(request.id, step: "code_exchange", clientID: clientID, outcome: "exchanged")
+        try store.addStep(request.id, step: .codeExchange, clientID: clientID, outcome: .exchanged)
     }
 
     /// Schedules the next attempt with exponential backoff and jitter (at least Apple's

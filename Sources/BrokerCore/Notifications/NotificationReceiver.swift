@@ -35,7 +35,7 @@ public final class NotificationReceiver: Sendable {
     let leeway: TimeInterval
     /// How long the inbox keeps a notification's `jti`; an older notification is `stale`.
     let retentionSeconds: Int
-    let pool: PostgresPool
+    let store: NotificationStore
     let logger: Logger
     let now: @Sendable () -> Date
     /// Called after an account-delete was applied (wakes the deletion job in this process).
@@ -59,7 +59,7 @@ public final class NotificationReceiver: Sendable {
         self.hasher = hasher
         self.leeway = leeway
         self.retentionSeconds = retentionSeconds
-        self.pool = pool
+        store = NotificationStore(pool: pool)
         self.logger = logger
         self.now = now
         self.onDeletionRequested = onDeletionRequested
@@ -107,13 +107,7 @@ public final class NotificationReceiver: Sendable {
         let group = groups.group(of: notification.audience)
         let subjectHash = hasher.hash(teamID: teamID, sub: notification.sub)
         do {
-            outcome = try pool.query(
-                """
-                SELECT broker_apply_notification(\(notification.jti), \(notification.type), \(teamID),
-                    \(notification.sub), \(notification.eventTime), \(group.primary), \(PostgresTextArray(group.clientIDs)),
-                    \(subjectHash))
-                """
-            ).single().decode(Outcome.self, "broker_apply_notification")
+            outcome = try store.apply(notification, teamID: teamID, group: group, subjectHash: subjectHash)
         } catch let error as PostgresError where error.isUniqueViolation {
             // A concurrent delivery of the same jti committed first; this one rolled back.
             outcome = .duplicate
@@ -136,7 +130,7 @@ public final class NotificationReceiver: Sendable {
 
     /// Prunes the inbox: notifications received longer ago than the retention.
     package static func prune(_ pool: PostgresPool, retentionSeconds: Int) throws {
-        try pool.query("DELETE FROM apple_notifications WHERE received_at < now() - make_interval(secs => \(retentionSeconds))")
+        try NotificationStore.prune(pool, retentionSeconds: retentionSeconds)
     }
 
     /// Checks the body's shape and the JWS, and decodes the event.
