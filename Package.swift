@@ -8,7 +8,8 @@
 //                  BrokerCrypto (OpenSSL), JOSE (JWS/JWK), PostgresClient (libpq),
 //                  ProcessRunner (posix_spawn), CommandArguments (command lines), EmbeddedPostgres (a private cluster), HTTPServer (libmicrohttpd), HTTPClient (libcurl)
 //   Product        Workers (worker loops), AppleID (appleid.apple.com's side: keys, claim rules, token calls),
-//                  BrokerCore (the components, their stores, the HTTP routes, the wiring) and the
+//                  BrokerCore (the components and their stores; no HTTP), BrokerAPI (the HTTP routes,
+//                  the middleware pipeline, the wiring of a running broker) and the
 //                  `appleid-broker` executable (the command line)
 //   Simulator      AppleSimulator + `apple-sim`: appleid.apple.com on loopback
 //   Client         AppleIDBrokerClient: the library Swift app backends call the broker with
@@ -77,18 +78,28 @@ let package = Package(
         .target(
             name: "BrokerCore",
             dependencies: [
-                "Observability", "BrokerCrypto", "StrictJSON", "JOSE", "PostgresClient", "EmbeddedPostgres", "HTTPServer",
-                "HTTPClient", "Workers", "AppleID",
+                "Observability", "BrokerCrypto", "StrictJSON", "JOSE", "PostgresClient", "EmbeddedPostgres", "HTTPClient",
+                "Workers", "AppleID",
             ],
             swiftSettings: swiftSettings,
             plugins: ["EmbedResources"]
         ),
+        // The HTTP face of BrokerCore: routes, problem codes, middleware, and the application
+        // that wires the components into a running broker. BrokerCore cannot import HTTPServer.
+        .target(
+            name: "BrokerAPI",
+            dependencies: [
+                "BrokerCore", "Observability", "BrokerCrypto", "StrictJSON", "PostgresClient", "HTTPServer", "HTTPClient",
+                "Workers", "AppleID",
+            ],
+            swiftSettings: swiftSettings
+        ),
         // The command line (serve, api-keys, delete-user, …): parses, prints and exits; the
-        // broker itself is BrokerCore.
+        // broker itself is BrokerAPI and BrokerCore.
         .executableTarget(
             name: "appleid-broker",
             dependencies: [
-                "BrokerCore", "AppleID", "CommandArguments", "HTTPClient", "Observability", "PostgresClient", "StrictJSON", "Workers",
+                "BrokerAPI", "BrokerCore", "AppleID", "CommandArguments", "HTTPClient", "Observability", "PostgresClient", "StrictJSON", "Workers",
             ],
             swiftSettings: swiftSettings),
 
@@ -108,7 +119,7 @@ let package = Package(
         .executableTarget(
             name: "broker-bench",
             dependencies: [
-                "BrokerCore", "AppleID", "BrokerCrypto", "COpenSSL", "JOSE", "StrictJSON", "PostgresClient", "HTTPServer",
+                "BrokerAPI", "BrokerCore", "AppleID", "BrokerCrypto", "COpenSSL", "JOSE", "StrictJSON", "PostgresClient", "HTTPServer",
                 "Observability",
             ],
             swiftSettings: swiftSettings),
@@ -147,7 +158,7 @@ let package = Package(
         ),
         .testTarget(
             name: "BrokerCoreTests",
-            dependencies: ["BrokerCore", "AppleSimulator", "JOSE", "StrictJSON", "BrokerCrypto", "TestSupport", "ProcessRunner",
+            dependencies: ["BrokerAPI", "BrokerCore", "AppleSimulator", "HTTPServer", "JOSE", "StrictJSON", "BrokerCrypto", "TestSupport", "ProcessRunner",
                 "CommandArguments", "AppleIDBrokerClient", "Workers", "AppleID",
             ],
             swiftSettings: swiftSettings
@@ -170,7 +181,7 @@ if fuzzing {
     let fuzzTargets: [(name: String, folder: String, dependencies: [Target.Dependency])] = [
         ("fuzz-jose", "FuzzJOSE", ["JOSE", "BrokerCrypto", "StrictJSON"]),
         ("fuzz-notification", "FuzzNotification", ["AppleID", "BrokerCore", "StrictJSON"]),
-        ("fuzz-request-json", "FuzzRequestJSON", ["BrokerCore", "HTTPServer", "StrictJSON"]),
+        ("fuzz-request-json", "FuzzRequestJSON", ["BrokerAPI", "BrokerCore", "HTTPServer", "StrictJSON"]),
     ]
     for fuzz in fuzzTargets {
         package.targets.append(

@@ -1,3 +1,4 @@
+import BrokerAPI
 import BrokerCore
 import FuzzDriver
 import HTTPServer

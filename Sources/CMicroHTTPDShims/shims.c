@@ -4,7 +4,7 @@
 #include <string.h>
 
 struct MHD_Daemon *cbroker_mhd_start(const cbroker_mhd_config *config) {
-    struct MHD_OptionItem options[14];
+    struct MHD_OptionItem options[13];
     size_t n = 0;
     if (config->bind_address != NULL)
         options[n++] = (struct MHD_OptionItem){MHD_OPTION_SOCK_ADDR, 0, (void *)config->bind_address};
@@ -18,8 +18,6 @@ struct MHD_Daemon *cbroker_mhd_start(const cbroker_mhd_config *config) {
         options[n++] = (struct MHD_OptionItem){MHD_OPTION_CONNECTION_LIMIT, config->connection_limit, NULL};
     if (config->listen_backlog > 0)
         options[n++] = (struct MHD_OptionItem){MHD_OPTION_LISTEN_BACKLOG_SIZE, config->listen_backlog, NULL};
-    if (config->per_ip_connection_limit > 0)
-        options[n++] = (struct MHD_OptionItem){MHD_OPTION_PER_IP_CONNECTION_LIMIT, config->per_ip_connection_limit, NULL};
     if (config->connection_notify != NULL)
         options[n++] = (struct MHD_OptionItem){MHD_OPTION_NOTIFY_CONNECTION, (intptr_t)config->connection_notify, config->connection_notify_cls};
     if (config->completed != NULL)
@@ -29,8 +27,8 @@ struct MHD_Daemon *cbroker_mhd_start(const cbroker_mhd_config *config) {
         options[n++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_CERT, 0, (void *)config->tls_cert_pem};
     }
     options[n++] = (struct MHD_OptionItem){MHD_OPTION_END, 0, NULL};
-    _Static_assert(sizeof(options) / sizeof(options[0]) >= 12, "room for every option and the terminator");
-    return MHD_start_daemon(config->flags, config->port, NULL, NULL,
+    _Static_assert(sizeof(options) / sizeof(options[0]) >= 11, "room for every option and the terminator");
+    return MHD_start_daemon(config->flags, config->port, config->accept_policy, config->accept_policy_cls,
                             config->handler, config->handler_cls,
                             MHD_OPTION_ARRAY, options, MHD_OPTION_END);
 }

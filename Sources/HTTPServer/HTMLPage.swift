@@ -1,21 +1,22 @@
 /// Short HTML pages for people in a browser (the web sign-in's errors), and the one HTML
 /// escaper of the code base.
 public enum HTMLPage {
-    /// `text` safe inside an element or a quoted attribute.
+    /// `text` safe inside an element or a quoted attribute. Per Unicode scalar, not per
+    /// Character: a grapheme cluster can hold a `<` (U+0600 followed by `<` is one Character),
+    /// and a browser's parser reads scalars.
     public static func escape(_ text: String) -> String {
-        var escaped = ""
-        escaped.reserveCapacity(text.utf8.count)
-        for character in text {
-            switch character {
-            case "&": escaped += "&amp;"
-            case "<": escaped += "&lt;"
-            case ">": escaped += "&gt;"
-            case "\"": escaped += "&quot;"
-            case "'": escaped += "&#39;"
-            default: escaped.append(character)
+        var escaped = String.UnicodeScalarView()
+        for scalar in text.unicodeScalars {
+            switch scalar {
+            case "&": escaped.append(contentsOf: "&amp;".unicodeScalars)
+            case "<": escaped.append(contentsOf: "&lt;".unicodeScalars)
+            case ">": escaped.append(contentsOf: "&gt;".unicodeScalars)
+            case "\"": escaped.append(contentsOf: "&quot;".unicodeScalars)
+            case "'": escaped.append(contentsOf: "&#39;".unicodeScalars)
+            default: escaped.append(scalar)
             }
         }
-        return escaped
+        return String(escaped)
     }
 
     /// A page saying what happened and what to do, with a link when there is somewhere to go.
@@ -33,7 +34,7 @@ public enum HTMLPage {
             """
         var response = HTTPResponse.text(html, status: status, contentType: "text/html; charset=utf-8")
         for (name, value) in headers { response.headers.set(name, value) }
-        response.headers.set("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'; frame-ancestors 'none'")
+        response.headers.set("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'; frame-ancestors 'none'; form-action 'none'; base-uri 'none'")
         response.headers.set("Cache-Control", "no-store")
         return response
     }

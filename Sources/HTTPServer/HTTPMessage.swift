@@ -46,6 +46,9 @@ public struct HTTPHeaders: Sendable, Sequence, ExpressibleByDictionaryLiteral {
         fields.first { Self.sameName($0.name, name) }?.value
     }
 
+    /// Every value of `name`, in arrival order.
+    public func values(_ name: String) -> [String] { fields.filter { Self.sameName($0.name, name) }.map(\.value) }
+
     public mutating func add(_ name: String, _ value: String) { fields.append((name, value)) }
 
     /// Replaces every value of `name` with `value`.
@@ -81,16 +84,24 @@ public struct HTTPRequest: Sendable {
     public let query: [String: String]
     public let headers: HTTPHeaders
     public let body: [UInt8]
-    /// The peer's IP address.
-    public let remoteAddress: String
+    /// The client's IP address: the peer's, or behind trusted proxies the right-most
+    /// untrusted address of `X-Forwarded-For` (`ClientAddress`). Budgets and logs use it.
+    public internal(set) var remoteAddress: String
+    /// The address of the socket's other end (a proxy's, behind one).
+    public let peerAddress: String
     /// The id of this request, echoed in `X-Request-Id` and in every problem and log line.
-    public let requestID: String
+    public internal(set) var requestID: String
     /// `{name}` segments of the route pattern that matched.
     public internal(set) var pathParameters: [String: String] = [:]
     /// The route pattern that matched, e.g. `/v1/users/{id}`.
     public internal(set) var route: String = ""
     /// A logger carrying the request id.
-    public let logger: Logger
+    public internal(set) var logger: Logger
+    /// What middleware established for the handlers after it (Hummingbird's request
+    /// context), e.g. the API key that authenticated the request.
+    public var identity: (any Sendable)?
+    /// When the headers arrived (latency is counted from here).
+    var received: ContinuousClock.Instant
 
     public init(
         method: HTTPMethod, path: String, query: [String: String] = [:], headers: HTTPHeaders = [:],
@@ -103,8 +114,11 @@ public struct HTTPRequest: Sendable {
         self.headers = headers
         self.body = body
         self.remoteAddress = remoteAddress
+        peerAddress = remoteAddress
         self.requestID = requestID
         self.logger = logger
+        identity = nil
+        received = .now
     }
 
     /// The value of a path parameter; throws 404 if the route has none by that name.

@@ -14,9 +14,10 @@ import Synchronization
 /// are synchronous and may block (PostgreSQL, outbound HTTP): the pool is sized for that,
 /// and blocking never touches Swift concurrency's cooperative threads.
 ///
-/// The server adds to every exchange: a request id (`X-Request-Id`), the body limit
-/// (413), 404/405 problems, RFC 9457 bodies for thrown errors, a JSON access-log line,
-/// and request counts and latency in the metrics registry.
+/// The server adds to every exchange, as its own middleware chain (Middleware.swift): a
+/// request id (`X-Request-Id`), the client address behind trusted proxies, security headers,
+/// request counts and latency in the metrics registry, a JSON access-log line, and RFC 9457
+/// bodies for thrown errors; and the body limit (413) and 404/405/501 problems.
 public final class HTTPServer: Sendable {
     public struct Configuration: Sendable {
         /// Address and port, `host:port` (`127.0.0.1:8080`, `0.0.0.0:8080`, `[::1]:8080`); port 0 picks one.
@@ -29,11 +30,11 @@ public final class HTTPServer: Sendable {
         public var connectionTimeoutSeconds: Int = 30
         /// Most simultaneous connections.
         public var connectionLimit: Int = 1024
-        /// Most simultaneous connections from one IP address; 0 = no limit (behind a proxy,
-        /// where every connection comes from the proxy's address).
+        /// Most simultaneous connections from one client address, IPv6 per /64 (`ConnectionCap`);
+        /// 0 = no limit. Trusted proxies are not capped.
         public var connectionsPerAddress: Int = 0
-        /// Seconds a connection may take to send a request's headers, counted from when it
-        /// opens or its previous response went out; 0 = no deadline (idle timeout only).
+        /// Seconds a connection may take to send a request's headers and body, counted from
+        /// when it opens or its previous response went out; 0 = no deadline (idle timeout only).
         public var headerTimeoutSeconds: Int = 10
         /// libmicrohttpd's per-connection memory: the request line and headers must fit in it
         /// with room to spare for the response headers. Larger heads get libmicrohttpd's own
@@ -48,6 +49,9 @@ public final class HTTPServer: Sendable {
         public var tls: (keyPEM: String, certificatePEM: String)?
         /// Writes one `info` line per request.
         public var accessLog: Bool = true
+        /// Proxies whose `X-Forwarded-For` names the client (`ClientAddress`); empty: the
+        /// peer is the client.
+        public var trustedProxies: [ClientAddress.Range] = []
         /// The prefix of problem `type` URIs (the code follows it); nil answers RFC 9457's
         /// `about:blank`.
         public var problemTypeBase: String?
@@ -81,7 +85,7 @@ public final class HTTPServer: Sendable {
     /// Routes a request in process, exactly as a connection's request is routed (method
     /// check, route match, handler, error mapping), without a socket: for fast tests of
     /// routes and their problems. Works whether or not the server was started.
-    public func respond(to request: HTTPRequest) -> HTTPResponse { core.respond(to: request).0 }
+    public func respond(to request: HTTPRequest) -> HTTPResponse { core.respond(to: request) }
 
     /// Owns the running `MHD_Daemon` and stops it (joining its threads) in `deinit`.
     final class Daemon: @unchecked Sendable {
@@ -118,11 +122,12 @@ public final class HTTPServer: Sendable {
                 connection_memory_limit: configuration.connectionMemoryBytes,
                 connection_limit: UInt32(configuration.connectionLimit),
                 listen_backlog: 1024,
-                per_ip_connection_limit: UInt32(max(0, configuration.connectionsPerAddress)),
+                accept_policy: core.connectionCap == nil ? nil : serverAcceptPolicy,
+                accept_policy_cls: core.connectionCap.map { Unmanaged.passUnretained($0).toOpaque() },
                 handler: serverAccessHandler, handler_cls: context,
                 completed: serverRequestCompleted, completed_cls: context,
-                connection_notify: core.headerDeadline == nil ? nil : serverConnectionNotify,
-                connection_notify_cls: core.headerDeadline.map { Unmanaged.passUnretained($0).toOpaque() },
+                connection_notify: core.headerDeadline == nil && core.connectionCap == nil ? nil : serverConnectionNotify,
+                connection_notify_cls: context,
                 tls_key_pem: keyPEM, tls_cert_pem: certificatePEM)
             return cbroker_mhd_start(&options)
         }
@@ -209,14 +214,13 @@ final class ServerCore: Sendable {
     let configuration: HTTPServer.Configuration
     let router: Router
     let logger: Logger
-    let errorMapper: @Sendable (any Error) -> Problem?
     let inFlight = Atomic<Int>(0)
     let shuttingDown = Atomic<Bool>(false)
-    let requestCounter = Atomic<Int>(0)
-    let requestIDPrefix = String(UInt64.random(in: 1...UInt64.max), radix: 36)
-    let requestCount: CounterFamily
-    let requestDuration: HistogramFamily
     let headerDeadline: HeaderDeadline?
+    /// `connectionsPerAddress`, when set.
+    let connectionCap: ConnectionCap?
+    /// The server's own middleware around every exchange, a route's group middleware inside.
+    let pipeline: [any HTTPMiddleware]
 
     init(
         configuration: HTTPServer.Configuration, router: Router, logger: Logger, metrics: MetricsRegistry,
@@ -225,13 +229,16 @@ final class ServerCore: Sendable {
         self.configuration = configuration
         self.router = router
         self.logger = logger
-        self.errorMapper = errorMapper
-        requestCount = metrics.counter(
-            "http_requests_total", help: "HTTP requests by route, method and status.",
-            labels: ["route", "method", "status"])
-        requestDuration = metrics.histogram(
-            "http_request_duration_seconds", help: "HTTP request latency by route and method.",
-            labels: ["route", "method"])
+        let client = ClientAddress(trusted: configuration.trustedProxies)
+        connectionCap =
+            configuration.connectionsPerAddress > 0 ? ConnectionCap(limit: configuration.connectionsPerAddress, client: client) : nil
+        var pipeline: [any HTTPMiddleware] = [
+            RequestIDMiddleware(), ClientAddressMiddleware(client: client),
+            SecurityHeadersMiddleware(strictTransportSecurity: configuration.tls != nil), MetricsMiddleware(metrics),
+        ]
+        if configuration.accessLog { pipeline.append(AccessLogMiddleware()) }
+        pipeline.append(ProblemMiddleware(errorMapper: errorMapper, typeBase: configuration.problemTypeBase))
+        self.pipeline = pipeline
         let expired = metrics.counter(
             "http_header_timeouts_total", help: "Connections closed because a request's headers did not arrive in time.")
         headerDeadline =
@@ -239,70 +246,32 @@ final class ServerCore: Sendable {
             ? HeaderDeadline(seconds: configuration.headerTimeoutSeconds, expired: expired) : nil
     }
 
-    /// Routes a complete request and turns whatever happens into a response.
-    func respond(to request: HTTPRequest) -> (HTTPResponse, route: String) {
+    /// Routes a complete request through the pipeline; `refusal` answers it without routing
+    /// (a body over the limit). Never throws: the pipeline's innermost part makes errors problems.
+    func respond(to request: HTTPRequest, refusal: Problem? = nil) -> HTTPResponse {
         var request = request
-        guard HTTPMethod.known.contains(request.method) else {
-            return (answer(.notImplemented, path: request.path, requestID: request.requestID), "unmatched")
-        }
-        switch router.match(request.method, request.path) {
-        case .notFound:
-            return (answer(.notFound(path: request.path), path: request.path, requestID: request.requestID), "unmatched")
-        case .methodNotAllowed(let allowed):
-            let problem = Problem.methodNotAllowed(request.method, allowed: allowed)
-            return (answer(problem, path: request.path, requestID: request.requestID), "unmatched")
-        case .found(let route, let parameters):
-            request.pathParameters = parameters
-            request.route = route.pattern
-            do {
-                return (try route.handler(request), route.pattern)
-            } catch {
-                let problem = problem(for: error, route: route.pattern, logger: request.logger)
-                return (answer(problem, path: request.path, requestID: request.requestID), route.pattern)
+        let endpoint: HTTPHandler
+        if let refusal {
+            endpoint = { _ in throw refusal }
+        } else if !HTTPMethod.known.contains(request.method) {
+            endpoint = { _ in throw Problem.notImplemented }
+        } else {
+            switch router.match(request.method, request.path) {
+            case .notFound:
+                endpoint = { request in throw Problem.notFound(path: request.path) }
+            case .methodNotAllowed(let allowed):
+                endpoint = { request in throw Problem.methodNotAllowed(request.method, allowed: allowed) }
+            case .found(let route, let parameters):
+                request.pathParameters = parameters
+                request.route = route.pattern
+                endpoint = route.handler
             }
         }
-    }
-
-    /// What a handler's error answers: a `Problem` as it is, a JSON field error 400, anything
-    /// else what the error mapper makes of it or, when it knows nothing of it, 500 (logged).
-    private func problem(for error: any Error, route: String, logger: Logger) -> Problem {
-        switch error {
-        case let problem as Problem:
-            return problem
-        case let error as JSONFieldError:
-            return .badRequest(error.detail)
-        default:
-            if let problem = errorMapper(error) {
-                if problem.status >= 500 { logger.warning("request failed", [("route", route), ("error", "\(error)")]) }
-                return problem
-            }
-            logger.error("unhandled error", [("route", route), ("error_type", "\(type(of: error))"), ("error", "\(error)")])
-            return .internalError
+        do {
+            return try pipeline.wrapping(endpoint)(request)
+        } catch {
+            return Problem.internalError.response(instance: request.path, requestID: request.requestID)
         }
-    }
-
-    /// `problem` as the response to a request for `path`, its `type` under the configured base.
-    func answer(_ problem: Problem, path: String, requestID: String) -> HTTPResponse {
-        problem.response(instance: path, requestID: requestID, typeBase: configuration.problemTypeBase)
-    }
-
-    /// The caller's `X-Request-Id` when it is a sane token, otherwise a fresh one.
-    func requestID(from header: String?) -> String {
-        if let header, (1...64).contains(header.utf8.count),
-            header.utf8.allSatisfy({ $0.isASCIIAlphanumeric || $0 == UInt8(ascii: "-") || $0 == UInt8(ascii: "_") || $0 == UInt8(ascii: ".") })
-        {
-            return header
-        }
-        // A random per-process prefix and a counter: unique, and no syscall per request
-        // (Foundation's UUID() opens /dev/urandom every time).
-        let sequence = requestCounter.add(1, ordering: .relaxed).newValue
-        return requestIDPrefix + "-" + String(sequence, radix: 16)
-    }
-}
-
-extension UInt8 {
-    fileprivate var isASCIIAlphanumeric: Bool {
-        (48...57).contains(self) || (65...90).contains(self) || (97...122).contains(self)
     }
 }
 
@@ -330,7 +299,6 @@ private func serverAccessHandler(
         // First call: headers are in, no body yet.
         let state = RequestState()
         slot.pointee = Unmanaged.passRetained(state).toOpaque()
-        core.headerDeadline?.headersArrived(connection)
         core.inFlight.add(1, ordering: .relaxed)
         if let length = header(connection, "Content-Length").flatMap(Int.init),
             length > core.configuration.maximumBodyBytes
@@ -343,6 +311,9 @@ private func serverAccessHandler(
     }
     let state = Unmanaged<RequestState>.fromOpaque(existing).takeUnretainedValue()
     if uploadSize.pointee > 0 {
+        // A chunked body past the limit is read to its end and dropped, then 413 and close:
+        // libmicrohttpd 0.9.75 cannot queue a response in mid-body (tried: the connection
+        // closes with no answer). The request deadline bounds how long that reading lasts.
         if !state.tooLarge, let uploadData {
             if state.body.count + uploadSize.pointee > core.configuration.maximumBodyBytes {
                 state.tooLarge = true
@@ -363,41 +334,19 @@ private func finish(
     _ core: ServerCore, _ connection: OpaquePointer, _ state: RequestState,
     url: UnsafePointer<CChar>?, method: UnsafePointer<CChar>?
 ) -> MHD_Result {
-    let path = url.map { String(cString: $0) } ?? "/"
+    // The deadline covers the head and the body: a body trickled a byte at a time is cut
+    // off like slow headers, and its slot freed.
+    core.headerDeadline?.headersArrived(connection)
     let methodName = HTTPMethod(method.map { String(cString: $0) } ?? "GET")
-    let requestID = core.requestID(from: header(connection, "X-Request-Id"))
-    let logger = core.logger.with(("request_id", requestID))
-    var response: HTTPResponse
-    var route = "unmatched"
-    if state.tooLarge {
-        response = core.answer(.payloadTooLarge(limit: core.configuration.maximumBodyBytes), path: path, requestID: requestID)
-        response.headers.set("Connection", "close")
-    } else {
-        let request = HTTPRequest(
-            method: methodName, path: path, query: arguments(connection), headers: headers(connection),
-            body: state.body, remoteAddress: clientAddress(connection), requestID: requestID, logger: logger)
-        (response, route) = core.respond(to: request)
-    }
-    response.headers.set("X-Request-Id", requestID)
-    // Nothing is sniffed into another type; HTTPS only from now on when we terminate TLS.
-    response.headers.set("X-Content-Type-Options", "nosniff")
-    if core.configuration.tls != nil { response.headers.set("Strict-Transport-Security", "max-age=31536000") }
-    if core.shuttingDown.load(ordering: .relaxed) { response.headers.set("Connection", "close") }
-
-    let elapsed = ContinuousClock.now - state.started
-    let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
-    core.requestCount.increment(route, methodName.label, String(response.status))
-    core.requestDuration.observe(seconds, route, methodName.label)
-    if core.configuration.accessLog {
-        // An invented method is logged as `other` plus its first 32 bytes, never whole.
-        let logged =
-            methodName.label == "other"
-            ? "other:" + String(decoding: methodName.rawValue.utf8.prefix(32), as: UTF8.self) : methodName.rawValue
-        logger.info(
-            "request",
-            [("method", logged), ("route", route), ("status", String(response.status)),
-             ("duration_ms", String(format: "%.2f", seconds * 1000))])
-    }
+    var request = HTTPRequest(
+        method: methodName, path: url.map { String(cString: $0) } ?? "/", query: arguments(connection),
+        headers: headers(connection), body: state.body, remoteAddress: clientAddress(connection), requestID: "",
+        logger: core.logger)
+    request.received = state.started
+    var response = core.respond(
+        to: request, refusal: state.tooLarge ? .payloadTooLarge(limit: core.configuration.maximumBodyBytes) : nil)
+    // An over-limit body is not read: the connection closes after the 413.
+    if state.tooLarge || core.shuttingDown.load(ordering: .relaxed) { response.headers.set("Connection", "close") }
     return queue(response, on: connection, omitBody: methodName == .head)
 }
 
@@ -466,7 +415,7 @@ private func arguments(_ connection: OpaquePointer) -> [String: String] {
     return query
 }
 
-private func clientAddress(_ connection: OpaquePointer) -> String {
+func clientAddress(_ connection: OpaquePointer) -> String {
     var buffer = [CChar](repeating: 0, count: 64)
     guard cbroker_mhd_client_address(connection, &buffer, buffer.count) == 0 else { return "" }
     return String(decoding: buffer.prefix { $0 != 0 }.map(UInt8.init(bitPattern:)), as: UTF8.self)

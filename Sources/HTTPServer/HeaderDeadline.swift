@@ -6,7 +6,7 @@ import Locking
 import Observability
 import Synchronization
 
-/// Closes connections whose request headers do not arrive in time.
+/// Closes connections whose request (headers, then body) does not arrive in time.
 ///
 /// libmicrohttpd's timeout counts idle time only: a client that sends one header byte
 /// every few seconds (slowloris) keeps its connection for ever. This deadline counts from
@@ -87,13 +87,20 @@ final class HeaderDeadline: Sendable {
     }
 }
 
-/// libmicrohttpd's connection notification: feeds the header deadline.
+/// libmicrohttpd's connection notification: feeds the header deadline and the connection cap.
 func serverConnectionNotify(
     _ context: UnsafeMutableRawPointer?, _ connection: OpaquePointer?, _ socketContext: UnsafeMutablePointer<UnsafeMutableRawPointer?>?,
     _ code: MHD_ConnectionNotificationCode
 ) {
     guard let context, let connection else { return }
-    let deadline = Unmanaged<HeaderDeadline>.fromOpaque(context).takeUnretainedValue()
+    let core = Unmanaged<ServerCore>.fromOpaque(context).takeUnretainedValue()
     // MHD_CONNECTION_NOTIFY_STARTED is 0; the other code is CLOSED.
-    if code.rawValue == 0 { deadline.opened(connection) } else { deadline.closed(connection) }
+    let started = code.rawValue == 0
+    if let deadline = core.headerDeadline {
+        if started { deadline.opened(connection) } else { deadline.closed(connection) }
+    }
+    if let cap = core.connectionCap {
+        let address = clientAddress(connection)
+        if started { cap.opened(address) } else { cap.closed(address) }
+    }
 }

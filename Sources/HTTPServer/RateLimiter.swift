@@ -38,18 +38,6 @@ public final class RateLimiter: Sendable {
         return hex + "::/64"
     }
 
-    /// True when `key` has no token left right now (nothing is taken).
-    public func isExhausted(_ key: String) -> Bool {
-        guard isEnabled else { return false }
-        let now = ContinuousClock.now
-        return buckets.withLock { buckets in
-            guard let bucket = buckets[key] else { return false }
-            let elapsed = now - bucket.updated
-            let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
-            return bucket.tokens + seconds * rate < 1
-        }
-    }
-
     /// Keys remembered right now.
     public var keyCount: Int { buckets.withLock { $0.count } }
 

@@ -25,10 +25,21 @@ public struct Router: Sendable {
     }
 
     public private(set) var routes: [Route] = []
+    /// The middleware of the groups being registered, outermost first.
+    private var middleware: [any HTTPMiddleware] = []
 
     public init() {}
 
-    /// Registers `handler` for `method` and `pattern`.
+    /// Registers the routes `body` adds behind `middleware` (outermost first), inside the
+    /// middleware of any enclosing group: every route of the group gets the same pipeline.
+    public mutating func group(_ middleware: any HTTPMiddleware..., routes body: (inout Router) -> Void) {
+        let enclosing = self.middleware
+        self.middleware += middleware
+        defer { self.middleware = enclosing }
+        body(&self)
+    }
+
+    /// Registers `handler` for `method` and `pattern`, behind the current group's middleware.
     public mutating func on(_ method: HTTPMethod, _ pattern: String, _ handler: @escaping HTTPHandler) {
         precondition(pattern.hasPrefix("/"), "route patterns start with /")
         let segments = Self.split(pattern).map { part -> Segment in
@@ -37,7 +48,7 @@ public struct Router: Sendable {
         }
         precondition(
             !routes.contains { $0.method == method && $0.segments == segments }, "duplicate route \(method) \(pattern)")
-        routes.append(Route(method: method, pattern: pattern, segments: segments, handler: handler))
+        routes.append(Route(method: method, pattern: pattern, segments: segments, handler: middleware.wrapping(handler)))
     }
 
     public mutating func get(_ pattern: String, _ handler: @escaping HTTPHandler) { on(.get, pattern, handler) }

@@ -1,4 +1,5 @@
 import AppleID
+import BrokerAPI
 import BrokerCore
 import CommandArguments
 import Foundation

@@ -14,6 +14,7 @@
 //                                                  POSTs the JSON bodies (one per line) at a fixed
 //                                                  rate, open loop, and prints the latency figures
 import AppleID
+import BrokerAPI
 import BrokerCore
 import BrokerCrypto
 import Foundation

@@ -1,5 +1,6 @@
 import AppleID
 import AppleSimulator
+import BrokerAPI
 import BrokerCore
 import Foundation
 import HTTPClient

@@ -1,5 +1,6 @@
 import AppleIDBrokerClient
 import AppleSimulator
+import BrokerAPI
 import BrokerCore
 import BrokerCrypto
 import Foundation

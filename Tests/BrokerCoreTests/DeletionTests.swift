@@ -1,4 +1,5 @@
 import AppleSimulator
+import BrokerAPI
 import BrokerCore
 import BrokerCrypto
 import Foundation

@@ -1,4 +1,5 @@
 import AppleID
+import BrokerAPI
 import BrokerCore
 import Foundation
 import HTTPClient
@@ -41,21 +42,6 @@ struct OpenAPITests {
         let text = description.replacingOccurrences(of: "\"x-problem-codes\"", with: "")
         let explained = catalog.filter { text.components(separatedBy: "`\($0)`").count > 1 }
         #expect(explained == catalog, "codes never explained in a response: \(catalog.subtracting(explained).sorted())")
-    }
-
-    @Test("no problem is built outside the catalog and the HTTP foundation")
-    func problemsComeFromTheCatalog() throws {
-        // Services throw BrokerError / TokenRejection; only HTTP/ turns them into problems.
-        let root = Repository.root.appendingPathComponent("Sources/BrokerCore")
-        let enumerator = FileManager.default.enumerator(at: root, includingPropertiesForKeys: nil)!
-        var offenders: [String] = []
-        for case let file as URL in enumerator where file.pathExtension == "swift" {
-            let text = try String(contentsOf: file, encoding: .utf8)
-            let relative = String(file.path.dropFirst(root.path.count + 1))
-            if relative.hasPrefix("HTTP/") || relative.hasPrefix("Application/") { continue }
-            if text.contains("import HTTPServer") || text.contains("Problem(") { offenders.append(relative) }
-        }
-        #expect(offenders.isEmpty, "service files that speak HTTP: \(offenders.sorted())")
     }
 
     @Test("the webhook URL pattern in the description is the rule the server applies")

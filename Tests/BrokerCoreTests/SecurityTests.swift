@@ -1,4 +1,5 @@
 import AppleSimulator
+import BrokerAPI
 import BrokerCore
 import Foundation
 import Glibc
@@ -24,12 +25,18 @@ struct SecurityTests {
         #expect(try broker.get("/v1/users/\(UUID().uuidString.lowercased())/credential-state", key: broker.apiKey([.read])).status == 200)
     }
 
-    @Test("the public notification endpoint limits each source address")
+    @Test("the public notification endpoint limits each source address's junk, never Apple's signed notifications")
     func perAddressRateLimit() throws {
         let broker = try TestBroker(extra: ["BROKER_RATE_LIMIT_NOTIFICATIONS_PER_IP": "1"])
         let statuses = try (0..<8).map { _ in try broker.post("/v1/apple/notifications", json: #"{"payload":"x"}"#).status }
         #expect(statuses.prefix(5).allSatisfy { $0 == 401 }, "a burst of five reaches verification")
         #expect(statuses.last == 429)
+        // Apple posts from the same address (here loopback; in production often a proxy's).
+        let signed = try broker.simulator.sendNotification(
+            NotificationRequest(
+                url: broker.baseURL + "/v1/apple/notifications", type: "consent-revoked", sub: "000123.unknown.0001",
+                clientID: TestBroker.clientID))
+        #expect(signed.status == 200, "a verified notification was refused for the junk's budget")
     }
 
     @Test("webhook URLs that reach loopback, private, link-local, CGNAT or numeric-form addresses are refused at subscription")

@@ -1,5 +1,6 @@
 import AppleSimulator
 import BrokerCrypto
+import BrokerAPI
 @testable import BrokerCore
 import Foundation
 import PostgresClient

@@ -1,4 +1,5 @@
 import AppleSimulator
+import BrokerAPI
 @testable import BrokerCore
 import BrokerCrypto
 import Foundation
@@ -45,6 +46,8 @@ struct WebSignInTests {
     struct ApplePage {
         var action: String
         var fields: [(String, String)]
+        /// The `Cookie` header of the browser that started the sign-in.
+        var cookie: [(String, String)] = []
 
         init(_ html: String) throws {
             func unescape(_ text: String) -> String {
@@ -68,6 +71,9 @@ struct WebSignInTests {
         let start = try broker.get(
             "/v1/apple/web/authorize?client_id=\(TestBroker.webClientID)&return_to=\(FormEncoding.escape(Self.returnTo))&app_state=s-42")
         #expect(start.status == 302, "\(start.bodyText)")
+        let setCookie = try #require(start.header("set-cookie"), "authorize sets the browser's binding")
+        #expect(setCookie.hasPrefix("__Host-abk_signin=") && setCookie.contains("Secure") && setCookie.contains("HttpOnly"))
+        #expect(setCookie.contains("Path=/") && setCookie.contains("SameSite=None") && !setCookie.contains("Domain"))
         var toApple = try Redirect(start)
         #expect(toApple.base == broker.simulator.baseURL + "/auth/authorize")
         #expect(toApple.query["response_type"] == "code id_token")
@@ -78,8 +84,9 @@ struct WebSignInTests {
         let query = FormEncoding.encode(toApple.query.map { ($0.key, $0.value) } + sim)
         let page = try broker.client.send(.init(url: toApple.base + "?" + query))
         #expect(page.status == 200, "\(page.bodyText)")
-        let form = try ApplePage(page.bodyText)
+        var form = try ApplePage(page.bodyText)
         #expect(form.action == Self.publicURL + "/v1/apple/web/callback")
+        form.cookie = [("Cookie", String(setCookie.prefix { $0 != ";" }))]
         return form
     }
 
@@ -88,12 +95,36 @@ struct WebSignInTests {
         try broker.client.send(
             .init(
                 method: "POST", url: broker.baseURL + "/v1/apple/web/callback",
-                headers: [("Content-Type", "application/x-www-form-urlencoded")], body: Array(FormEncoding.encode(form.fields).utf8)))
+                headers: [("Content-Type", "application/x-www-form-urlencoded")] + form.cookie,
+                body: Array(FormEncoding.encode(form.fields).utf8)))
     }
 
     func redeem(_ code: String, _ broker: TestBroker) throws -> HTTPClientResponse {
         let body = String(decoding: try JSONSerialization.data(withJSONObject: ["result_code": code]), as: UTF8.self)
         return try broker.post("/v1/apple/web/redeem", json: body, key: broker.loginKey())
+    }
+
+    @Test("login CSRF: a state finishes only in the browser that started it (its __Host- cookie), and nothing is spent otherwise")
+    func stateBoundToBrowser() throws {
+        let broker = try Self.broker()
+        // The attacker starts a sign-in of their own and has the victim's browser post it.
+        var attackers = try startSignIn(broker)
+        let attackerCookie = attackers.cookie
+        attackers.cookie = []
+        let noCookie = try post(attackers, to: broker)
+        #expect(noCookie.status == 400 && noCookie.json["code"] as? String == "invalid_state", "\(noCookie.bodyText)")
+        var victims = try startSignIn(broker)
+        let victimCookie = victims.cookie
+        attackers.cookie = victimCookie
+        #expect(try post(attackers, to: broker).json["code"] as? String == "invalid_state", "another browser's binding")
+        #expect(try broker.count("SELECT count(*) FROM web_used_states") == 0, "a refused state is not spent")
+        // The right browser still finishes both.
+        attackers.cookie = attackerCookie
+        #expect(try post(attackers, to: broker).status == 303)
+        victims.cookie = victimCookie
+        let finished = try post(victims, to: broker)
+        #expect(finished.status == 303)
+        #expect(finished.header("set-cookie")?.contains("Max-Age=0") == true, "the binding is cleared once used")
     }
 
     @Test("a first sign-in ends at return_to with a result code the backend redeems once for the login answer")
@@ -197,7 +228,7 @@ struct WebSignInTests {
         let page = try broker.client.send(
             .init(
                 method: "POST", url: broker.baseURL + "/v1/apple/web/callback",
-                headers: [("Content-Type", "application/x-www-form-urlencoded"), ("Accept", "text/html,application/xhtml+xml")],
+                headers: [("Content-Type", "application/x-www-form-urlencoded"), ("Accept", "text/html,application/xhtml+xml")] + form.cookie,
                 body: Array(FormEncoding.encode(form.fields).utf8)))
         #expect(page.status == 400)
         #expect(page.header("content-type") == "text/html; charset=utf-8")

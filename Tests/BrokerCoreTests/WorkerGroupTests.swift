@@ -1,3 +1,4 @@
+import BrokerAPI
 @testable import BrokerCore
 import Foundation
 import HTTPClient

@@ -1,7 +1,7 @@
 import Dispatch
 import Foundation
 import HTTPClient
-import HTTPServer
+@testable import HTTPServer
 import Locking
 import Observability
 import Synchronization
@@ -283,6 +283,32 @@ struct HTTPServerTests {
         }
     }
 
+    @Test("HTML escaping is per Unicode scalar; pages allow no form target and no base URL")
+    func htmlEscaping() throws {
+        #expect(HTMLPage.escape("\u{0600}<script>") == "\u{0600}&lt;script&gt;", "U+0600 and < are one Character")
+        #expect(HTMLPage.escape("a\u{301}\"'&") == "a\u{301}&quot;&#39;&amp;")
+        let page = HTMLPage.response(status: 400, title: "t", message: "\u{0600}<b>", link: nil)
+        #expect(!String(decoding: page.body, as: UTF8.self).contains("<b>"))
+        let policy = try #require(page.headers["Content-Security-Policy"])
+        #expect(policy.contains("form-action 'none'") && policy.contains("base-uri 'none'"))
+    }
+
+    @Test("the per-address connection cap counts IPv6 per /64 and leaves trusted proxies alone")
+    func connectionCapPerPrefix() throws {
+        let cap = ConnectionCap(limit: 2, client: ClientAddress(trusted: [ClientAddress.Range("10.0.0.0/8")!]))
+        cap.opened("2001:db8:1:2::1")
+        cap.opened("2001:db8:1:2:ffff::9")
+        #expect(!cap.admits("2001:db8:1:2::77"), "a third address of the same /64 is one host too many")
+        #expect(cap.admits("2001:db8:1:3::1"), "the next /64 is someone else")
+        cap.closed("2001:db8:1:2::1")
+        #expect(cap.admits("2001:db8:1:2::77"))
+        cap.opened("192.0.2.1")
+        cap.opened("192.0.2.1")
+        #expect(!cap.admits("192.0.2.1") && cap.admits("192.0.2.2"))
+        for _ in 0..<5 { cap.opened("10.1.2.3") }
+        #expect(cap.admits("10.1.2.3"), "a trusted proxy carries every client: not capped")
+    }
+
     @Test("a client sending its headers a byte at a time is cut off at the header deadline")
     func headerDeadline() throws {
         try withServer(demoRouter(), configure: {
@@ -301,6 +327,17 @@ struct HTTPServerTests {
             #expect(slow.isClosedByPeer(), "the connection outlived its header deadline")
             #expect(ContinuousClock.now - started < .seconds(6))
             #expect(metrics.render().contains("http_header_timeouts_total 1"))
+
+            // A body trickled a byte at a time is cut off the same way, its slot freed.
+            let trickle = try #require(RawConnection(port: port, timeoutSeconds: 3))
+            trickle.send("POST /items HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n")
+            let bodyStarted = ContinuousClock.now
+            while ContinuousClock.now - bodyStarted < .seconds(4) {
+                guard trickle.send("a") else { break }
+                Thread.sleep(forTimeInterval: 0.2)
+            }
+            #expect(trickle.isClosedByPeer(), "the connection outlived its deadline while sending a body")
+            #expect(ContinuousClock.now - bodyStarted < .seconds(6))
 
             // A kept-alive connection that sends whole requests is not affected.
             let steady = try #require(RawConnection(port: port, timeoutSeconds: 3))
@@ -342,6 +379,56 @@ struct HTTPServerTests {
         #expect(throws: Never.self) { try v6.check(address: "2001:db8::2") }
         #expect(throws: Problem.self) { try v6.check(address: "2001:db8::3") }
         #expect(throws: Never.self) { try v6.check(address: "2001:db8:0:1::3") }
+    }
+
+    @Test("behind trusted proxies the client is the right-most untrusted X-Forwarded-For address; budgets count it")
+    func trustedProxies() throws {
+        let trusted = ["127.0.0.0/8", "10.0.0.0/8", "2001:db8:ffff::/48"].compactMap(ClientAddress.Range.init)
+        #expect(trusted.count == 3)
+        #expect(ClientAddress.Range("10.0.0.0/33") == nil && ClientAddress.Range("nonsense") == nil)
+        let proxies = ClientAddress(trusted: trusted)
+        #expect(proxies.resolve(peer: "127.0.0.1", forwardedFor: ["198.51.100.7, 203.0.113.9, 10.1.2.3"]) == "203.0.113.9")
+        #expect(proxies.resolve(peer: "127.0.0.1", forwardedFor: ["203.0.113.9", "10.1.2.3"]) == "203.0.113.9")
+        #expect(proxies.resolve(peer: "192.0.2.1", forwardedFor: ["203.0.113.9"]) == "192.0.2.1", "an untrusted peer's header is ignored")
+        #expect(proxies.resolve(peer: "127.0.0.1", forwardedFor: ["10.9.9.9, 10.1.2.3"]) == "10.9.9.9", "all trusted: the left-most")
+        #expect(proxies.resolve(peer: "127.0.0.1", forwardedFor: ["203.0.113.9, junk, 10.1.2.3"]) == "10.1.2.3")
+        #expect(proxies.resolve(peer: "127.0.0.1", forwardedFor: ["2001:db8:1::5, 2001:db8:ffff::1"]) == "2001:db8:1::5")
+        #expect(ClientAddress().resolve(peer: "127.0.0.1", forwardedFor: ["203.0.113.9"]) == "127.0.0.1")
+
+        // Live: the route's budget counts forwarded clients apart, the proxy itself not at all.
+        var router = Router()
+        router.group(AddressBudget(RateLimiter(rate: 0.001, burst: 2))) { router in
+            router.get("/who") { request in .text(request.remoteAddress) }
+        }
+        try withServer(router, configure: { $0.trustedProxies = trusted }) { _, base, _ throws in
+            let client = CurlTransport()
+            func who(_ forwarded: String) throws -> (Int, String) {
+                let response = try client.send(.init(url: base + "/who", headers: [("X-Forwarded-For", forwarded)]))
+                return (response.status, String(decoding: response.body, as: UTF8.self))
+            }
+            #expect(try who("198.51.100.7, 203.0.113.9").1 == "203.0.113.9")
+            #expect(try who("203.0.113.9").0 == 200)
+            #expect(try who("203.0.113.9").0 == 429)
+            #expect(try who("203.0.113.10") == (200, "203.0.113.10"), "another client behind the same proxy has its own budget")
+        }
+        try withServer(router) { _, base, _ in
+            let response = try CurlTransport().send(.init(url: base + "/who", headers: [("X-Forwarded-For", "203.0.113.9")]))
+            #expect(String(decoding: response.body, as: UTF8.self) == "127.0.0.1", "no trusted proxies: the header means nothing")
+        }
+    }
+
+    @Test("a budget that charges only refusals never refuses what succeeds")
+    func failuresOnlyBudget() throws {
+        let limiter = RateLimiter(rate: 0.001, burst: 2)
+        let handler = [AddressBudget(limiter, charge: .failures) as any HTTPMiddleware].wrapping { request in
+            if request.path == "/junk" { throw Problem(status: 401, code: "unauthorized", title: "Unauthorized") }
+            return .text("ok")
+        }
+        func status(_ path: String) -> Int {
+            do { return try handler(HTTPRequest(method: .post, path: path)).status } catch { return (error as? Problem)?.status ?? 0 }
+        }
+        #expect((0..<4).map { _ in status("/junk") } == [401, 401, 429, 429])
+        #expect(status("/signed") == 200)
     }
 
     @Test("the default memory bound (connections × (pool + body)) fits under half the Kubernetes memory limit")

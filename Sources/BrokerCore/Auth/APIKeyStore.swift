@@ -53,7 +53,7 @@ public struct APIKey: Sendable, Equatable, Codable {
     public func reaches(_ clientID: String) -> Bool { reach?.contains(clientID) ?? true }
 
     /// `reach` as a SQL array, nil for an unlimited key (queries test `IS NULL` first).
-    var reachArray: PostgresTextArray? { reach.map { PostgresTextArray($0.sorted()) } }
+    package var reachArray: PostgresTextArray? { reach.map { PostgresTextArray($0.sorted()) } }
 }
 
 /// Creates, lists and revokes API keys. Keys look like `abk_<12-char id>_<43-char secret>`;
@@ -61,7 +61,7 @@ public struct APIKey: Sendable, Equatable, Codable {
 public struct APIKeyStore: Sendable {
     let pool: PostgresPool
     /// NOTIFY channel that tells every broker process to drop cached keys.
-    static let changedChannel = "api_keys_changed"
+    package static let changedChannel = "api_keys_changed"
 
     public init(pool: PostgresPool) { self.pool = pool }
 
@@ -111,12 +111,12 @@ public struct APIKeyStore: Sendable {
         }
     }
 
-    struct Stored: Sendable {
-        let key: APIKey
-        let hash: [UInt8]
+    package struct Stored: Sendable {
+        package let key: APIKey
+        package let hash: [UInt8]
     }
 
-    func find(id: String) throws -> Stored? {
+    package func find(id: String) throws -> Stored? {
         guard let row = try pool.query(
             "SELECT id, name, scopes, created_at, revoked_at, array_to_string(client_ids, ',') AS client_ids, key_hash FROM api_keys WHERE id = \(id)"
         ).first else { return nil }

@@ -27,8 +27,13 @@ public struct BrokerConfiguration: Sendable {
     /// (0: no limit). Default 64 when the broker terminates TLS itself, off otherwise (behind a
     /// proxy every connection comes from the proxy).
     public var connectionsPerAddress: Int = 0
-    /// `BROKER_HEADER_TIMEOUT_SECONDS`: a connection must send a request's headers this soon
-    /// after it opens or its previous response went out (slow-header attacks), 0: off.
+    /// `BROKER_TRUSTED_PROXIES`: comma-separated CIDRs of the proxies in front of the broker
+    /// (default none). From such a peer the client is the right-most untrusted address of
+    /// `X-Forwarded-For`; budgets and log lines use it. Checked when the server is built.
+    public var trustedProxies: [String] = []
+    /// `BROKER_HEADER_TIMEOUT_SECONDS`: a connection must send a request's headers and body
+    /// this soon after it opens or its previous response went out (slow headers, trickled
+    /// bodies), 0: off.
     public var headerTimeoutSeconds: Int = 10
     /// `BROKER_SHUTDOWN_GRACE_SECONDS`: how long SIGTERM waits for in-flight requests.
     public var shutdownGraceSeconds: Int = 10
@@ -266,6 +271,9 @@ public struct BrokerConfiguration: Sendable {
         }
         configuration.connectionsPerAddress =
             reader.integer("BROKER_MAX_CONNECTIONS_PER_IP", in: 0...65_536) ?? (configuration.tls == nil ? 0 : 64)
+        if let proxies = reader.string("BROKER_TRUSTED_PROXIES") {
+            configuration.trustedProxies = proxies.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
+        }
         if let seconds = reader.integer("BROKER_HEADER_TIMEOUT_SECONDS", in: 0...3600) {
             configuration.headerTimeoutSeconds = seconds
             if seconds > configuration.connectionTimeoutSeconds {

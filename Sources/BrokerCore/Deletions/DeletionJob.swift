@@ -25,7 +25,7 @@ import PostgresClient
 /// Requests are claimed with `FOR UPDATE SKIP LOCKED` and leased; a worker killed at any
 /// point leaves its requests to the next one, which resumes where the steps say, and the
 /// purge runs once (it requires the `purging` state and ends it).
-final class DeletionJob: Sendable {
+package final class DeletionJob: Sendable {
     let store: DeletionStore
     let apple: AppleClient
     let tokenKeys: TokenKeyRing
@@ -36,7 +36,7 @@ final class DeletionJob: Sendable {
     private let outcomes: CounterFamily
     private let revocations: CounterFamily
 
-    init(
+    package init(
         store: DeletionStore, apple: AppleClient, tokenKeys: TokenKeyRing, settings: BrokerConfiguration.DeletionSettings,
         validator: IdentityTokenValidator, metrics: MetricsRegistry, logger: Logger
     ) {
@@ -68,7 +68,7 @@ final class DeletionJob: Sendable {
 
     /// One request: claims it and works on it on the calling lane's thread. The job runs as
     /// a `WorkerGroup` of `concurrency` lanes, so that many revokes can wait on Apple at once.
-    func step() throws -> Bool {
+    package func step() throws -> Bool {
         guard let request = try store.claim(limit: 1, leaseSeconds: settings.leaseSeconds).first else { return false }
         process(request)
         return true

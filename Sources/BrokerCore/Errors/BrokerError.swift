@@ -72,9 +72,9 @@ public struct BrokerError: Error, Sendable, Equatable, CustomStringConvertible {
     public var description: String { "\(code.rawValue): \(detail)" }
 
     /// 400 `invalid_request`: the body or the query is not what the endpoint takes.
-    static func invalidRequest(_ detail: String) -> BrokerError { BrokerError(.invalidRequest, detail) }
+    package static func invalidRequest(_ detail: String) -> BrokerError { BrokerError(.invalidRequest, detail) }
 
-    static let userNotFound = BrokerError(.userNotFound, "no user with this id")
+    package static let userNotFound = BrokerError(.userNotFound, "no user with this id")
 
     static let deletionPending = BrokerError(
         .userDeletionPending, "this user's account is being deleted; sign-in is refused until it is done")
@@ -88,7 +88,7 @@ public struct BrokerError: Error, Sendable, Equatable, CustomStringConvertible {
         BrokerError(.clientNotAllowed, "this API key is limited to other apps than \(clientID)")
     }
 
-    static func userDeleted(_ detail: String, deletionID: String) -> BrokerError {
+    package static func userDeleted(_ detail: String, deletionID: String) -> BrokerError {
         BrokerError(.userDeleted, detail, extensions: ["deletion_id": deletionID])
     }
 

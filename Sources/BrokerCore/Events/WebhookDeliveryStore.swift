@@ -4,14 +4,14 @@ import PostgresClient
 import StrictJSON
 
 /// Where a webhook delivery is (`webhook_deliveries.state`).
-enum DeliveryState: String, Sendable, CaseIterable, PostgresDecodable {
+package enum DeliveryState: String, Sendable, CaseIterable, PostgresDecodable {
     case pending, delivered, failed
 }
 
 /// The dispatcher's side of `webhook_deliveries` (`WebhookDispatcher` keeps the decisions):
 /// claiming the next due delivery, recording an attempt's outcome, the backlog for metrics,
 /// and retention. Listing and redriving (the API's side) are below, on the subscriptions' store.
-struct WebhookDeliveryStore: Sendable {
+package struct WebhookDeliveryStore: Sendable {
     let pool: PostgresPool
 
     struct Claimed: Sendable {
@@ -95,7 +95,7 @@ extension WebhookSubscriptionStore {
     /// The newest 500 deliveries, optionally in one state, as `GET /v1/webhook-deliveries`
     /// lists them; `owner` (a limited key's id) sees only its subscriptions' deliveries.
     /// `last_error` is a category (`timeout`, `address_not_allowed`, …), never a receiver's text.
-    func deliveries(state: DeliveryState?, ownedBy owner: String?) throws -> [JSONValue] {
+    package func deliveries(state: DeliveryState?, ownedBy owner: String?) throws -> [JSONValue] {
         try pool.query(
             """
             SELECT d.id, d.event_id, e.type, d.subscription_id, d.state, d.attempts, d.last_status, d.last_error,
@@ -122,7 +122,7 @@ extension WebhookSubscriptionStore {
     }
 
     /// Puts a failed delivery back in the queue as new; false when it is not `failed` (or not the owner's).
-    func redrive(delivery id: Int64, ownedBy owner: String?) throws -> Bool {
+    package func redrive(delivery id: Int64, ownedBy owner: String?) throws -> Bool {
         try pool.query(
             """
             UPDATE webhook_deliveries

@@ -18,13 +18,24 @@ import Workers
 /// different users go in parallel. 2xx is delivered; anything else (redirects are not
 /// followed), a timeout or a broken connection is retried with exponential backoff and
 /// jitter until the delivery is older than the maximum age, then it is `failed`.
-final class WebhookDispatcher: Sendable {
-    struct Settings: Sendable {
-        var timeout: Duration = .seconds(5)
-        var retryBase: Duration = .seconds(1)
-        var retryMaximum: Duration = .seconds(3600)
-        var maximumAge: Duration = .seconds(86_400)
-        var lease: Duration = .seconds(60)
+package final class WebhookDispatcher: Sendable {
+    package struct Settings: Sendable {
+        var timeout: Duration
+        var retryBase: Duration
+        var retryMaximum: Duration
+        var maximumAge: Duration
+        var lease: Duration
+
+        package init(
+            timeout: Duration = .seconds(5), retryBase: Duration = .seconds(1), retryMaximum: Duration = .seconds(3600),
+            maximumAge: Duration = .seconds(86_400), lease: Duration = .seconds(60)
+        ) {
+            self.timeout = timeout
+            self.retryBase = retryBase
+            self.retryMaximum = retryMaximum
+            self.maximumAge = maximumAge
+            self.lease = lease
+        }
     }
 
     let deliveries: WebhookDeliveryStore
@@ -35,7 +46,7 @@ final class WebhookDispatcher: Sendable {
     private let outcomes: CounterFamily
     private let latency: HistogramFamily
 
-    init(
+    package init(
         pool: PostgresPool, subscriptions: WebhookSubscriptionStore, transport: any HTTPTransport, settings: Settings,
         metrics: MetricsRegistry, logger: Logger
     ) {
@@ -66,7 +77,7 @@ final class WebhookDispatcher: Sendable {
     typealias Claimed = WebhookDeliveryStore.Claimed
 
     /// One delivery per call (the dispatcher runs as several lanes).
-    func step() throws -> Bool {
+    package func step() throws -> Bool {
         guard let delivery = try claim() else { return false }
         deliver(delivery)
         return true

@@ -17,12 +17,12 @@ public enum EventTopics {
 
 /// Whether a subscription receives deliveries (`webhook_subscriptions.status`): while
 /// `paused` they are queued and parked, and go out on resume.
-enum SubscriptionStatus: String, Sendable, CaseIterable, PostgresDecodable, PostgresEncodable {
+package enum SubscriptionStatus: String, Sendable, CaseIterable, PostgresDecodable, PostgresEncodable {
     case active, paused
 }
 
 /// A webhook subscription as the API shows it (never its secret, except once at creation).
-struct WebhookSubscription: Sendable {
+package struct WebhookSubscription: Sendable {
     var id: UUID
     var url: String
     var topics: [String]
@@ -30,7 +30,7 @@ struct WebhookSubscription: Sendable {
     var description: String?
     var createdAt: Date
 
-    var json: JSONValue {
+    package var json: JSONValue {
         .object([
             "id": .string(id.lowercasedString), "url": .string(url), "topics": .array(topics.map(JSONValue.string)),
             "status": .string(status.rawValue), "description": description.map(JSONValue.string) ?? .null,
@@ -46,7 +46,12 @@ package struct WebhookSubscriptionStore: Sendable {
     let tokenKeys: TokenKeyRing
     /// `BROKER_WEBHOOK_ALLOW_PRIVATE_NETWORKS`: receivers on loopback or private networks
     /// are allowed (the demo and the tests); otherwise only public addresses (SSRF).
-    var allowPrivateNetworks = false
+    package var allowPrivateNetworks = false
+
+    package init(pool: PostgresPool, tokenKeys: TokenKeyRing) {
+        self.pool = pool
+        self.tokenKeys = tokenKeys
+    }
 
     /// The URLs a subscription may name (`URLRule`), and, unless private networks are
     /// allowed, only those whose host is not localhost, a numeric form or a non-public
@@ -74,7 +79,7 @@ package struct WebhookSubscriptionStore: Sendable {
     }
 
     /// `validate(url:)` with this store's policy.
-    func validate(url text: String) throws -> String {
+    package func validate(url text: String) throws -> String {
         try Self.validate(url: text, allowPrivateNetworks: allowPrivateNetworks)
     }
 
@@ -96,7 +101,7 @@ package struct WebhookSubscriptionStore: Sendable {
     /// Creates a subscription; returns it and its signing secret (`whsec_…`, shown once). A
     /// subscription made by a key limited to some apps belongs to that key and receives only
     /// those apps' events.
-    func create(
+    package func create(
         url: String, topics: [String], description: String?, actor: String, owner: APIKey? = nil
     ) throws -> (WebhookSubscription, String) {
         let ownerID = owner.flatMap(Self.owner)
@@ -129,10 +134,10 @@ package struct WebhookSubscriptionStore: Sendable {
     }
 
     /// The id a limited key's own subscriptions carry; nil for an unlimited key, which sees them all.
-    static func owner(_ key: APIKey) -> String? { key.reach == nil ? nil : key.id }
+    package static func owner(_ key: APIKey) -> String? { key.reach == nil ? nil : key.id }
 
     /// Every subscription, or a limited key's own (`ownedBy`).
-    func list(ownedBy owner: String? = nil) throws -> [WebhookSubscription] {
+    package func list(ownedBy owner: String? = nil) throws -> [WebhookSubscription] {
         try pool.query(
             """
             SELECT id, url, topics::text AS topics, status, description, created_at FROM webhook_subscriptions
@@ -141,7 +146,7 @@ package struct WebhookSubscriptionStore: Sendable {
         ).map(Self.subscription)
     }
 
-    func find(_ id: UUID, ownedBy owner: String? = nil) throws -> WebhookSubscription? {
+    package func find(_ id: UUID, ownedBy owner: String? = nil) throws -> WebhookSubscription? {
         try pool.query(
             """
             SELECT id, url, topics::text AS topics, status, description, created_at FROM webhook_subscriptions
@@ -153,7 +158,7 @@ package struct WebhookSubscriptionStore: Sendable {
     /// Pauses or resumes; deliveries keep being queued while paused and go out on resume.
     /// A paused subscription's deliveries are parked at `next_attempt_at = 'infinity'` (out
     /// of the dispatcher's way); resuming makes them all due at once, in order.
-    func setStatus(_ id: UUID, _ status: SubscriptionStatus, actor: String, ownedBy owner: String? = nil) throws -> Bool {
+    package func setStatus(_ id: UUID, _ status: SubscriptionStatus, actor: String, ownedBy owner: String? = nil) throws -> Bool {
         try pool.withTransaction { connection in
             guard try connection.query(
                 """
@@ -177,7 +182,7 @@ package struct WebhookSubscriptionStore: Sendable {
     /// delivery parked for an active subscription (its event saw the old, paused status)
     /// is made due; one due for a paused subscription is parked. Run by the dispatch role
     /// every minute; both statements touch only the rows concerned, through the due index.
-    static func reconcileParkedDeliveries(_ pool: PostgresPool) throws {
+    package static func reconcileParkedDeliveries(_ pool: PostgresPool) throws {
         try pool.query(
             """
             UPDATE webhook_deliveries d SET next_attempt_at = now()
@@ -193,7 +198,7 @@ package struct WebhookSubscriptionStore: Sendable {
     }
 
     /// Deletes the subscription and its queued deliveries.
-    func delete(_ id: UUID, actor: String, ownedBy owner: String? = nil) throws -> Bool {
+    package func delete(_ id: UUID, actor: String, ownedBy owner: String? = nil) throws -> Bool {
         try pool.withTransaction { connection in
             guard try connection.query(
                 "DELETE FROM webhook_subscriptions WHERE id = \(id) AND (\(owner)::text IS NULL OR api_key_id = \(owner)::text)"
@@ -220,14 +225,14 @@ package struct WebhookSubscriptionStore: Sendable {
 /// Whether any subscription is active, remembered for a second: events written by this
 /// process wake the dispatchers only when someone will receive them, so a deployment
 /// without webhooks pays no claim per login.
-final class ActiveSubscriptionProbe: Sendable {
+package final class ActiveSubscriptionProbe: Sendable {
     private let pool: PostgresPool
     private let answer = Lock<(at: ContinuousClock.Instant, any: Bool)?>(nil)
     private let lifetime = Duration.seconds(1)
 
-    init(pool: PostgresPool) { self.pool = pool }
+    package init(pool: PostgresPool) { self.pool = pool }
 
-    func anyActive() -> Bool {
+    package func anyActive() -> Bool {
         let now = ContinuousClock.now
         if let cached = answer.withLock({ $0 }), now - cached.at < lifetime { return cached.any }
         // On a failed query, assume yes: a needless wake costs one claim, a missed one a delay.

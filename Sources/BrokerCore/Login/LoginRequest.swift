@@ -25,7 +25,7 @@ public struct LoginRequest: Sendable {
     var redirectURIIsOurs = false
     /// The client ids the calling API key may log in (nil: every one): a token for another
     /// `aud` is refused with 403 `client_not_allowed` before its code is exchanged.
-    var allowedClientIDs: Set<String>?
+    package var allowedClientIDs: Set<String>?
     /// Runs once the identity token verified, before the code is exchanged: the web
     /// callback spends its single-use state here, so only a real sign-in costs a row.
     var afterVerification: (@Sendable (AppleIdentity) throws -> Void)?

@@ -25,7 +25,7 @@ public final class LoginService: Sendable {
     private let successes: CounterFamily
     private let newUsers: CounterFamily
 
-    init(
+    package init(
         validator: IdentityTokenValidator, apple: AppleClient, pool: PostgresPool, tokenKeys: TokenKeyRing, teamID: String,
         settings: BrokerConfiguration.LoginSettings, validationIntervalSeconds: Int, retry: RetryPolicy, metrics: MetricsRegistry,
         groups: AppGroups, redirectURIs: [String: Set<String>], eventsWritten: @escaping @Sendable () -> Void = {}

@@ -24,7 +24,7 @@ import Synchronization
 /// Due tokens are claimed with `FOR UPDATE SKIP LOCKED` and leased for ten minutes, so
 /// replicas and lanes share the work and a crashed worker's tokens come back on their own.
 /// It runs as a `WorkerGroup` of `BROKER_SWEEP_CONCURRENCY` lanes.
-final class RefreshTokenSweep: Sendable {
+package final class RefreshTokenSweep: Sendable {
     private let store: RefreshTokenStore
     private let apple: AppleClient
     private let tokenKeys: TokenKeyRing
@@ -50,7 +50,7 @@ final class RefreshTokenSweep: Sendable {
         func open(for seconds: Int) { openUntil.withLock { $0 = ContinuousClock.now + .seconds(seconds) } }
     }
 
-    init(
+    package init(
         pool: PostgresPool, apple: AppleClient, tokenKeys: TokenKeyRing, settings: BrokerConfiguration.SweepSettings,
         groups: AppGroups, teamID: String, metrics: MetricsRegistry, logger: Logger
     ) {
@@ -90,7 +90,7 @@ final class RefreshTokenSweep: Sendable {
     var breakerIsOpen: Bool { breaker.isOpen }
 
     /// One batch: claims due tokens and validates them; true when the batch was full.
-    func step() throws -> Bool {
+    package func step() throws -> Bool {
         guard !breakerIsOpen else { return false }
         let due = try store.claimDue(limit: batchSize)
         guard !due.isEmpty else { return false }

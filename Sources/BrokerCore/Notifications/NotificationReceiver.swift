@@ -44,7 +44,7 @@ public final class NotificationReceiver: Sendable {
     let eventsWritten: @Sendable () -> Void
     private let outcomes: CounterFamily
 
-    init(
+    package init(
         verifier: AppleTokenVerifier, clientIDs: Set<String>, groups: AppGroups, teamID: String, hasher: SubjectHasher,
         leeway: TimeInterval,
         retentionSeconds: Int = 30 * 86_400, pool: PostgresPool,

@@ -5,7 +5,7 @@ import PostgresClient
 /// place: users in one of its apps (sql/0012: `broker_user_client_ids`), or who were when
 /// their deletion was requested (`deletion_requests.client_ids`), so the record and the
 /// user's events stay visible after the purge. Unlimited keys see everything, at no cost.
-enum AppReach {
+package enum AppReach {
     static func user(_ id: UUID, visibleTo key: APIKey, pool: PostgresPool) throws -> Bool {
         guard let reach = key.reachArray else { return true }
         return try pool.query(
@@ -16,7 +16,7 @@ enum AppReach {
         ).single().decode(Bool.self, "visible")
     }
 
-    static func deletion(_ id: UUID, visibleTo key: APIKey, pool: PostgresPool) throws -> Bool {
+    package static func deletion(_ id: UUID, visibleTo key: APIKey, pool: PostgresPool) throws -> Bool {
         guard let reach = key.reachArray else { return true }
         return try !pool.query("SELECT 1 FROM deletion_requests WHERE id = \(id) AND client_ids && \(reach)").isEmpty
     }

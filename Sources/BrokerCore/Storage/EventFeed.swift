@@ -11,23 +11,25 @@ import StrictJSON
 /// every transaction still in flight are returned. A transaction that started early but
 /// commits late therefore appears before the cursor passes it, never behind it: a consumer
 /// paging with the cursor misses nothing (DESIGN.md §3's outbox pitfall).
-struct EventFeed: Sendable {
+package struct EventFeed: Sendable {
     let pool: PostgresPool
 
-    struct Cursor: Equatable, Sendable {
+    package init(pool: PostgresPool) { self.pool = pool }
+
+    package struct Cursor: Equatable, Sendable {
         var transaction: UInt64
         var event: Int64
 
-        static let start = Cursor(transaction: 0, event: 0)
+        package static let start = Cursor(transaction: 0, event: 0)
 
-        var text: String { Base64URL.encode("\(transaction):\(event)") }
+        package var text: String { Base64URL.encode("\(transaction):\(event)") }
 
         init(transaction: UInt64, event: Int64) {
             self.transaction = transaction
             self.event = event
         }
 
-        init?(text: String) {
+        package init?(text: String) {
             guard let bytes = Base64URL.decode(text), let plain = String(validating: bytes, as: UTF8.self) else { return nil }
             let parts = plain.split(separator: ":")
             guard parts.count == 2, let transaction = UInt64(parts[0]), let event = Int64(parts[1]) else { return nil }
@@ -36,7 +38,7 @@ struct EventFeed: Sendable {
     }
 
     /// - Parameter reach: a limited key's client ids: only events of those apps' users.
-    func page(after cursor: Cursor, limit: Int, reach: PostgresTextArray? = nil) throws -> (events: [JSONValue], next: Cursor) {
+    package func page(after cursor: Cursor, limit: Int, reach: PostgresTextArray? = nil) throws -> (events: [JSONValue], next: Cursor) {
         // ORDER BY qualifies its columns: a bare `txid` would name the *output* column
         // `txid::text` and sort "1000" before "995", which once skipped and repeated events.
         let rows = try pool.query(

@@ -4,8 +4,8 @@ import PostgresClient
 /// changes (or after migration 0007, which could only name a grant by the client id the
 /// identity used last): a grant kept under a member client id moves to its group's primary,
 /// unless the primary already has one. Idempotent; run at start.
-enum GrantAlignment {
-    static func align(_ pool: PostgresPool, groups: AppGroups) throws {
+package enum GrantAlignment {
+    package static func align(_ pool: PostgresPool, groups: AppGroups) throws {
         // One member at a time: two members' grants of one identity must not both move at once.
         for group in groups.groups {
             for member in group.clientIDs.dropFirst() {

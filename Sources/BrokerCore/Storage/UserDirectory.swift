@@ -5,10 +5,15 @@ import PostgresClient
 import StrictJSON
 
 /// Read access to users for app backends: `GET /v1/users/{id}` and its credential state.
-struct UserDirectory: Sendable {
+package struct UserDirectory: Sendable {
     let pool: PostgresPool
     /// Which client ids share an authorization (consent is kept per group).
     let groups: AppGroups
+
+    package init(pool: PostgresPool, groups: AppGroups) {
+        self.pool = pool
+        self.groups = groups
+    }
 
     /// Consent and mail forwarding for one app group (named by its primary App ID).
     struct AppGrant: Sendable, Equatable {
@@ -67,13 +72,13 @@ struct UserDirectory: Sendable {
         }
     }
 
-    struct User: Sendable {
+    package struct User: Sendable {
         var userID: String
         var status: UserStatus
         var createdAt: Date
         var identities: [Identity]
 
-        var json: JSONValue {
+        package var json: JSONValue {
             .object([
                 "user_id": .string(userID), "status": .string(status.rawValue), "created_at": .string(RFC3339.string(from: createdAt)),
                 "identities": .array(identities.map(\.json)),
@@ -82,7 +87,7 @@ struct UserDirectory: Sendable {
     }
 
     /// The user with every identity (never tokens).
-    func user(_ id: UUID) throws -> User? {
+    package func user(_ id: UUID) throws -> User? {
         guard let row = try pool.query("SELECT status, created_at FROM users WHERE id = \(id)").first else { return nil }
         let grants = try appGrants(ofUser: id)
         let identities = try pool.query(
@@ -142,10 +147,10 @@ struct UserDirectory: Sendable {
     }
 
     /// Whether `key` may see this user (`AppReach`).
-    func isVisible(_ id: UUID, to key: APIKey) throws -> Bool { try AppReach.user(id, visibleTo: key, pool: pool) }
+    package func isVisible(_ id: UUID, to key: APIKey) throws -> Bool { try AppReach.user(id, visibleTo: key, pool: pool) }
 
     /// The deletion that purged this user, if one did.
-    func deletion(ofPurgedUser id: UUID) throws -> UUID? {
+    package func deletion(ofPurgedUser id: UUID) throws -> UUID? {
         try pool.query("SELECT deletion_id FROM tombstones WHERE user_id = \(id) LIMIT 1").first?.decode(UUID.self, "deletion_id")
     }
 
@@ -153,7 +158,7 @@ struct UserDirectory: Sendable {
     /// `deleted` or `not_found`. The identity used last decides. With `clientID`, the answer
     /// is for that client id's app group (`revoked` once Apple revoked that group's consent);
     /// without, `authorized` while any group the identity is known in is authorized.
-    func credentialState(_ id: UUID, clientID: String? = nil) throws -> CredentialState {
+    package func credentialState(_ id: UUID, clientID: String? = nil) throws -> CredentialState {
         if let row = try pool.query(
             """
             SELECT i.id, i.client_id, i.transferred_at IS NOT NULL AS transferred, u.status FROM users u

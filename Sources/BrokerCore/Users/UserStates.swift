@@ -23,7 +23,7 @@ public enum EmailForwarding: String, Sendable, CaseIterable, PostgresDecodable, 
 }
 
 /// The server-side twin of Apple's `getCredentialState` (`GET /v1/users/{id}/credential-state`).
-enum CredentialState: String, Sendable, CaseIterable {
+package enum CredentialState: String, Sendable, CaseIterable {
     case authorized, revoked, transferred, deleted
     case notFound = "not_found"
 }

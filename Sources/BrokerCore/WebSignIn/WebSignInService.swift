@@ -20,7 +20,7 @@ import StrictJSON
 /// 3. `redeem` gives the app backend the login answer for that code, once.
 ///
 /// Browsers only ever go to Apple or to a `return_to` registered for the client id.
-final class WebSignInService: Sendable {
+package final class WebSignInService: Sendable {
     let settings: BrokerConfiguration.WebSignInSettings?
     let appleBaseURL: String
     let store: WebSignInStore
@@ -28,7 +28,7 @@ final class WebSignInService: Sendable {
     let keys: TokenKeyRing
     private let outcomes: CounterFamily
 
-    init(
+    package init(
         settings: BrokerConfiguration.WebSignInSettings?, appleBaseURL: String, store: WebSignInStore, login: LoginService,
         keys: TokenKeyRing, metrics: MetricsRegistry
     ) {
@@ -47,8 +47,19 @@ final class WebSignInService: Sendable {
 
     static let invalidState = BrokerError(.invalidState, "the state is unknown, already used or expired")
 
-    /// The URL of Apple's authorization page for a new sign-in.
-    func authorize(clientID: String?, returnTo: String?, appState: String?) throws -> String {
+    /// A started sign-in: where the browser goes, and the secret its cookie must carry back.
+    package struct Authorization: Sendable {
+        /// Apple's authorization page.
+        package let location: String
+        /// Binds the state to this browser: the callback needs it back (login CSRF does not
+        /// then rest on the app checking the optional `app_state`).
+        package let browserBinding: String
+        /// How long the binding is needed: the state's lifetime.
+        package let lifetimeSeconds: Int
+    }
+
+    /// Starts a sign-in: Apple's authorization page, and the browser's binding.
+    package func authorize(clientID: String?, returnTo: String?, appState: String?) throws -> Authorization {
         guard let settings else { throw Self.notConfigured }
         guard let clientID, !clientID.isEmpty else { throw BrokerError.invalidRequest("query parameter `client_id` is required") }
         guard let returnTo, !returnTo.isEmpty else { throw BrokerError.invalidRequest("query parameter `return_to` is required") }
@@ -61,20 +72,22 @@ final class WebSignInService: Sendable {
         }
         if let appState, appState.utf8.count > 512 { throw BrokerError.invalidRequest("`app_state` is longer than 512 bytes") }
         let rawNonce = Base64URL.encode(SecureRandom.bytes(32))
+        let binding = Base64URL.encode(SecureRandom.bytes(32))
         let state = try WebSignInState(
             clientID: clientID, returnTo: returnTo, appState: appState, rawNonce: rawNonce,
-            expiresAt: Int(Date().timeIntervalSince1970) + settings.stateLifetimeSeconds
+            expiresAt: Int(Date().timeIntervalSince1970) + settings.stateLifetimeSeconds, browser: SHA256.hexHash(binding)
         ).sealed(with: keys)
-        return appleBaseURL + "/auth/authorize?" + Self.query([
+        let location = appleBaseURL + "/auth/authorize?" + Self.query([
             ("client_id", clientID), ("redirect_uri", settings.callbackURL), ("response_type", "code id_token"),
             ("response_mode", "form_post"), ("scope", "name email"), ("state", state),
             ("nonce", SHA256.hexHash(rawNonce)),
         ])
+        return Authorization(location: location, browserBinding: binding, lifetimeSeconds: settings.stateLifetimeSeconds)
     }
 
     /// Where a browser that met an error can go back to: the `return_to` of a state this
     /// broker sealed, or a `return_to` given with its client id, when it is registered now.
-    func returnTo(state: String?, clientID: String?, returnTo: String?) -> String? {
+    package func returnTo(state: String?, clientID: String?, returnTo: String?) -> String? {
         guard let settings else { return nil }
         if let state, let opened = WebSignInState.open(state, keys: keys) {
             return settings.returnURLs[opened.clientID]?.contains(opened.returnTo) == true ? opened.returnTo : nil
@@ -96,7 +109,7 @@ final class WebSignInService: Sendable {
     private struct StateAlreadyUsed: Error {}
 
     /// Handles Apple's form post and answers where the browser goes next.
-    func callback(form fields: [String: String]) throws -> String {
+    package func callback(form fields: [String: String], browserBinding: String?) throws -> String {
         guard let settings else { throw Self.notConfigured }
         guard let stateText = fields["state"], !stateText.isEmpty else {
             // Whether Apple sends `state` with a cancel is unconfirmed (protocol reference
@@ -112,6 +125,16 @@ final class WebSignInService: Sendable {
         guard let authorization = WebSignInState.open(stateText, keys: keys), !authorization.isExpired,
             settings.returnURLs[authorization.clientID]?.contains(authorization.returnTo) == true
         else { throw Self.invalidState }
+        // Only the browser that started the sign-in may finish it: a state posted from another
+        // browser (an attacker's own sign-in, to log the victim into the attacker's account)
+        // lacks its cookie. States of the previous release carry no binding.
+        if let bound = authorization.browser {
+            let presented = browserBinding.map { Array(SHA256.hexHash($0).utf8) } ?? []
+            guard ConstantTime.equals(presented, Array(bound.utf8)) else {
+                outcomes.increment("invalid_state")
+                throw Self.invalidState
+            }
+        }
         // Names over the login's 256-byte bound are dropped rather than failing the sign-in.
         // Apple sends the name only once: it is saved on the identity whenever the token
         // verifies, also when the code exchange fails (keepUserAfterFailedExchange).
@@ -168,7 +191,7 @@ final class WebSignInService: Sendable {
     }
 
     /// The login answer for a result code, once.
-    func redeem(_ code: String, by key: APIKey) throws -> JSONValue {
+    package func redeem(_ code: String, by key: APIKey) throws -> JSONValue {
         guard settings != nil else { throw Self.notConfigured }
         // A key limited to other apps may not take this sign-in's answer (nor spend its code).
         if key.reach != nil, code.utf8.count <= 256, let clientID = try store.clientID(ofResult: code), !key.reaches(clientID) {

@@ -18,6 +18,9 @@ struct WebSignInState: Sendable, Equatable {
     var rawNonce: String
     /// Unix seconds.
     var expiresAt: Int
+    /// The hex SHA-256 of the secret in the `__Host-` cookie of the browser that started the
+    /// sign-in; nil in states sealed by the release before it (accepted until they expire).
+    var browser: String?
 
     static let purpose = "web-signin-state"
     /// Sealed states are at most about 1 KiB (512 bytes of `app_state`, a URL, a client id);
@@ -29,6 +32,7 @@ struct WebSignInState: Sendable, Equatable {
             "c": .string(clientID), "r": .string(returnTo), "n": .string(rawNonce), "e": .integer(Int64(expiresAt)),
         ]
         if let appState { members["a"] = .string(appState) }
+        if let browser { members["b"] = .string(browser) }
         let key = keys.derivedKey(Self.purpose)!
         let sealed = try AES256GCM.seal(JSONValue.object(members).serialized(), key: key, associatedData: Array(Self.purpose.utf8))
         return keys.currentKeyID + "." + Base64URL.encode(sealed)
@@ -45,8 +49,9 @@ struct WebSignInState: Sendable, Equatable {
             case .string(let rawNonce)? = members["n"], case .integer(let expiresAt)? = members["e"]
         else { return nil }
         let appState: String? = if case .string(let value)? = members["a"] { value } else { nil }
+        let browser: String? = if case .string(let value)? = members["b"] { value } else { nil }
         return WebSignInState(
-            clientID: clientID, returnTo: returnTo, appState: appState, rawNonce: rawNonce, expiresAt: Int(expiresAt))
+            clientID: clientID, returnTo: returnTo, appState: appState, rawNonce: rawNonce, expiresAt: Int(expiresAt), browser: browser)
     }
 
     var isExpired: Bool { Int(Date().timeIntervalSince1970) >= expiresAt }

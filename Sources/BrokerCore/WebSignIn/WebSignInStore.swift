@@ -6,8 +6,10 @@ import StrictJSON
 /// The rows behind web sign-in (sql/0006, 0010): the states already used, and one-time
 /// result codes, both stored as SHA-256 hashes of the secrets handed out. Authorization
 /// requests themselves are stored nowhere (`WebSignInState` carries them).
-struct WebSignInStore: Sendable {
+package struct WebSignInStore: Sendable {
     let pool: PostgresPool
+
+    package init(pool: PostgresPool) { self.pool = pool }
 
     /// Remembers `state` as used until it expires; false when it was used already.
     func markUsed(state: String, expiresAt: Int) throws -> Bool {

@@ -26,8 +26,9 @@ typedef struct {
     unsigned int connection_limit;
     /// listen(2) backlog; 0 = MHD default.
     unsigned int listen_backlog;
-    /// Most simultaneous connections from one IP address; 0 = no per-address limit.
-    unsigned int per_ip_connection_limit;
+    /// Asked before a connection is accepted (the per-address cap, IPv6 per /64); may be NULL.
+    MHD_AcceptPolicyCallback _Nullable accept_policy;
+    void *_Nullable accept_policy_cls;
     MHD_AccessHandlerCallback _Nonnull handler;
     void *_Nullable handler_cls;
     MHD_RequestCompletedCallback _Nullable completed;

@@ -1,3 +1,4 @@
+import BrokerCore
 import Synchronization
 
 /// Process-wide health flags read by `/readyz`.

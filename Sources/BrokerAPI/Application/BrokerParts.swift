@@ -1,4 +1,5 @@
 import AppleID
+import BrokerCore
 import Foundation
 import HTTPClient
 import HTTPServer

@@ -1,3 +1,4 @@
+import BrokerCore
 import Foundation
 import HTTPServer
 import PostgresClient
@@ -7,12 +8,18 @@ import StrictJSON
 /// `GET /v1/users/{id}/credential-state` (scope `read`).
 enum LoginRoutes {
     static func register(on router: inout Router, login loginService: LoginService, users: UserDirectory, keys: APIKeyAuthenticator) {
-        router.post("/v1/apple/login", keys.protect(.login) { request, key in
-            var login = try LoginRequest(request.jsonObject())
-            login.allowedClientIDs = key.reach
-            return .json(try loginService.login(login).json)
-        })
-        router.get("/v1/users/{id}", keys.protect(.read) { request, key in
+        router.group(keys.requiring(.login)) { router in
+            router.post("/v1/apple/login", authenticated { request, key in
+                var login = try LoginRequest(request.jsonObject())
+                login.allowedClientIDs = key.reach
+                return .json(try loginService.login(login).json)
+            })
+        }
+        router.group(keys.requiring(.read)) { router in userRoutes(on: &router, users: users) }
+    }
+
+    private static func userRoutes(on router: inout Router, users: UserDirectory) {
+        router.get("/v1/users/{id}", authenticated { request, key in
             let id = try userID(request)
             guard try users.isVisible(id, to: key) else { throw BrokerError.userNotFound }
             if let user = try users.user(id) { return .json(user.json) }
@@ -21,7 +28,7 @@ enum LoginRoutes {
             }
             throw BrokerError.userNotFound
         })
-        router.get("/v1/users/{id}/credential-state", keys.protect(.read) { request, key in
+        router.get("/v1/users/{id}/credential-state", authenticated { request, key in
             let id = try userID(request)
             guard try users.isVisible(id, to: key) else { throw BrokerError.userNotFound }
             let clientID = request.query["client_id"]

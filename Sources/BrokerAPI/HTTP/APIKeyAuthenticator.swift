@@ -1,3 +1,4 @@
+import BrokerCore
 import BrokerCrypto
 import Foundation
 import HTTPServer
@@ -12,9 +13,10 @@ public final class APIKeyAuthenticator: Sendable {
     private let store: APIKeyStore
     private let cacheTTL: Duration
     /// Per-key request budget (`BROKER_RATE_LIMIT_PER_KEY`).
-    private let limiter: RateLimiter
+    let limiter: RateLimiter
     /// Failed authentications per client address (`BROKER_RATE_LIMIT_AUTH_FAILURES_PER_IP`):
-    /// an address over it gets 429 for unknown key ids without a database query.
+    /// an address over it gets 429 instead of 401. Only after the lookup: behind a proxy many
+    /// clients share an address, and a stored valid key is never refused for their failures.
     private let failures: RateLimiter
     /// Keys found in the database; only real keys get in, so the table is as small as the key list.
     private let known = Lock<[String: (stored: APIKeyStore.Stored, expires: ContinuousClock.Instant)]>([:])
@@ -61,7 +63,7 @@ public final class APIKeyAuthenticator: Sendable {
             throw try failed(request, "the API key is malformed")
         }
         let id = String(decoding: utf8[4..<16], as: UTF8.self)
-        guard let stored = try lookup(id, from: request),
+        guard let stored = try lookup(id),
             ConstantTime.equals(SHA256.hash(utf8), stored.hash),
             stored.key.revokedAt == nil
         else {
@@ -86,28 +88,38 @@ public final class APIKeyAuthenticator: Sendable {
         return Self.unauthorized(detail)
     }
 
-    /// Wraps a handler so it runs only for a key with `scope`.
+    /// The middleware of a route group open only to keys with `scope`.
+    public func requiring(_ scope: Scope) -> some HTTPMiddleware { Guard(authenticator: self, scope: scope) }
+
+    /// A handler that runs only for a key with `scope` (one route outside a group).
     public func protect(
         _ scope: Scope, _ handler: @escaping @Sendable (HTTPRequest, APIKey) throws -> HTTPResponse
     ) -> HTTPHandler {
-        { request in
-            let key = try self.authenticate(request, requiring: scope)
-            try self.limiter.check(key.id, what: "this API key")
-            return try handler(request, key)
+        [requiring(scope)].wrapping(authenticated(handler))
+    }
+
+    /// Authenticates the request's key for `scope`, holds it to its own budget
+    /// (`BROKER_RATE_LIMIT_PER_KEY`), and hands it on as the request's identity.
+    struct Guard: HTTPMiddleware {
+        let authenticator: APIKeyAuthenticator
+        let scope: Scope
+
+        func handle(_ request: HTTPRequest, next: HTTPHandler) throws -> HTTPResponse {
+            let key = try authenticator.authenticate(request, requiring: scope)
+            try authenticator.limiter.check(key.id, what: "this API key")
+            var request = request
+            request.identity = key
+            return try next(request)
         }
     }
 
-    private func lookup(_ id: String, from request: HTTPRequest) throws -> APIKeyStore.Stored? {
+    private func lookup(_ id: String) throws -> APIKeyStore.Stored? {
         let now = ContinuousClock.now
         let cached = known.withLock { $0[id] }
         if let cached, cached.expires > now { return cached.stored }
-        if cached == nil {
-            if let until = unknown.withLock({ $0[id] }), until > now { return nil }
-            // An id never seen from an address that keeps failing: refused without a query.
-            if failures.isExhausted(RateLimiter.addressKey(request.remoteAddress)) {
-                try failures.check(address: request.remoteAddress)
-            }
-        }
+        // The no-query shortcut keys on the presented id (one the database just did not have),
+        // never on the address: a key this process has not seen yet is always looked up.
+        if cached == nil, let until = unknown.withLock({ $0[id] }), until > now { return nil }
         guard let stored = try store.find(id: id) else {
             known.withLock { _ = $0.removeValue(forKey: id) }
             unknown.withLock { unknown in
@@ -121,4 +133,13 @@ public final class APIKeyAuthenticator: Sendable {
     }
 
     static func unauthorized(_ detail: String) -> BrokerError { BrokerError(.unauthorized, detail) }
+}
+
+/// A route's handler given the key its group's `APIKeyAuthenticator.requiring` established.
+func authenticated(_ handler: @escaping @Sendable (HTTPRequest, APIKey) throws -> HTTPResponse) -> HTTPHandler {
+    { request in
+        // Only a route outside every key-protected group could get here without one.
+        guard let key = request.identity as? APIKey else { throw APIKeyAuthenticator.unauthorized("this route needs an API key") }
+        return try handler(request, key)
+    }
 }

@@ -1,3 +1,4 @@
+import BrokerCore
 import HTTPServer
 import Observability
 import PostgresClient
@@ -24,7 +25,7 @@ enum OperationsRoutes {
             return .json(.object(["status": "ready"]))
         }
         if servesMetrics { registerMetrics(on: &router, metrics: metrics) }
-        let description = Array((EmbeddedFiles.text(named: "openapi.json") ?? "{}").utf8)
+        let description = Array(BuildResources.openAPIDescription.utf8)
         router.get("/openapi.json") { _ in
             HTTPResponse(status: 200, headers: ["Content-Type": "application/json"], body: description)
         }

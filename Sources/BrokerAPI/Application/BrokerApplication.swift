@@ -1,4 +1,5 @@
 import AppleID
+import BrokerCore
 import Foundation
 import HTTPClient
 import HTTPServer
@@ -47,6 +48,7 @@ public final class BrokerApplication: Sendable {
         guard let appleSettings = configuration.apple, let tokenKeys = configuration.tokenKeys else {
             throw BrokerConfiguration.Invalid(problems: ["serve needs the Apple settings and TOKEN_ENCRYPTION_KEY"])
         }
+        let serverConfiguration = try Self.serverConfiguration(configuration)
         self.configuration = configuration
         self.logger = logger
         database = try Database.open(configuration, logger: logger)
@@ -91,11 +93,11 @@ public final class BrokerApplication: Sendable {
 
         routes = router.routes.map { "\($0.method) \($0.pattern)" }
         server = HTTPServer(
-            configuration: Self.serverConfiguration(configuration), router: router, logger: logger.labelled("http"),
+            configuration: serverConfiguration, router: router, logger: logger.labelled("http"),
             metrics: metrics, errorMapper: ProblemCatalog.problem(for:))
         metricsServer = configuration.metricsListen.map { Self.metricsServer(listen: $0, metrics: metrics, logger: logger) }
         ProcessMetrics.register(on: metrics)
-        let commit = EmbeddedFiles.text(named: "build-commit") ?? "unknown"
+        let commit = BuildResources.commit
         metrics.collect {
             [CollectedSample(
                 name: "appleid_broker_build_info", help: "The running build: version and commit (always 1).",
@@ -151,8 +153,14 @@ public final class BrokerApplication: Sendable {
         logger.notice("appleid-broker stopped")
     }
 
-    private static func serverConfiguration(_ configuration: BrokerConfiguration) -> HTTPServer.Configuration {
+    private static func serverConfiguration(_ configuration: BrokerConfiguration) throws -> HTTPServer.Configuration {
         var server = HTTPServer.Configuration()
+        server.trustedProxies = try configuration.trustedProxies.map { text in
+            guard let range = ClientAddress.Range(text) else {
+                throw BrokerConfiguration.Invalid(problems: ["BROKER_TRUSTED_PROXIES: expected CIDRs such as 10.0.0.0/8 or fd00::/8, got '\(text)'"])
+            }
+            return range
+        }
         server.listen = configuration.listen
         server.workerThreads = configuration.httpThreads
         server.maximumBodyBytes = configuration.maximumBodyBytes

@@ -1,3 +1,4 @@
+import BrokerCore
 import Foundation
 import HTTPServer
 import StrictJSON
@@ -8,7 +9,16 @@ enum EventRoutes {
         on router: inout Router, subscriptions: WebhookSubscriptionStore, feed: EventFeed, keys: APIKeyAuthenticator,
         wakeDispatcher: @escaping @Sendable () -> Void
     ) {
-        router.post("/v1/webhook-subscriptions", keys.protect(.admin) { request, key in
+        router.group(keys.requiring(.admin)) { router in
+            adminRoutes(on: &router, subscriptions: subscriptions, wakeDispatcher: wakeDispatcher)
+        }
+        router.group(keys.requiring(.events)) { router in feedRoutes(on: &router, feed: feed) }
+    }
+
+    private static func adminRoutes(
+        on router: inout Router, subscriptions: WebhookSubscriptionStore, wakeDispatcher: @escaping @Sendable () -> Void
+    ) {
+        router.post("/v1/webhook-subscriptions", authenticated { request, key in
             let body = try request.jsonObject()
             let url = try subscriptions.validate(url: try body.requiredString("url"))
             guard let topics = try body.strings("topics") else { throw BrokerError.invalidRequest("field `topics` is required") }
@@ -22,16 +32,16 @@ enum EventRoutes {
             return .json(.object(object), status: 201)
         })
         // A key limited to some apps sees and changes only the subscriptions it made.
-        router.get("/v1/webhook-subscriptions", keys.protect(.admin) { _, key in
+        router.get("/v1/webhook-subscriptions", authenticated { _, key in
             .json(.object(["subscriptions": .array(try subscriptions.list(ownedBy: WebhookSubscriptionStore.owner(key)).map(\.json))]))
         })
-        router.get("/v1/webhook-subscriptions/{id}", keys.protect(.admin) { request, key in
+        router.get("/v1/webhook-subscriptions/{id}", authenticated { request, key in
             guard let subscription = try subscriptions.find(try subscriptionID(request), ownedBy: WebhookSubscriptionStore.owner(key))
             else { throw notFound }
             return .json(subscription.json)
         })
         for (action, status) in [("pause", SubscriptionStatus.paused), ("resume", .active)] {
-            router.post("/v1/webhook-subscriptions/{id}/\(action)", keys.protect(.admin) { request, key in
+            router.post("/v1/webhook-subscriptions/{id}/\(action)", authenticated { request, key in
                 let id = try subscriptionID(request)
                 let owner = WebhookSubscriptionStore.owner(key)
                 guard try subscriptions.setStatus(id, status, actor: "api:\(key.id)", ownedBy: owner),
@@ -41,17 +51,17 @@ enum EventRoutes {
                 return .json(subscription.json)
             })
         }
-        router.delete("/v1/webhook-subscriptions/{id}", keys.protect(.admin) { request, key in
+        router.delete("/v1/webhook-subscriptions/{id}", authenticated { request, key in
             guard try subscriptions.delete(try subscriptionID(request), actor: "api:\(key.id)", ownedBy: WebhookSubscriptionStore.owner(key))
             else { throw notFound }
             return .noContent
         })
-        router.get("/v1/webhook-deliveries", keys.protect(.admin) { request, key in
+        router.get("/v1/webhook-deliveries", authenticated { request, key in
             let deliveries = try subscriptions.deliveries(
                 state: try request.stateParameter(DeliveryState.self), ownedBy: WebhookSubscriptionStore.owner(key))
             return .json(.object(["deliveries": .array(deliveries)]))
         })
-        router.post("/v1/webhook-deliveries/{id}/retry", keys.protect(.admin) { request, key in
+        router.post("/v1/webhook-deliveries/{id}/retry", authenticated { request, key in
             guard let id = Int64(try request.parameter("id")) else { throw BrokerError.invalidRequest("the delivery id is a number") }
             guard try subscriptions.redrive(delivery: id, ownedBy: WebhookSubscriptionStore.owner(key)) else {
                 throw BrokerError(.deliveryNotFailed, "only failed deliveries can be re-driven")
@@ -59,7 +69,10 @@ enum EventRoutes {
             wakeDispatcher()
             return .json(.object(["id": .integer(id), "state": .string(DeliveryState.pending.rawValue)]), status: 202)
         })
-        router.get("/v1/events", keys.protect(.events) { request, key in
+    }
+
+    private static func feedRoutes(on router: inout Router, feed: EventFeed) {
+        router.get("/v1/events", authenticated { request, key in
             let cursor: EventFeed.Cursor
             if let text = request.query["after"], !text.isEmpty {
                 guard let parsed = EventFeed.Cursor(text: text) else {
