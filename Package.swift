@@ -131,7 +131,7 @@ let package = Package(
         // MARK: Tests
         .target(
             name: "TestSupport",
-            dependencies: ["PostgresClient", "EmbeddedPostgres", "HTTPClient", "ProcessRunner", "Observability", "BrokerCore"],
+            dependencies: ["PostgresClient", "EmbeddedPostgres", "HTTPClient", "ProcessRunner", "Observability", "BrokerCore", "BrokerCrypto"],
             path: "Tests/TestSupport",
             swiftSettings: swiftSettings
         ),
@@ -156,6 +156,15 @@ let package = Package(
             dependencies: ["HTTPServer", "HTTPClient", "TestSupport"],
             swiftSettings: swiftSettings
         ),
+        // Rules and routes of the product without a database or a broker (make check runs them).
+        .testTarget(
+            name: "BrokerRuleTests",
+            dependencies: ["BrokerAPI", "BrokerCore", "HTTPServer", "JOSE", "StrictJSON", "BrokerCrypto", "TestSupport", "AppleID",
+                "PostgresClient", "Observability",
+            ],
+            swiftSettings: swiftSettings
+        ),
+        // The product end to end: brokers, the CLI, clusters, the simulator over HTTP.
         .testTarget(
             name: "BrokerCoreTests",
             dependencies: ["BrokerAPI", "BrokerCore", "AppleSimulator", "HTTPServer", "JOSE", "StrictJSON", "BrokerCrypto", "TestSupport", "ProcessRunner",

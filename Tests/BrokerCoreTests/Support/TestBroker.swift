@@ -15,11 +15,7 @@ import Testing
 /// Environment for a broker under test: a fresh database and throwaway Apple credentials.
 enum TestEnvironment {
     /// A P-256 `.p8` written to a temporary file, as Apple hands them out.
-    static func privateKeyFile() throws -> String {
-        let path = NSTemporaryDirectory() + "abk-key-\(UUID().uuidString).p8"
-        try AsymmetricKey.generateP256().privateKeyPEM().write(toFile: path, atomically: true, encoding: .utf8)
-        return path
-    }
+    static func privateKeyFile() throws -> String { try TestKeys.privateKeyFile() }
 
     static func variables(database: PostgresConfiguration, extra: [String: String] = [:]) throws -> [String: String] {
         var environment = [

@@ -1,6 +1,7 @@
 import BrokerAPI
 import BrokerCore
 import Foundation
+import TestSupport
 import Testing
 
 @Suite("Configuration")
@@ -28,7 +29,7 @@ struct ConfigurationTests {
 
     @Test("a complete environment loads with its defaults")
     func loads() throws {
-        let key = try TestEnvironment.privateKeyFile()
+        let key = try TestKeys.privateKeyFile()
         let configuration = try BrokerConfiguration.load(
             environment: [
                 "APPLE_TEAM_ID": "TEAMID1234", "APPLE_KEY_ID": "KEYID12345", "APPLE_PRIVATE_KEY_PATH": key,
@@ -45,7 +46,7 @@ struct ConfigurationTests {
 
     @Test("APPLE_APP_GROUPS: unset one group of every client id; primary=member lists; loners; problems named")
     func appGroups() throws {
-        let key = try TestEnvironment.privateKeyFile()
+        let key = try TestKeys.privateKeyFile()
         let base = [
             "APPLE_TEAM_ID": "TEAMID1234", "APPLE_KEY_ID": "KEYID12345", "APPLE_PRIVATE_KEY_PATH": key,
             "APPLE_CLIENT_IDS": "com.example.app,com.example.web,com.example.mac,com.other.app",
@@ -92,7 +93,7 @@ struct ConfigurationTests {
 
     @Test("web sign-in needs both settings, registered client ids and acceptable URLs")
     func webSignIn() throws {
-        let key = try TestEnvironment.privateKeyFile()
+        let key = try TestKeys.privateKeyFile()
         let base = [
             "APPLE_TEAM_ID": "TEAMID1234", "APPLE_KEY_ID": "KEYID12345", "APPLE_PRIVATE_KEY_PATH": key,
             "APPLE_CLIENT_IDS": "com.example.app,com.example.web", "TOKEN_ENCRYPTION_KEY": String(repeating: "A", count: 43) + "=",

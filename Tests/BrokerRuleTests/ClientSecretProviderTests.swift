@@ -7,6 +7,7 @@ import JOSE
 import Locking
 import Observability
 import Synchronization
+import TestSupport
 import Testing
 
 /// The `.p8` hot reload: a rotated key takes effect without a restart, a broken one never
@@ -32,7 +33,7 @@ struct ClientSecretProviderTests {
 
     @Test("a changed .p8 that does not load keeps the last good key, logged and counted once; a good one takes over")
     func brokenReloadKeepsLastGoodKey() throws {
-        let keyPath = try TestEnvironment.privateKeyFile()
+        let keyPath = try TestKeys.privateKeyFile()
         let keyIDPath = try keyIDFile("KEYID00001")
         let clock = Clock()
         let metrics = MetricsRegistry()
