@@ -8,7 +8,7 @@ import PostgresClient
 import TestSupport
 import Testing
 
-@Suite("API keys")
+@Suite("API keys", .offPool)
 struct APIKeyTests {
     /// A server with one route per scope, guarded by the real authenticator.
     private func withGuardedServer(

@@ -11,7 +11,7 @@ import Testing
 /// Where real Apple is less kind than a simple simulator (protocol reference §10): consent
 /// per app group, every way a grant dies, no storm when Apple's answer is no verdict, and a
 /// key set that must never be replaced by a useless one. All over HTTP against the simulator.
-@Suite("Apple's real behaviour")
+@Suite("Apple's real behaviour", .offPool)
 struct AppleBehaviourTests {
     static let app = TestBroker.clientID  // com.example.app
     static let other = TestBroker.webClientID  // com.example.web, a second app here
@@ -221,7 +221,7 @@ struct AppleBehaviourTests {
 
 /// Codes the broker did not start: Sign in with Apple JS popups and Android libraries send the
 /// app's own redirect_uri to Apple, which binds the code to it (§10.4).
-@Suite("Web codes from outside the broker")
+@Suite("Web codes from outside the broker", .offPool)
 struct ExternalWebCodeTests {
     static let returnURL = "https://web.example.com/apple/callback"
 
@@ -270,7 +270,7 @@ struct ExternalWebCodeTests {
 
 /// Deleting a user the broker holds no refresh token for (§10.3): a fresh authorization code
 /// handed over with the request, or else an honest `manual_required`.
-@Suite("Deletion without a stored token")
+@Suite("Deletion without a stored token", .offPool)
 struct DeletionWithoutTokenTests {
     static let fast = ["BROKER_DELETION_RETRY_BASE_MS": "50", "BROKER_DELETION_INTERVAL_SECONDS": "1"]
 
@@ -370,7 +370,7 @@ struct DeletionWithoutTokenTests {
 }
 
 /// The 60 days after a team transfer, when tokens carry `transfer_sub` (TN3159).
-@Suite("Logins after a team transfer")
+@Suite("Logins after a team transfer", .offPool)
 struct TransferLoginTests {
     @Test("a login carrying transfer_sub joins the old user and retires the old team's identity and tokens")
     func retiresOldTeam() throws {
@@ -395,7 +395,7 @@ struct TransferLoginTests {
 }
 
 /// Apple's first-authorization `user` field is unsigned: anyone can put any e-mail in it.
-@Suite("The unsigned e-mail")
+@Suite("The unsigned e-mail", .offPool)
 struct UnsignedEmailTests {
     @Test("a token without e-mail and user.email = the victim's: email stays null, the claim is unverified_email only")
     func unsignedEmailIsNotEmail() throws {

@@ -9,7 +9,7 @@ import ProcessRunner
 import TestSupport
 import Testing
 
-@Suite("Service")
+@Suite("Service", .offPool)
 struct ApplicationTests {
     @Test("/healthz, /readyz and /metrics answer")
     func operations() throws {
@@ -55,7 +55,7 @@ struct ApplicationTests {
     }
 }
 
-@Suite("Command line")
+@Suite("Command line", .offPool)
 struct CommandLineTests {
     @Test("api-keys create prints the key as the only line on stdout; list and revoke work")
     func apiKeys() throws {
@@ -190,7 +190,7 @@ struct CommandLineTests {
 
 /// `serve` on the embedded cluster (no `DATABASE_URL`): stopping the broker stops the cluster
 /// unless another process still uses it, and then whoever ends last stops it.
-@Suite("Embedded PostgreSQL on shutdown")
+@Suite("Embedded PostgreSQL on shutdown", .offPool)
 struct EmbeddedShutdownTests {
     /// A data directory the cluster's account can reach, and the environment to use it.
     static func embeddedEnvironment() throws -> (environment: [String: String], dataDirectory: String) {

@@ -10,7 +10,7 @@ import TestSupport
 import Testing
 
 /// `AppleIDBrokerClient`, the library Swift app backends use, against a live broker.
-@Suite("Swift client library")
+@Suite("Swift client library", .offPool)
 struct ClientLibraryTests {
     @Test("login, user, credential state, the feed, deletions and problems, typed; webhook deliveries verify, tampered ones do not")
     func endToEnd() async throws {

@@ -10,7 +10,7 @@ import Testing
 
 /// Issue 29 item 8: `DATABASE_URL` with `sslmode=verify-full` and `sslrootcert` against a
 /// PostgreSQL that serves TLS with a certificate from a throwaway CA.
-@Suite("PostgreSQL over TLS")
+@Suite("PostgreSQL over TLS", .offPool)
 struct DatabaseTLSTests {
     /// A CA and a server certificate for 127.0.0.1 signed by it, and a second, unrelated CA.
     struct Certificates {

@@ -11,7 +11,7 @@ import Testing
 
 /// Cascaded account deletion end to end: the compliance API, the deletion job revoking at
 /// the simulator over HTTP, and the purge.
-@Suite("Deletions")
+@Suite("Deletions", .offPool)
 struct DeletionTests {
     static let fast = ["BROKER_DELETION_RETRY_BASE_MS": "50", "BROKER_DELETION_INTERVAL_SECONDS": "1"]
 

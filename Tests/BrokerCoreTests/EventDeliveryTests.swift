@@ -13,7 +13,7 @@ import TestSupport
 import Testing
 
 /// Webhook delivery and the pull feed, with real receivers on loopback.
-@Suite("Event delivery")
+@Suite("Event delivery", .offPool)
 struct EventDeliveryTests {
     static let fast = [
         "BROKER_DISPATCH_INTERVAL_MS": "50", "BROKER_WEBHOOK_RETRY_BASE_MS": "50", "BROKER_WEBHOOK_RETRY_MAX_SECONDS": "1",
@@ -304,7 +304,7 @@ struct EventDeliveryTests {
     }
 }
 
-@Suite("Event retention")
+@Suite("Event retention", .offPool)
 struct EventRetentionTests {
     @Test("delivered events age out; pending and failed ones are never pruned")
     func prune() throws {

@@ -10,7 +10,7 @@ import Testing
 
 /// Retiring a `TOKEN_ENCRYPTION_KEY`: prepend a new key, `appleid-broker reencrypt`, then run
 /// with the new key alone; everything sealed before must still work.
-@Suite("Encryption key rotation")
+@Suite("Encryption key rotation", .offPool)
 struct KeyRotationTests {
     @Test("rotate, re-encrypt, restart with the new key alone: refresh tokens revoke at deletion, webhook secrets sign")
     func rotateAndRetire() throws {

@@ -10,7 +10,7 @@ import Testing
 
 /// API keys limited to some apps (`api-keys create --client-ids`): a team with two apps gives
 /// each backend a key that reaches its own app's users and nothing else.
-@Suite("API keys limited to apps")
+@Suite("API keys limited to apps", .offPool)
 struct LimitedKeyTests {
     @Test("a key limited to one app logs in only its tokens and sees only its users, deletions, events and subscriptions")
     func isolation() throws {

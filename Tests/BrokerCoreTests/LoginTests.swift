@@ -13,7 +13,7 @@ import Testing
 
 /// `POST /v1/apple/login` end to end: HTTP into the broker, the broker over HTTP to the
 /// Apple simulator, a real PostgreSQL underneath.
-@Suite("Login")
+@Suite("Login", .offPool)
 struct LoginTests {
     @Test("first login with name and relay e-mail creates the user; a repeat login finds it and keeps the name")
     func firstAndRepeatLogin() throws {

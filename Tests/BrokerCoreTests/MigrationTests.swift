@@ -7,7 +7,7 @@ import PostgresClient
 import TestSupport
 import Testing
 
-@Suite("Migrations")
+@Suite("Migrations", .offPool)
 struct MigrationTests {
     let logger = Logger(label: "test", sink: .capturing())
 

@@ -8,7 +8,7 @@ import TestSupport
 
 /// The Grafana dashboard and the Prometheus alert rules in deploy/ against the metrics the
 /// broker really serves, and the rules against promtool.
-@Suite("Dashboard and alert rules")
+@Suite("Dashboard and alert rules", .offPool)
 struct MonitoringTests {
     static let promtool = Repository.executable("promtool")
     static let promtoolMissing: Comment = "promtool is not installed (Debian package prometheus; scripts/bootstrap.sh test installs it)"

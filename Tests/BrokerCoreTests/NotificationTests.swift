@@ -12,7 +12,7 @@ import TestSupport
 import Testing
 
 /// Apple's server-to-server notifications, signed and posted by the simulator over HTTP.
-@Suite("Notifications")
+@Suite("Notifications", .offPool)
 struct NotificationTests {
     /// A broker with one signed-in user; returns the user's id and sub.
     private func brokerWithUser(_ broker: TestBroker) throws -> (userID: UUID, sub: String) {

@@ -6,7 +6,7 @@ import HTTPClient
 import TestSupport
 import Testing
 
-@Suite("OpenAPI description")
+@Suite("OpenAPI description", .offPool)
 struct OpenAPITests {
     @Test("every route the router knows is described, and every described operation is a route")
     func routesMatch() throws {

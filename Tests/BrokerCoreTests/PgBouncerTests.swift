@@ -10,7 +10,7 @@ import Testing
 /// Issue 29 item 7: the broker through Debian's PgBouncer 1.18 in transaction pooling with
 /// its default settings (which refuse the `options` startup parameter and cannot route named
 /// prepared statements), LISTEN on a direct connection (`DATABASE_LISTEN_URL`).
-@Suite("PgBouncer in transaction pooling", .enabled(if: TestPgBouncer.isInstalled, "apt-get install pgbouncer"))
+@Suite("PgBouncer in transaction pooling", .offPool, .enabled(if: TestPgBouncer.isInstalled, "apt-get install pgbouncer"))
 struct PgBouncerTests {
     @Test("logins, Apple notifications, deletions and the sweep all work through PgBouncer")
     func everythingThroughPgBouncer() throws {

@@ -6,7 +6,7 @@ import TestSupport
 import Testing
 
 /// Issue 29 item 9: the broker's own output and the embedded PostgreSQL's lifetime.
-@Suite("Process hygiene")
+@Suite("Process hygiene", .offPool)
 struct ProcessHygieneTests {
     /// `serve` against a fresh database on a free port, its stdout and stderr on `output`.
     static func serve(output: ChildProcess.Output, extra: [String: String] = [:]) throws -> (ChildProcess, Int) {

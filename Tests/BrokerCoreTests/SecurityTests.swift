@@ -9,7 +9,7 @@ import ProcessRunner
 import TestSupport
 import Testing
 
-@Suite("Security posture")
+@Suite("Security posture", .offPool)
 struct SecurityTests {
     @Test("an API key over its rate gets 429 with Retry-After")
     func perKeyRateLimit() throws {

@@ -10,7 +10,7 @@ import TestSupport
 
 /// `appleid-broker transfer export|import` between two teams the simulator plays, run as
 /// the operator runs them (child processes), each killed halfway and resumed.
-@Suite("Team transfer")
+@Suite("Team transfer", .offPool)
 struct TeamTransferTests {
     static let recipientTeam = "NEWTEAM001"
     static let recipientKeyID = "NEWKEY0001"

@@ -11,7 +11,7 @@ import TestSupport
 
 /// Web sign-in end to end over HTTP: broker → simulator's `/auth/authorize` → the form Apple
 /// posts back → broker callback → `return_to` → redeem.
-@Suite("Web sign-in")
+@Suite("Web sign-in", .offPool)
 struct WebSignInTests {
     static let returnTo = "https://app.example.com/apple/done"
     /// Behind a proxy the public URL differs from where the broker listens; tests post the

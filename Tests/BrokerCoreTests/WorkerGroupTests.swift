@@ -10,7 +10,7 @@ import TestSupport
 import Testing
 import Workers
 
-@Suite("Worker lanes")
+@Suite("Worker lanes", .offPool)
 struct WorkerGroupTests {
     /// A queue of work items that lanes claim one at a time, each taking a while, and what
     /// the lanes did with it.
@@ -81,7 +81,7 @@ struct WorkerGroupTests {
     }
 }
 
-@Suite("Active subscription probe")
+@Suite("Active subscription probe", .offPool)
 struct ActiveSubscriptionProbeTests {
     @Test("answers from PostgreSQL, remembers for a second, and says yes when it cannot ask")
     func probe() throws {

@@ -3,7 +3,7 @@ import PostgresClient
 import TestSupport
 import Testing
 
-@Suite("PostgresConnection")
+@Suite("PostgresConnection", .offPool)
 struct PostgresConnectionTests {
     @Test("binds and decodes every supported type, NULL and non-ASCII text included")
     func roundTripsTypes() throws {

@@ -9,7 +9,7 @@ import Synchronization
 import TestSupport
 import Testing
 
-@Suite("PostgresPool")
+@Suite("PostgresPool", .offPool)
 struct PostgresPoolTests {
     private func makePool(_ configuration: PostgresConfiguration, size: Int = 4, timeout: Duration = .seconds(5))
         -> PostgresPool

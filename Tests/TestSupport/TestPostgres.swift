@@ -87,7 +87,7 @@ public enum TestPostgres {
         let directory = NSTemporaryDirectory() + "abk-test-\(getpid())-\(name)-\(UUID().uuidString.prefix(8))"
         var configuration = EmbeddedPostgres.Configuration(dataDirectory: directory + "/data")
         configuration.durable = false
-        configuration.settings = ["max_connections": "200"]
+        configuration.settings = ["max_connections": "400"]
         let cluster = try EmbeddedPostgres(
             configuration: configuration, logger: Logger(label: "test-postgres", sink: LogSink(level: .warning)))
         let first = clusters.withLock { list -> Bool in
