@@ -2,17 +2,42 @@
 //
 // appleid-broker: a self-hosted Sign in with Apple identity broker.
 //
-// Layers, bottom up:
-//   C bridges      CMicroHTTPD, CLibpq, COpenSSL, CCurl (system libraries) + CMicroHTTPDShims, CCurlShims (variadic calls)
-//   Foundations    Locking (Lock, the one lock type), Observability (logs, metrics), StrictJSON (a strict JSON reader/writer),
-//                  BrokerCrypto (OpenSSL), JOSE (JWS/JWK), PostgresClient (libpq),
-//                  ProcessRunner (posix_spawn), CommandArguments (command lines), EmbeddedPostgres (a private cluster), HTTPServer (libmicrohttpd), HTTPClient (libcurl)
-//   Product        Workers (worker loops), AppleID (appleid.apple.com's side: keys, claim rules, token calls),
-//                  BrokerCore (the components and their stores; no HTTP), BrokerAPI (the HTTP routes,
-//                  the middleware pipeline, the wiring of a running broker) and the
-//                  `appleid-broker` executable (the command line)
-//   Simulator      AppleSimulator + `apple-sim`: appleid.apple.com on loopback
-//   Client         AppleIDBrokerClient: the library Swift app backends call the broker with
+// The module map (README and docs/development.md link here; keep it true when a module comes or goes).
+// Bottom up; each module has one job and depends only on modules above it in this list.
+//
+//   C bridges     CMicroHTTPD, CLibpq, COpenSSL, CCurl: system libraries, headers via pkg-config
+//                 CMicroHTTPDShims, CCurlShims: C wrappers for the libraries' variadic calls
+//   Foundations   Locking           `Lock`, the one lock type (Mutex; a pthread mutex under ThreadSanitizer)
+//                 StrictJSON        a strict JSON reader (duplicate names refused) and writer
+//                 Observability     JSON-lines logger, Prometheus metrics registry
+//                 BrokerCrypto      OpenSSL: SHA-256, HMAC, AES-256-GCM, RSA/EC keys, signatures, base64url
+//                 JOSE              JWS/JWK/JWK Set: verify RS256/ES256 safely, sign client secrets
+//                 PostgresClient    libpq: connections, typed rows, pool, transactions, LISTEN/NOTIFY;
+//                                   works through PgBouncer in transaction pooling
+//                 ProcessRunner     posix_spawn/waitpid child processes
+//                 CommandArguments  command lines: commands, options, usage text
+//                 EmbeddedPostgres  a private PostgreSQL cluster on a Unix socket, never outliving its users
+//                 HTTPServer        libmicrohttpd: router, per-group middleware, problems (RFC 9457), limits,
+//                                   client address behind trusted proxies, metrics, graceful stop
+//                 HTTPClient        libcurl behind the HTTPTransport protocol; outbound address rules
+//                 Workers           worker loops (lanes, back-off) and the wake-up signal
+//   Product       AppleID           appleid.apple.com's side: keys, identity-token and notification claim
+//                                   rules, /auth/token and /auth/revoke, client secrets. No database, no server
+//                 BrokerCore        the components, one folder each, a service and its store (SQL only in
+//                                   *Store.swift, Storage/ and sql/): Login/ Users/ Notifications/ Deletions/
+//                                   Events/ WebSignIn/ Transfer/ Auth/ Errors/ Storage/ Configuration/. No HTTP
+//                 BrokerAPI         BrokerCore's HTTP face: HTTP/ (routes, middleware, ProblemCatalog) and
+//                                   Application/ (the roles wired into a running broker)
+//                 appleid-broker    the executable: the command line (serve, migrate, api-keys, delete-user, …)
+//                 broker-bench      micro-benchmarks (JWT verification against openssl speed, seeding)
+//   Simulator     AppleSimulator + apple-sim: appleid.apple.com on loopback, as inconvenient as Apple
+//   Client        AppleIDBrokerClient: the library Swift app backends call the broker with (URLSession)
+//   Tests         one target per foundation module; BrokerRuleTests (the product's rules and routes, no
+//                 database) and BrokerCoreTests (the product end to end: brokers, CLI, clusters);
+//                 TestSupport (throwaway clusters, PgBouncer, test threads). `make check` runs every
+//                 database-free target, `make test` everything (docs/testing.md).
+//   Elsewhere     sql/ (migrations; sql/functions/ one file per SQL function, docs/database.md),
+//                 Plugins/ (embeds sql/ and docs/openapi.json), Fuzz/ (libFuzzer targets, BROKER_FUZZ=1)
 import PackageDescription
 
 /// `BROKER_FUZZ=1` (scripts/fuzz.sh): every Swift target gets libFuzzer's coverage and
