@@ -35,11 +35,15 @@ if [ ! -f "$previous/src/Package.swift" ]; then
 fi
 echo "== building v$version in $previous (its own build directory)" >&2
 swift build --package-path "$previous/src" --scratch-path "$previous/build" --product appleid-broker >&2
-echo "== building this checkout" >&2
-swift build --product appleid-broker >&2
-swift build --product apple-sim >&2
+# make test hands over the binaries it built (BROKER_BIN), so this does not wait for SwiftPM's
+# lock on .build while another stage builds there.
+if [ -z "${BROKER_BIN:-}" ]; then
+  echo "== building this checkout" >&2
+  swift build --product appleid-broker >&2
+  swift build --product apple-sim >&2
+fi
 
 arguments=(--previous "$(swift build --package-path "$previous/src" --scratch-path "$previous/build" --show-bin-path)"
-           --current "$(swift build --show-bin-path)")
+           --current "${BROKER_BIN:-$(swift build --show-bin-path)}")
 [ "${1:-}" = "--write-catalog" ] && arguments+=(--write-catalog sql/catalog/expected.txt)
 exec python3 scripts/rolling-upgrade.py "${arguments[@]}"

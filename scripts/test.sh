@@ -2,7 +2,8 @@
 # Runs every test (what CI runs): builds with warnings as errors, then the stages below in three
 # lanes at once, since most stages wait on sockets and PostgreSQL while others keep the cores busy:
 #   suites     the Swift suites (database-free and integration), then the live API checks:
-#              schemathesis, the deployment checks, the integration examples, the generated client
+#              schemathesis, the deployment checks, the integration examples, the generated client,
+#              the rolling upgrade (the previous release built and run beside this one)
 #   release    the release build, the README's tour (make run), the resilience suite
 #   sanitizers the Swift suites again under ThreadSanitizer, then each fuzz target for a minute
 # Each stage's output goes to a log that is printed whole when its lane ends; a table of stage
@@ -44,7 +45,8 @@ suites() {
   timed suites "API conformance (schemathesis)" scripts/api-conformance.sh &&
   timed suites "deployment checks" scripts/check-deploy.sh &&
   timed suites "integration examples (Python, Node, Go; standardwebhooks)" scripts/examples.sh &&
-  timed suites "generated Python client" scripts/generated-client.sh
+  timed suites "generated Python client" scripts/generated-client.sh &&
+  timed suites "rolling upgrade (the previous release beside this build on one database)" scripts/rolling-upgrade.sh
 }
 release() {
   timed release "release build" swift build -c release --product appleid-broker &&
