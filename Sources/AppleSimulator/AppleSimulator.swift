@@ -46,6 +46,9 @@ public final class AppleSimulator: Sendable {
         var clientID: String
         var revoked: Bool
         var kind: String  // refresh_token, access_token, migration
+        /// Killed by a password change: refused with `invalid_grant` while the user's
+        /// authorization stays (forum thread 651237).
+        var dead = false
     }
 
     struct Transfer {
@@ -285,9 +288,31 @@ public final class AppleSimulator: Sendable {
         }
     }
 
+    /// A password change: the user's refresh tokens stop working (`invalid_grant`), their
+    /// authorization of the app stays (forum thread 651237; protocol reference §11.3).
+    /// Returns how many tokens died.
+    @discardableResult
+    public func changePassword(teamID: String? = nil, sub: String) -> Int {
+        let team = teamID ?? defaultTeamID
+        return state.withLock { state in
+            var count = 0
+            for (token, grant) in state.grants
+            where grant.teamID == team && grant.sub == sub && grant.kind == "refresh_token" && !grant.revoked && !grant.dead {
+                state.grants[token]?.dead = true
+                count += 1
+            }
+            return count
+        }
+    }
+
+    /// The refresh tokens issued to a user (for assertions: the broker keeps them encrypted).
+    public func refreshTokens(sub: String) -> [String] {
+        state.withLock { state in state.grants.filter { $0.value.sub == sub && $0.value.kind == "refresh_token" }.map(\.key) }
+    }
+
     /// Whether a refresh or access token is currently valid.
     public func isTokenValid(_ token: String) -> Bool {
-        state.withLock { $0.grants[token].map { !$0.revoked } ?? false }
+        state.withLock { $0.grants[token].map { !$0.revoked && !$0.dead } ?? false }
     }
 
     // MARK: Observations and knobs

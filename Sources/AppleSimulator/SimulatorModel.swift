@@ -118,6 +118,8 @@ public struct FaultSettings: Sendable, Codable, Equatable {
     public var errorStatuses: [Int] = [500, 503, 429]
     /// `Retry-After` seconds sent with 429 and 503.
     public var retryAfterSeconds: Int = 1
+    /// Send that `Retry-After` as an HTTP-date (RFC 9110 allows both forms).
+    public var retryAfterAsDate: Bool = false
     /// Share of answers that stall for `timeoutMilliseconds` and then fail.
     public var timeoutRate: Double = 0
     public var timeoutMilliseconds: Int = 15_000
@@ -132,6 +134,16 @@ public struct FaultSettings: Sendable, Codable, Equatable {
     public var emptyKeySet: Bool = false
     /// Which endpoints the faults hit: `token`, `revoke`, `keys`, `migration`, `authorize`. Empty: all.
     public var endpoints: [String] = []
+    /// A stalled call did its work before its answer was lost, as Apple may: a code sent
+    /// with it is used up (protocol reference §11.4). Default true, as Apple; false: the
+    /// stall comes before the work.
+    public var timeoutAfterWork: Bool = true
+    /// Answer token and revoke calls as a malformed request: `invalid_request` without a
+    /// revocation's wording (TN3107: a wrong content type, a missing parameter, a body a
+    /// proxy rewrote), whatever the token.
+    public var malformedRequest: Bool = false
+    /// The same, only for refreshes of these users' tokens (one token's request defect).
+    public var malformedRequestSubs: [String] = []
 
     public init() {}
 
@@ -140,6 +152,7 @@ public struct FaultSettings: Sendable, Codable, Equatable {
         case errorRate = "error_rate"
         case errorStatuses = "error_statuses"
         case retryAfterSeconds = "retry_after"
+        case retryAfterAsDate = "retry_after_http_date"
         case timeoutRate = "timeout_rate"
         case timeoutMilliseconds = "timeout_ms"
         case forceInvalidGrant = "invalid_grant"
@@ -147,6 +160,9 @@ public struct FaultSettings: Sendable, Codable, Equatable {
         case forceInvalidClient = "invalid_client"
         case emptyKeySet = "empty_key_set"
         case endpoints
+        case timeoutAfterWork = "timeout_after_work"
+        case malformedRequest = "malformed_request"
+        case malformedRequestSubs = "malformed_request_subs"
     }
 
     public init(from decoder: any Decoder) throws {
@@ -155,6 +171,7 @@ public struct FaultSettings: Sendable, Codable, Equatable {
         errorRate = try container.decodeIfPresent(Double.self, forKey: .errorRate) ?? 0
         errorStatuses = try container.decodeIfPresent([Int].self, forKey: .errorStatuses) ?? [500, 503, 429]
         retryAfterSeconds = try container.decodeIfPresent(Int.self, forKey: .retryAfterSeconds) ?? 1
+        retryAfterAsDate = try container.decodeIfPresent(Bool.self, forKey: .retryAfterAsDate) ?? false
         timeoutRate = try container.decodeIfPresent(Double.self, forKey: .timeoutRate) ?? 0
         timeoutMilliseconds = try container.decodeIfPresent(Int.self, forKey: .timeoutMilliseconds) ?? 15_000
         forceInvalidGrant = try container.decodeIfPresent(Bool.self, forKey: .forceInvalidGrant) ?? false
@@ -162,6 +179,9 @@ public struct FaultSettings: Sendable, Codable, Equatable {
         forceInvalidClient = try container.decodeIfPresent(Bool.self, forKey: .forceInvalidClient) ?? false
         emptyKeySet = try container.decodeIfPresent(Bool.self, forKey: .emptyKeySet) ?? false
         endpoints = try container.decodeIfPresent([String].self, forKey: .endpoints) ?? []
+        timeoutAfterWork = try container.decodeIfPresent(Bool.self, forKey: .timeoutAfterWork) ?? true
+        malformedRequest = try container.decodeIfPresent(Bool.self, forKey: .malformedRequest) ?? false
+        malformedRequestSubs = try container.decodeIfPresent([String].self, forKey: .malformedRequestSubs) ?? []
     }
 }
 

@@ -266,7 +266,7 @@ struct LoginTests {
         #expect(mismatch.json["code"] as? String == "authorization_code_invalid")
     }
 
-    @Test("Apple failing the exchange with 5xx is retried, then 503 apple_unavailable")
+    @Test("Apple failing the exchange with 5xx is 503 apple_unavailable without sending the code again (it may be used up)")
     func appleDown() throws {
         let broker = try TestBroker(extra: ["APPLE_MAX_ATTEMPTS": "3"])
         let minted = try broker.mint { $0.withCode = true }
@@ -280,11 +280,13 @@ struct LoginTests {
         #expect(response.status == 503)
         #expect(response.json["code"] as? String == "apple_unavailable")
         #expect(response.header("retry-after") != nil)
-        #expect(broker.simulator.statistics.token == 3)
-        // Once Apple is back, the retried login succeeds with the same code.
+        #expect(broker.simulator.statistics.token == 1, "a code goes to Apple once (protocol reference §11.4)")
+        // Once Apple is back, the retried login succeeds with the same code, without a token.
         broker.simulator.faults = FaultSettings()
         let retried = try broker.login(["identity_token": minted.idToken, "authorization_code": minted.code!])
         #expect(retried.status == 200, "\(retried.bodyText)")
+        #expect(retried.json["refresh_token_stored"] as? Bool == false)
+        #expect(broker.simulator.statistics.token == 1)
     }
 
     @Test("Apple unreachable with no cached keys is 503; a rotated key is fetched once; unknown kids do not hammer Apple")
@@ -401,7 +403,7 @@ struct LoginTests {
         #expect(try broker.count("SELECT count(*) FROM apple_identities") == 2)
     }
 
-    @Test("the sweep turns Apple's invalid_grant into a consent revocation and a consent.revoked event")
+    @Test("the sweep turns Apple's revocation answer (invalid_request, TN3107's wording) into a consent revocation and a consent.revoked event")
     func refreshSweep() throws {
         let broker = try TestBroker(extra: ["BROKER_SWEEP_INTERVAL_SECONDS": "1"])
         let kept = try broker.mint { $0.withCode = true }
@@ -409,6 +411,10 @@ struct LoginTests {
         for minted in [kept, revoked] {
             #expect(try broker.login(["identity_token": minted.idToken, "authorization_code": minted.code!]).status == 200)
         }
+        // invalid_grant alone says only that the token is dead (RevocationPrecisionTests).
+        var faults = FaultSettings()
+        faults.revokedGrantError = "invalid_request"
+        broker.simulator.faults = faults
         // The user stops using Sign in with Apple; Apple's notification never arrives.
         #expect(broker.simulator.revokeConsent(teamID: TestBroker.teamID, sub: revoked.sub) > 0)
         try broker.pool.query("UPDATE apple_tokens SET next_validation_at = now()")

@@ -9,8 +9,8 @@ import PostgresClient
 /// or `failed` after `maximumAttempts`.
 ///
 /// - **Revoke**: each of the user's refresh tokens at Apple's `/auth/revoke` with the client
-///   id it was issued to; 200 and a dead grant (`invalid_grant`, `invalid_request`) both count
-///   as revoked; 5xx, 429 (honouring
+///   id it was issued to; 200 counts as revoked, `invalid_grant` as already invalid, and
+///   `invalid_request` is a request error (TN3107), never success; 5xx, 429 (honouring
 ///   `Retry-After`) and timeouts are retried with exponential backoff and jitter. Every call's
 ///   outcome is a step of the request. Apple-initiated deletions skip this (the tokens are
 ///   already dead). A fresh authorization code handed over with the request is exchanged
@@ -156,8 +156,11 @@ final class DeletionJob: Sendable {
         }
     }
 
-    /// One revoke call and its step. A dead grant (`invalid_grant`, `invalid_request`) counts
-    /// as revoked; Apple unavailable is retried later; anything else too, as an error.
+    /// One revoke call and its step. Apple answers 200 for a revoked or already invalid token
+    /// (protocol reference §10.3), so `invalid_grant` counts as `already_invalid`; but
+    /// `invalid_request` there is always a defect of the request (TN3107, §11.2) and the grant
+    /// may be live: an error of the step, retried and then dead-lettered, like any other
+    /// refusal. Apple unavailable is retried later, after at least its `Retry-After`.
     private func revoke(
         _ token: String, hint: String, step: String, token tokenID: UUID? = nil, accessTokenOf: UUID? = nil, clientID: String,
         request: DeletionStore.Claimed
@@ -166,7 +169,7 @@ final class DeletionJob: Sendable {
             try apple.revoke(token, clientID: clientID, hint: hint, retry: RetryPolicy(maximumAttempts: 3))
             try store.addStep(
                 request.id, step: step, clientID: clientID, outcome: "revoked", tokenID: tokenID, accessTokenOf: accessTokenOf)
-        } catch let error as AppleAPIError where error.isGrantRevoked {
+        } catch AppleAPIError.invalidGrant {
             try store.addStep(
                 request.id, step: step, clientID: clientID, outcome: "already_invalid", tokenID: tokenID,
                 accessTokenOf: accessTokenOf)
@@ -174,7 +177,9 @@ final class DeletionJob: Sendable {
             try store.addStep(request.id, step: step, clientID: clientID, outcome: "retry", detail: reason)
             throw Setback(reason: reason, retryAfter: retryAfter)
         } catch let error as AppleAPIError {
-            try store.addStep(request.id, step: step, clientID: clientID, outcome: "error", detail: "\(error)")
+            try store.addStep(
+                request.id, step: step, clientID: clientID, outcome: error.kind == "invalid_request" ? "request_error" : "error",
+                detail: "\(error)")
             throw Setback(reason: "\(error)")
         }
     }
@@ -200,8 +205,7 @@ final class DeletionJob: Sendable {
         let tokens: AppleTokenResponse
         do {
             tokens = try apple.exchangeCode(
-                String(decoding: plain, as: UTF8.self), clientID: clientID, redirectURI: code.redirectURI,
-                retry: RetryPolicy(maximumAttempts: 3))
+                String(decoding: plain, as: UTF8.self), clientID: clientID, redirectURI: code.redirectURI)
         } catch AppleAPIError.unavailable(let reason, let retryAfter) {
             try store.addStep(request.id, step: "code_exchange", clientID: clientID, outcome: "retry", detail: reason)
             throw Setback(reason: reason, retryAfter: retryAfter)
