@@ -150,6 +150,28 @@ struct RevocationPrecisionTests {
         #expect(revocation == "manual_required")
     }
 
+    // MARK: 4. a deletion's code is exchanged at once
+
+    @Test("a deletion's fresh code is exchanged in the request, before the queue: no deletion worker needed for it")
+    func deletionCodeExchangedAtOnce() throws {
+        // This process runs the API only: a queue that is slower than Apple's five minutes.
+        let broker = try TestBroker(extra: ["BROKER_ROLES": "api"])
+        let minted = try broker.mint()
+        let login = try broker.login(["identity_token": minted.idToken])
+        let userID = try #require(login.json["user_id"] as? String)
+        let code = broker.simulator.issueCode(teamID: TestBroker.teamID, sub: minted.sub, clientID: TestBroker.clientID)
+        let before = broker.simulator.statistics.token
+        let answer = try broker.post(
+            "/v1/deletions",
+            json: #"{"user_id":"\#(userID)","reason":"test","requested_by":"test","authorization_code":"\#(code)"}"#,
+            key: broker.key([.compliance]))
+        #expect(answer.status == 202, "\(answer.bodyText)")
+        #expect(broker.simulator.statistics.token - before == 1, "exchanged before the answer")
+        #expect(try broker.count("SELECT count(*) FROM deletion_steps WHERE step = 'code_exchange' AND outcome = 'exchanged'") == 1)
+        #expect(try broker.count("SELECT count(*) FROM apple_tokens WHERE revoked_at IS NULL") == 1, "its token waits for the revoke")
+        #expect(try broker.count("SELECT count(*) FROM deletion_requests WHERE authorization_code IS NOT NULL") == 0, "no code kept")
+    }
+
     // MARK: 6. a code goes to Apple once
 
     @Test("a code whose answer was lost is never sent again: 503 apple_unavailable, then 200 without a token, never 400")

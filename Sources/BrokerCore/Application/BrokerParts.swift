@@ -148,7 +148,10 @@ struct BrokerParts: Sendable {
                 store: deletionStore, wake: wakeDeletions,
                 codes: .init(
                     tokenKeys: tokenKeys, clientIDs: Set(appleSettings.clientIDs), redirectURIs: appleSettings.redirectURIs,
-                    webCallbackURL: configuration.web?.callbackURL)),
+                    webCallbackURL: configuration.web?.callbackURL),
+                exchangeCode: { [handedOver = HandedOverCode(store: deletionStore, apple: apple, tokenKeys: tokenKeys, validator: validator)] in
+                    try handedOver.exchange(deletionID: $0, userID: $1, inRequest: true)
+                }),
             keys: apiKeys)
         WebSignInRoutes.register(
             on: &router,

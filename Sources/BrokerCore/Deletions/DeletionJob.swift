@@ -14,7 +14,7 @@ import PostgresClient
 ///   `Retry-After`) and timeouts are retried with exponential backoff and jitter. Every call's
 ///   outcome is a step of the request. Apple-initiated deletions skip this (the tokens are
 ///   already dead). A fresh authorization code handed over with the request is exchanged
-///   first (its `id_token` must name the user being deleted) and what it yields is revoked
+///   first, normally in the API request itself (`HandedOverCode`), and what it yields is revoked
 ///   too; the access token of a code exchange is revoked while it is valid. With no token
 ///   and no code the deletion still completes, as `manual_required`: Apple keeps the app
 ///   under the user's Sign in with Apple apps until they stop using it in Settings (TN3194).
@@ -119,7 +119,9 @@ final class DeletionJob: Sendable {
             }
             return
         }
-        try exchangeHandedOverCode(request)
+        // Usually done already, in the API request (HandedOverCode).
+        try HandedOverCode(store: store, apple: apple, tokenKeys: tokenKeys, validator: validator)
+            .exchange(deletionID: request.id, userID: request.userID)
         let tokens = try store.liveTokens(of: request.userID)
         if tokens.isEmpty {
             if try !store.hasSteps(request.id, named: "revoke"), try !store.hasSteps(request.id, named: "nothing_to_revoke") {
@@ -182,52 +184,6 @@ final class DeletionJob: Sendable {
                 detail: "\(error)")
             throw Setback(reason: "\(error)")
         }
-    }
-
-    /// Exchanges the authorization code handed over with the request (the app re-authenticated
-    /// the user to delete the account), checks that Apple's `id_token` names the user being
-    /// deleted, and keeps the tokens it yields for the revoke below. A code Apple refuses, or
-    /// one of another user, is dropped (recorded as a step); Apple unavailable keeps it for
-    /// the retry.
-    private func exchangeHandedOverCode(_ request: DeletionStore.Claimed) throws {
-        guard let code = try store.pendingCode(request.id) else { return }
-        func drop(_ outcome: String, _ detail: String, clientID: String? = nil) throws {
-            try store.clearCode(request.id)
-            try store.addStep(request.id, step: "code_exchange", clientID: clientID, outcome: outcome, detail: detail)
-        }
-        guard let plain = try? tokenKeys.open(
-            code.sealed, keyID: code.keyID, associatedData: DeletionStore.SealedCode.associatedData(userID: request.userID))
-        else { return try drop("undecryptable", "the handed-over code cannot be decrypted") }
-        let identities = try store.identities(of: request.userID)
-        guard let clientID = code.clientID ?? identities.first?.clientID else {
-            return try drop("no_identity", "the user has no identity in this team")
-        }
-        let tokens: AppleTokenResponse
-        do {
-            tokens = try apple.exchangeCode(
-                String(decoding: plain, as: UTF8.self), clientID: clientID, redirectURI: code.redirectURI)
-        } catch AppleAPIError.unavailable(let reason, let retryAfter) {
-            try store.addStep(request.id, step: "code_exchange", clientID: clientID, outcome: "retry", detail: reason)
-            throw Setback(reason: reason, retryAfter: retryAfter)
-        } catch let error as AppleAPIError {
-            return try drop("code_invalid", "Apple refused the code: \(error.kind)", clientID: clientID)
-        }
-        guard let refreshToken = tokens.refreshToken, let idToken = tokens.idToken,
-            let returned = try? validator.validate(idToken, rawNonce: nil, clientIDHint: clientID, checkAge: false)
-        else { return try drop("id_token_invalid", "Apple's answer lacked a refresh token or a verifiable id_token", clientID: clientID) }
-        guard let identity = identities.first(where: { $0.sub == returned.sub }) else {
-            // Another user's code: their grant is none of this deletion's business.
-            return try drop("wrong_user", "the code belongs to another user than the one being deleted", clientID: clientID)
-        }
-        let owner = SealedAppleToken.Owner(teamID: store.teamID, sub: identity.sub, clientID: clientID)
-        let sealedRefresh = try SealedAppleToken(sealing: refreshToken, as: .refresh, for: owner, keys: tokenKeys)
-        let sealedAccess = try SealedAppleToken(sealing: tokens.accessToken, as: .access, for: owner, keys: tokenKeys)
-        try store.keepExchangedTokens(
-            identityID: identity.id, userID: request.userID, clientID: clientID,
-            refresh: (sealedRefresh.sealed, sealedRefresh.keyID),
-            access: (sealedAccess.sealed, sealedAccess.keyID, tokens.expiresIn ?? 3600))
-        try store.clearCode(request.id)
-        try store.addStep(request.id, step: "code_exchange", clientID: clientID, outcome: "exchanged")
     }
 
     /// Schedules the next attempt with exponential backoff and jitter (at least Apple's
