@@ -172,6 +172,34 @@ struct RevocationPrecisionTests {
         #expect(try broker.count("SELECT count(*) FROM deletion_requests WHERE authorization_code IS NOT NULL") == 0, "no code kept")
     }
 
+    // MARK: 5. a token from before a consent-revoked
+
+    @Test("an identity token issued before a consent-revoked never restores the consent; one issued after it does")
+    func staleTokenDoesNotRestore() throws {
+        let broker = try TestBroker()
+        let (userID, sub) = try signedIn(broker)
+        let now = Int(Date().timeIntervalSince1970)
+        let stale = try broker.mint {
+            $0.sub = sub
+            $0.issuedAt = now - 120
+        }
+        var notification = NotificationRequest(
+            url: broker.baseURL + "/v1/apple/notifications", type: "consent-revoked", sub: sub, clientID: TestBroker.clientID)
+        notification.eventTimeMilliseconds = Int64(now - 60) * 1000
+        let result = try broker.simulator.sendNotification(notification)
+        #expect(result.status == 200)
+        #expect(try credentialState(broker, userID) == "revoked")
+        let refused = try broker.login(["identity_token": stale.idToken])
+        #expect(refused.status == 401, "\(refused.bodyText)")
+        #expect(refused.json["code"] as? String == "token_too_old")
+        #expect(try credentialState(broker, userID) == "revoked")
+        #expect(try broker.count("SELECT count(*) FROM outbox_events WHERE type = 'consent.restored'") == 0)
+        let fresh = try broker.mint { $0.sub = sub }
+        #expect(try broker.login(["identity_token": fresh.idToken]).status == 200)
+        #expect(try credentialState(broker, userID) == "authorized")
+        #expect(try broker.count("SELECT count(*) FROM outbox_events WHERE type = 'consent.restored'") == 1)
+    }
+
     // MARK: 6. a code goes to Apple once
 
     @Test("a code whose answer was lost is never sent again: 503 apple_unavailable, then 200 without a token, never 400")

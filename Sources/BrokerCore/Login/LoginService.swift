@@ -109,6 +109,11 @@ public final class LoginService: Sendable {
                 .redirectURINotRegistered,
                 "redirect_uri is not one of the Return URLs registered for this client id (APPLE_REDIRECT_URIS)")
         }
+        // An identity token from before a consent-revoked never restores the consent (nor is its
+        // code sent): the user must sign in again (protocol reference §11.5).
+        if try store.predatesRevocation(identity) {
+            throw TokenRejection(.tokenTooOld, "the token was issued before the user revoked this app's consent: sign in again")
+        }
         // A user whose deletion is pending is refused before the code is exchanged: the refresh
         // token it would yield would be thrown away, yet live at Apple.
         if request.authorizationCode != nil, try store.deletionPending(sub: identity.sub) {
