@@ -78,13 +78,14 @@ struct LoginStore: Sendable {
 
     /// Whether the identity's consent for this token's app group was revoked after the token
     /// was issued: such a token proves nothing about consent after the revocation (protocol
-    /// reference §11.5) and must not restore it.
+    /// reference §11.5) and must not restore it. `iat` has whole seconds: a token of the
+    /// revocation's own second is given the benefit of the doubt.
     func predatesRevocation(_ identity: AppleIdentity) throws -> Bool {
         try !pool.query(
             """
             SELECT 1 FROM apple_identities i JOIN apple_grants g ON g.identity_id = i.id
             WHERE i.team_id = \(teamID) AND i.sub = \(identity.sub) AND g.app_id = \(groups.group(of: identity.clientID).primary)
-              AND g.consent = 'revoked' AND g.consent_at > \(identity.issuedAt)
+              AND g.consent = 'revoked' AND g.consent_at >= \(identity.issuedAt)::timestamptz + interval '1 second'
             """
         ).isEmpty
     }
