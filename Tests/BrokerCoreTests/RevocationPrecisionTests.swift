@@ -224,6 +224,22 @@ struct RevocationPrecisionTests {
         #expect(try metric(broker, #"login_code_unsendable_total{outcome="spent"} 1"#))
     }
 
+    // MARK: 10. c_hash
+
+    @Test("a code that is not the identity token's (its c_hash) is 400 without a call to Apple")
+    func codeMustMatchCHash() throws {
+        let broker = try TestBroker()
+        let minted = try broker.mint { $0.withCode = true }
+        // A real, unused code of the same user, but not the one issued with this token.
+        let other = broker.simulator.issueCode(teamID: TestBroker.teamID, sub: minted.sub, clientID: TestBroker.clientID)
+        let before = broker.simulator.statistics.token
+        let answer = try broker.login(["identity_token": minted.idToken, "authorization_code": other])
+        #expect(answer.status == 400, "\(answer.bodyText)")
+        #expect(answer.json["code"] as? String == "authorization_code_invalid")
+        #expect(broker.simulator.statistics.token == before, "no call to Apple")
+        #expect(try broker.login(["identity_token": minted.idToken, "authorization_code": minted.code!]).status == 200)
+    }
+
     // MARK: 8. Retry-After
 
     @Test("Apple's Retry-After reaches the caller, as seconds or an HTTP-date, not capped at 2 s")

@@ -109,6 +109,11 @@ public final class LoginService: Sendable {
                 .redirectURINotRegistered,
                 "redirect_uri is not one of the Return URLs registered for this client id (APPLE_REDIRECT_URIS)")
         }
+        // A code that is not the one issued with this token (its c_hash) never reaches Apple:
+        // a login key plus one valid token must not buy calls to Apple with arbitrary codes.
+        if let code = request.authorizationCode, !identity.matches(code: code) {
+            throw BrokerError(.authorizationCodeInvalid, "the authorization code does not match the identity token's c_hash")
+        }
         // An identity token from before a consent-revoked never restores the consent (nor is its
         // code sent): the user must sign in again (protocol reference §11.5).
         if try store.predatesRevocation(identity) {
