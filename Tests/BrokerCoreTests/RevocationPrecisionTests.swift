@@ -1,5 +1,6 @@
 import AppleSimulator
 import BrokerCore
+import BrokerCrypto
 import Foundation
 import HTTPClient
 import PostgresClient
@@ -238,6 +239,23 @@ struct RevocationPrecisionTests {
         #expect(answer.json["code"] as? String == "authorization_code_invalid")
         #expect(broker.simulator.statistics.token == before, "no call to Apple")
         #expect(try broker.login(["identity_token": minted.idToken, "authorization_code": minted.code!]).status == 200)
+    }
+
+    // MARK: 7. unknown kids on the public notification endpoint
+
+    @Test("a forged kid posted to the notification endpoint cannot suppress the refetch a login's new kid needs")
+    func notificationCannotSpendLoginRefetch() throws {
+        let broker = try TestBroker()
+        #expect(try broker.login(["identity_token": try broker.mint().idToken]).status == 200)  // keys cached
+        // Anyone may post: a JWS with a kid Apple never published.
+        let input: String = Base64URL.encode(#"{"alg":"RS256","kid":"forged-kid"}"#) + "." + Base64URL.encode(#"{"iss":"x"}"#)
+        let forged = input + "." + Base64URL.encode(try AsymmetricKey.generateRSA().signSHA256(Array(input.utf8)))
+        let posted = try broker.post("/v1/apple/notifications", json: #"{"payload":"\#(forged)"}"#)
+        #expect(posted.status == 401 || posted.status == 400, "\(posted.bodyText)")
+        // Apple rotates its key right after; a real login with the new kid must still verify.
+        try broker.simulator.rotateKeys()
+        let login = try broker.login(["identity_token": try broker.mint().idToken])
+        #expect(login.status == 200, "\(login.bodyText)")
     }
 
     // MARK: 8. Retry-After

@@ -167,7 +167,8 @@ struct BrokerParts: Sendable {
         on router: inout Router, wakeDeletions: @escaping @Sendable () -> Void, eventsWritten: @escaping @Sendable () -> Void
     ) {
         let receiver = NotificationReceiver(
-            verifier: verifier, clientIDs: Set(appleSettings.clientIDs), groups: appleSettings.appGroups,
+            verifier: AppleTokenVerifier(keys: verifier.keys, source: .notification), clientIDs: Set(appleSettings.clientIDs),
+            groups: appleSettings.appGroups,
             teamID: appleSettings.teamID, hasher: SubjectHasher(keys: tokenKeys),
             leeway: TimeInterval(configuration.login.tokenLeewaySeconds),
             retentionSeconds: configuration.dispatch.notificationRetentionSeconds, pool: pool, metrics: metrics,
