@@ -164,9 +164,11 @@ public final class AppleSimulator: Sendable {
 
     /// Creates a user in `teamID` (default team when nil) with a relay address unless `email` is given.
     @discardableResult
-    public func createUser(teamID: String? = nil, email: String? = nil, realUserStatus: Int = 2) -> SimulatedUser {
+    public func createUser(
+        teamID: String? = nil, email: String? = nil, realUserStatus: Int = 2, relayDomain: String = SimulatedUser.relayDomains[0]
+    ) -> SimulatedUser {
         let user = SimulatedUser(
-            teamID: teamID ?? defaultTeamID, sub: SimulatedUser.makeSub(), email: email ?? SimulatedUser.makeRelayEmail(),
+            teamID: teamID ?? defaultTeamID, sub: SimulatedUser.makeSub(), email: email ?? SimulatedUser.makeRelayEmail(domain: relayDomain),
             isPrivateEmail: email == nil, realUserStatus: realUserStatus)
         state.withLock { $0.users[user.teamID + "|" + user.sub] = user }
         return user
@@ -184,8 +186,11 @@ public final class AppleSimulator: Sendable {
         if let sub = request.sub, let existing = self.user(teamID: teamID, sub: sub) {
             user = existing
         } else {
+            // A managed account's address is the organisation's, never a relay.
+            let email = request.email ?? (request.managedAccount == true ? "m\(Int.random(in: 0..<1_000_000))@org.example" : nil)
             user = createUser(
-                teamID: teamID, email: request.email, realUserStatus: request.realUserStatus ?? 2)
+                teamID: teamID, email: email, realUserStatus: request.realUserStatus ?? 2,
+                relayDomain: request.relayDomain ?? SimulatedUser.relayDomains[0])
             if let sub = request.sub {
                 // Keep the caller's sub (tests address users by it).
                 state.withLock { state in
@@ -400,9 +405,11 @@ public final class AppleSimulator: Sendable {
         claims["nonce_supported"] = .bool(request?.nonceSupported ?? true)
         if let code { claims["c_hash"] = .string(Self.halfHash(code)) }
         if let accessToken { claims["at_hash"] = .string(Self.halfHash(accessToken)) }
-        if request?.managedAccount == true {
-            // Apple documents an empty email and email_verified false for these accounts.
+        if request?.managedAccount == true || request?.schoolAccount == true {
             claims["org_id"] = .string("org.\(user.sub.prefix(8))")
+        }
+        if request?.schoolAccount == true {
+            // Apple School Manager: an empty email, email_verified false (§10.5, §11.7).
             claims["email"] = ""
             claims["email_verified"] = false
         } else if request?.omitEmail != true, let email = user.email {

@@ -27,10 +27,14 @@ public struct SimulatedUser: Sendable, Codable, Equatable {
         return "00" + String(format: "%04d", digits) + "." + Hex.encode(SecureRandom.bytes(16)) + "." + String(format: "%04d", tail)
     }
 
-    /// A fresh relay address.
-    static func makeRelayEmail() -> String {
+    /// Apple's relay domains: `privaterelay.appleid.com`, and `private.icloud.com` for
+    /// addresses made from 2026-06-15 (protocol reference §11.7).
+    public static let relayDomains = ["privaterelay.appleid.com", "private.icloud.com"]
+
+    /// A fresh relay address on `domain`.
+    static func makeRelayEmail(domain: String = relayDomains[0]) -> String {
         let alphabet = Array("abcdefghijklmnopqrstuvwxyz0123456789")
-        return String((0..<10).map { _ in alphabet.randomElement()! }) + "@privaterelay.appleid.com"
+        return String((0..<10).map { _ in alphabet.randomElement()! }) + "@" + domain
     }
 }
 
@@ -66,9 +70,15 @@ public struct TokenRequest: Sendable, Codable {
     public var issuer: String?
     /// Leave `real_user_status` out, as Apple does for web sign-ins.
     public var omitRealUserStatus: Bool?
-    /// A Managed Apple Account (Work & School, protocol reference §10.5): the token carries
-    /// `org_id`, and `email` empty with `email_verified` false, no `is_private_email`.
+    /// A Managed Apple Account (Work & School): the token carries `org_id` and the account's
+    /// **real** address, no `is_private_email` (protocol reference §11.7).
     public var managedAccount: Bool?
+    /// An Apple School Manager account: `org_id`, `email` empty, `email_verified` false
+    /// (protocol reference §10.5, narrowed by §11.7).
+    public var schoolAccount: Bool?
+    /// The relay domain of a new user's address: `privaterelay.appleid.com` (default) or
+    /// `private.icloud.com`.
+    public var relayDomain: String?
 
     public init(clientID: String) { self.clientID = clientID }
 
@@ -91,6 +101,8 @@ public struct TokenRequest: Sendable, Codable {
         case issuer = "iss"
         case omitRealUserStatus = "omit_real_user_status"
         case managedAccount = "managed_account"
+        case schoolAccount = "school_account"
+        case relayDomain = "relay_domain"
     }
 }
 

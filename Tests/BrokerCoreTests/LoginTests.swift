@@ -121,18 +121,27 @@ struct LoginTests {
         #expect(unsupported.json["email"] is NSNull)
         #expect((unsupported.json["risk"] as? [String: Any])?["suggest_challenge"] as? Bool == false)
 
-        // A Managed Apple Account (§10.5): `email` empty, `email_verified` false, an `org_id`.
-        // An empty address is no address: neither answered nor stored as one.
-        let managed = try broker.mint { $0.managedAccount = true }
+        // An Apple School Manager account (§10.5, §11.7): `email` empty, `email_verified` false,
+        // an `org_id`. An empty address is no address: neither answered nor stored as one.
+        let managed = try broker.mint { $0.schoolAccount = true }
         let work = try broker.login(["identity_token": managed.idToken])
         #expect(work.status == 200, "\(work.bodyText)")
         #expect(work.json["email"] is NSNull, "\(work.bodyText)")
         #expect(work.json["email_verified"] as? Bool == false)
         #expect(work.json["is_private_email"] as? Bool == false)
         #expect(try broker.count("SELECT count(*) FROM apple_identities WHERE email = ''") == 0)
-        let again = try broker.login(["identity_token": try broker.mint { $0.sub = managed.sub; $0.managedAccount = true }.idToken])
+        let again = try broker.login(["identity_token": try broker.mint { $0.sub = managed.sub; $0.schoolAccount = true }.idToken])
         #expect(again.status == 200 && again.json["is_new_user"] as? Bool == false)
         #expect(try broker.count("SELECT count(*) FROM outbox_events WHERE type = 'identity.updated'") == 0)
+
+        // A Managed Apple Account (Work & School) carries a real address (§11.7), shown as one.
+        let work2 = try broker.login(["identity_token": try broker.mint { $0.managedAccount = true }.idToken])
+        #expect((work2.json["email"] as? String)?.hasSuffix("@org.example") == true, "\(work2.bodyText)")
+        #expect(work2.json["is_private_email"] as? Bool == false)
+        // Relay addresses on Apple's newer domain are private too.
+        let icloud = try broker.login(["identity_token": try broker.mint { $0.relayDomain = "private.icloud.com" }.idToken])
+        #expect((icloud.json["email"] as? String)?.hasSuffix("@private.icloud.com") == true)
+        #expect(icloud.json["is_private_email"] as? Bool == true)
     }
 
     @Test("the nonce must be the hex SHA-256 of raw_nonce; nonce_supported=false allows none")
