@@ -258,6 +258,25 @@ struct RevocationPrecisionTests {
         #expect(login.status == 200, "\(login.bodyText)")
     }
 
+    // MARK: 12. email events
+
+    @Test("an email event's email and is_private_email become what the user record shows, with identity.updated")
+    func emailEventApplied() throws {
+        let broker = try TestBroker()
+        let (userID, sub) = try signedIn(broker)
+        var notification = NotificationRequest(
+            url: broker.baseURL + "/v1/apple/notifications", type: "email-enabled", sub: sub, clientID: TestBroker.clientID)
+        notification.email = "new9k2@private.icloud.com"
+        notification.isPrivateEmail = true
+        #expect(try broker.simulator.sendNotification(notification).status == 200)
+        let user = try broker.get("/v1/users/\(userID.lowercasedString)", key: broker.key([.read])).json
+        let identity = (user["identities"] as? [[String: Any]])?.first
+        #expect(identity?["email"] as? String == "new9k2@private.icloud.com")
+        #expect(identity?["is_private_email"] as? Bool == true)
+        let event = try broker.pool.query("SELECT payload::text FROM outbox_events WHERE type = 'identity.updated'").single()
+        #expect(try event.decode(String.self, 0).contains(#""source": "apple""#))
+    }
+
     // MARK: 8. Retry-After
 
     @Test("Apple's Retry-After reaches the caller, as seconds or an HTTP-date, not capped at 2 s")

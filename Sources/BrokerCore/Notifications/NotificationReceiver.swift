@@ -15,6 +15,9 @@ public struct AppleNotification: Sendable, Equatable {
     public var eventTime: Date
     /// The `aud` that matched one of ours: the group's primary App ID in Apple's notifications.
     public var audience: String
+    /// Email events' `email` and `is_private_email` (string or boolean), when sent.
+    public var email: String? = nil
+    public var isPrivateEmail: Bool? = nil
 }
 
 /// Apple's server-to-server notifications (`POST /v1/apple/notifications`), verified before
@@ -107,13 +110,17 @@ public final class NotificationReceiver: Sendable {
         let group = groups.group(of: notification.audience)
         let subjectHash = hasher.hash(teamID: teamID, sub: notification.sub)
         do {
-            outcome = try pool.query(
-                """
-                SELECT broker_apply_notification(\(notification.jti), \(notification.type), \(teamID),
-                    \(notification.sub), \(notification.eventTime), \(group.primary), \(PostgresTextArray(group.clientIDs)),
-                    \(subjectHash))
-                """
-            ).single().decode(Outcome.self, "broker_apply_notification")
+            outcome = try pool.withTransaction { connection in
+                let outcome = try connection.query(
+                    """
+                    SELECT broker_apply_notification(\(notification.jti), \(notification.type), \(teamID),
+                        \(notification.sub), \(notification.eventTime), \(group.primary), \(PostgresTextArray(group.clientIDs)),
+                        \(subjectHash))
+                    """
+                ).single().decode(Outcome.self, "broker_apply_notification")
+                if outcome == .applied { try applyEmail(notification, connection) }
+                return outcome
+            }
         } catch let error as PostgresError where error.isUniqueViolation {
             // A concurrent delivery of the same jti committed first; this one rolled back.
             outcome = .duplicate
@@ -133,6 +140,32 @@ public final class NotificationReceiver: Sendable {
     }
 
     static let deletionTypes: Set<String> = ["account-delete", "account-deleted"]
+
+    /// What the user sees follows Apple's email events (Apple news j5j9ep1b, 2025-10-09;
+    /// protocol reference §11.8): their `email` and `is_private_email` replace the identity's,
+    /// unless a sign-in verified a newer state (a second's grace: event times may come in whole
+    /// seconds), with `identity.updated` (source `apple`).
+    private func applyEmail(_ notification: AppleNotification, _ connection: some PostgresQuerying) throws {
+        guard notification.type.hasPrefix("email-"), let email = notification.email else { return }
+        let isPrivate = notification.isPrivateEmail ?? false
+        guard let row = try connection.query(
+            """
+            UPDATE apple_identities SET email = \(email), is_private_email = \(isPrivate)
+            WHERE team_id = \(teamID) AND sub = \(notification.sub)
+              AND (last_verified_at IS NULL OR last_verified_at < \(notification.eventTime)::timestamptz + interval '1 second')
+              AND (email IS DISTINCT FROM \(email) OR is_private_email IS DISTINCT FROM \(isPrivate))
+            RETURNING user_id, email_verified
+            """
+        ).first else { return }
+        let userID = try row.decode(UUID.self, "user_id")
+        try connection.query(
+            """
+            SELECT broker_emit_event('identity.updated', \(userID), jsonb_build_object(
+                'user_id', \(userID)::uuid, 'changed', jsonb_build_array('email'),
+                'email_verified', \(try row.decode(Bool.self, "email_verified"))::boolean,
+                'is_private_email', \(isPrivate)::boolean, 'source', 'apple'))
+            """)
+    }
 
     /// Prunes the inbox: notifications received longer ago than the retention.
     package static func prune(_ pool: PostgresPool, retentionSeconds: Int) throws {
@@ -191,8 +224,11 @@ public final class NotificationReceiver: Sendable {
             }
             eventTime = number > 100_000_000_000 ? number / 1000 : number
         }
+        // Email events carry the address and whether it is a relay; bounded like any input.
+        let email = event["email"]?.stringValue.flatMap { $0.isEmpty || $0.utf8.count > 320 ? nil : $0 }
         return AppleNotification(
-            jti: jti, type: type, sub: sub, eventTime: Date(timeIntervalSince1970: eventTime), audience: audience)
+            jti: jti, type: type, sub: sub, eventTime: Date(timeIntervalSince1970: eventTime), audience: audience,
+            email: email, isPrivateEmail: event["is_private_email"]?.lenientBoolValue)
     }
 
     static func malformed(_ detail: String) -> BrokerError { BrokerError(.notificationMalformed, detail) }
