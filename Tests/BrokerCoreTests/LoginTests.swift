@@ -279,12 +279,11 @@ struct LoginTests {
     func appleDown() throws {
         let broker = try TestBroker(extra: ["APPLE_MAX_ATTEMPTS": "3"])
         let minted = try broker.mint { $0.withCode = true }
-        var faults = FaultSettings()
-        faults.errorRate = 1
-        faults.errorStatuses = [503]
-        faults.retryAfterSeconds = 0
-        faults.endpoints = ["token"]
-        broker.simulator.faults = faults
+        broker.setFaults(on: ["token"]) {
+            $0.errorRate = 1
+            $0.errorStatuses = [503]
+            $0.retryAfterSeconds = 0
+        }
         let response = try broker.login(["identity_token": minted.idToken, "authorization_code": minted.code!])
         #expect(response.status == 503)
         #expect(response.json["code"] as? String == "apple_unavailable")

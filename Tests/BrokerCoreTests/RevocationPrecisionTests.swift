@@ -207,11 +207,11 @@ struct RevocationPrecisionTests {
     func codeSentOnce() throws {
         let broker = try TestBroker()
         let minted = try broker.mint { $0.withCode = true }
-        var faults = FaultSettings()
-        faults.timeoutRate = 1
-        faults.timeoutMilliseconds = 50
-        faults.endpoints = ["token"]  // Apple does the work, the answer is lost (timeout_after_work)
-        broker.simulator.faults = faults
+        // Apple does the work, the answer is lost (timeout_after_work).
+        broker.setFaults(on: ["token"]) {
+            $0.timeoutRate = 1
+            $0.timeoutMilliseconds = 50
+        }
         let before = broker.simulator.statistics.token
         let first = try broker.login(["identity_token": minted.idToken, "authorization_code": minted.code!])
         #expect(first.status == 503, "\(first.bodyText)")
@@ -283,20 +283,18 @@ struct RevocationPrecisionTests {
     func retryAfterPassedOn() throws {
         let broker = try TestBroker()
         let minted = try broker.mint { $0.withCode = true }
-        var faults = FaultSettings()
-        faults.errorRate = 1
-        faults.errorStatuses = [503]
-        faults.retryAfterSeconds = 120
-        faults.endpoints = ["token"]
-        broker.simulator.faults = faults
+        broker.setFaults(on: ["token"]) {
+            $0.errorRate = 1
+            $0.errorStatuses = [503]
+            $0.retryAfterSeconds = 120
+        }
         let before = broker.simulator.statistics.token
         let answer = try broker.login(["identity_token": minted.idToken, "authorization_code": minted.code!])
         #expect(answer.status == 503)
         #expect(answer.header("retry-after") == "120")
         #expect(broker.simulator.statistics.token - before == 1)
         // The same as an HTTP-date.
-        faults.retryAfterAsDate = true
-        broker.simulator.faults = faults
+        broker.simulator.faults.retryAfterAsDate = true
         let dated = try broker.mint { $0.withCode = true }
         let second = try broker.login(["identity_token": dated.idToken, "authorization_code": dated.code!])
         #expect(second.status == 503)
@@ -312,5 +310,17 @@ struct RevocationPrecisionTests {
         _ = try signedIn(broker)
         let seconds = try broker.count("SELECT EXTRACT(EPOCH FROM next_validation_at - now())::int FROM apple_tokens")
         #expect(seconds >= 2990 && seconds <= 3310, "\(seconds) s")
+    }
+}
+
+extension TestBroker {
+    /// Sets the simulator's faults, limited to these endpoints; returns them.
+    @discardableResult
+    func setFaults(on endpoints: [String], _ configure: (inout FaultSettings) -> Void) -> FaultSettings {
+        var faults = FaultSettings()
+        faults.endpoints = endpoints
+        configure(&faults)
+        simulator.faults = faults
+        return faults
     }
 }
