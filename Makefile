@@ -1,5 +1,5 @@
 # appleid-broker — the two commands a newcomer needs are `make run` and `make test`.
-.PHONY: run test build release clean bench bench-login bench-notifications bench-deletion bench-webhooks resilience fuzz
+.PHONY: run test check build release clean bench bench-login bench-notifications bench-deletion bench-webhooks resilience fuzz
 
 ## Run the service (installs Debian packages if missing, builds, starts an embedded
 ## PostgreSQL and, unless Apple settings are given, the Apple simulator).
@@ -9,6 +9,10 @@ run:
 ## Run every test (what CI runs).
 test:
 	scripts/test.sh
+
+## The fast gate (under two minutes warm): strict build, swift format lint, the database-free suites.
+check:
+	scripts/check.sh
 
 build:
 	swift build

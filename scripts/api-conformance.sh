@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 MAX_EXAMPLES=${1:-25}
 # A directory and ports of this run's own (scripts/lib/stack.sh picks free ports).
 export WORK=${WORK:-$(mktemp -d "${TMPDIR:-/tmp}/appleid-broker-conformance.XXXXXX")}
-BIN=$(swift build --show-bin-path)
+BIN=${BROKER_BIN:-$(swift build --show-bin-path)}
 [ -x "$BIN/appleid-broker" ] && [ -x "$BIN/apple-sim" ] || swift build
 # shellcheck source=lib/stack.sh
 source scripts/lib/stack.sh

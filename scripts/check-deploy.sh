@@ -21,7 +21,7 @@ echo "== settings in the deployment files" >&2
 "$TOOLS_VENV/bin/python" scripts/check-deploy.py
 
 echo "== container healthchecks against a live broker, as the runtime image runs them (dash)" >&2
-BIN=$(swift build --show-bin-path)
+BIN=${BROKER_BIN:-$(swift build --show-bin-path)}
 [ -x "$BIN/appleid-broker" ] && [ -x "$BIN/apple-sim" ] || swift build >&2
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/appleid-broker-healthcheck.XXXXXX")
 # shellcheck source=lib/stack.sh

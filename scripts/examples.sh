@@ -8,7 +8,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export WORK=${WORK:-$(mktemp -d "${TMPDIR:-/tmp}/appleid-broker-examples.XXXXXX")}
-BIN=$(swift build --show-bin-path)
+BIN=${BROKER_BIN:-$(swift build --show-bin-path)}
 [ -x "$BIN/appleid-broker" ] && [ -x "$BIN/apple-sim" ] || swift build
 # shellcheck source=lib/stack.sh
 source scripts/lib/stack.sh

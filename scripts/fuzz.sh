@@ -3,7 +3,8 @@
 # FUZZ_SECONDS (default 60) from the seed corpus in Fuzz/Corpus/<target>. New inputs go to
 # .build/fuzz-corpus/<target> (the checked-in seeds are never rewritten); a crash leaves
 # its input in .build/fuzz-artifacts/ and fails the run: turn it into a regression test
-# (Tests/*/FuzzRegressionTests.swift) and add it to the seeds.
+# (Tests/JOSETests/FuzzCorpusTests.swift and its BrokerCore twin replay every seed) by adding it
+# to the seeds in Fuzz/Corpus/<target>.
 #   [FUZZ_SECONDS=60] [FUZZ_TARGETS="jose notification request-json"] scripts/fuzz.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -1,34 +1,84 @@
 #!/usr/bin/env bash
-# Runs every test: builds with warnings as errors, then the whole suite in parallel.
+# Runs every test (what CI runs): builds with warnings as errors, then the stages below in three
+# lanes at once, since most stages wait on sockets and PostgreSQL while others keep the cores busy:
+#   suites     the Swift suites (database-free and integration), then the live API checks:
+#              schemathesis, the deployment checks, the integration examples, the generated client
+#   release    the release build, the README's tour (make run), the resilience suite
+#   sanitizers the Swift suites again under ThreadSanitizer, then each fuzz target for a minute
+# Each stage's output goes to a log that is printed whole when its lane ends; a table of stage
+# times closes the run (docs/testing.md keeps the figures).
 # Tests start their own throwaway PostgreSQL clusters and loopback servers.
-# Usage: scripts/test.sh [swift test arguments, e.g. --filter JOSETests]
+# Usage: scripts/test.sh [swift test arguments, e.g. --filter JOSETests]  (the Swift suites only)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/bootstrap.sh test
 
 flags=(-Xswiftc -warnings-as-errors)
 echo "== build (warnings are errors)" >&2
+build_started=$SECONDS
 swift build --build-tests "${flags[@]}"
-echo "== test" >&2
-swift test --skip-build --parallel "$@"
-
-# The whole suite (no filter given) also checks the live API against its description, the
-# deployment files against the code, runs the README's tour, the integration examples, the resilience suite, each
-# fuzz target for a minute, and the Swift suite again under ThreadSanitizer.
-if [ $# -eq 0 ]; then
-  echo "== API conformance (schemathesis)" >&2
-  scripts/api-conformance.sh
-  scripts/check-deploy.sh
-  echo "== the README's tour, as a newcomer runs it (make run + its commands)" >&2
-  scripts/tour.sh
-  echo "== integration examples (Python, Node, Go) against a live broker; official standardwebhooks check" >&2
-  scripts/examples.sh
-  echo "== a Python client generated from docs/openapi.json (openapi-python-client): login and user read" >&2
-  scripts/generated-client.sh
-  echo "== resilience: load while PostgreSQL crashes, the broker is killed, Apple fails, a receiver is down" >&2
-  LOAD_SECONDS=${LOAD_SECONDS:-60} scripts/resilience.sh
-  echo "== fuzzing (libFuzzer + AddressSanitizer)" >&2
-  FUZZ_SECONDS=${FUZZ_SECONDS:-60} scripts/fuzz.sh
-  echo "== the Swift suite under ThreadSanitizer" >&2
-  scripts/test-tsan.sh
+build_seconds=$((SECONDS - build_started))
+if [ $# -gt 0 ]; then
+  exec swift test --skip-build --parallel "$@"
 fi
+
+BIN=$(swift build --show-bin-path)
+export BROKER_BIN=$BIN NO_COLOR=1
+logs=$(mktemp -d "${TMPDIR:-/tmp}/appleid-broker-test.XXXXXX")
+trap 'rm -rf "$logs"' EXIT
+
+# timed LANE STAGE COMMAND...: runs one stage into the lane's log, records its time and verdict.
+timed() {
+  local lane=$1 stage=$2 started=$SECONDS status=0
+  shift 2
+  printf '\n== %s\n' "$stage" >> "$logs/$lane.log"
+  "$@" >> "$logs/$lane.log" 2>&1 || status=$?
+  printf '%s\t%s\t%s\t%s\n' "$lane" "$stage" $((SECONDS - started)) "$([ $status = 0 ] && echo ok || echo FAILED)" >> "$logs/times"
+  return $status
+}
+
+# The test binary is run directly, not through `swift test`, which would wait for the release
+# lane's build to release SwiftPM's lock on .build.
+suites() {
+  timed suites "Swift suites" "$BIN/appleid-brokerPackageTests.xctest" --testing-library swift-testing &&
+  timed suites "API conformance (schemathesis)" scripts/api-conformance.sh &&
+  timed suites "deployment checks" scripts/check-deploy.sh &&
+  timed suites "integration examples (Python, Node, Go; standardwebhooks)" scripts/examples.sh &&
+  timed suites "generated Python client" scripts/generated-client.sh
+}
+release() {
+  timed release "release build" swift build -c release --product appleid-broker &&
+  timed release "release build (simulator)" swift build -c release --product apple-sim &&
+  timed release "the README's tour (make run + its commands)" scripts/tour.sh &&
+  timed release "resilience (PostgreSQL crashes, broker killed, Apple fails)" env LOAD_SECONDS="${LOAD_SECONDS:-60}" scripts/resilience.sh
+}
+sanitizers() {
+  timed sanitizers "Swift suites under ThreadSanitizer" scripts/test-tsan.sh &&
+  timed sanitizers "fuzzing (libFuzzer + AddressSanitizer)" env FUZZ_SECONDS="${FUZZ_SECONDS:-60}" scripts/fuzz.sh
+}
+
+started=$SECONDS
+echo "== lanes: suites, release, sanitizers (each lane's log follows when it ends)" >&2
+pids=()
+for lane in suites release sanitizers; do
+  ( "$lane" ) &
+  pids+=("$!")
+done
+failed=0
+for index in "${!pids[@]}"; do
+  wait "${pids[$index]}" || failed=1
+done
+for lane in suites release sanitizers; do
+  printf '\n######## lane %s ########\n' "$lane"
+  cat "$logs/$lane.log"
+done
+printf '\n== stage times (seconds; lanes ran at once, %ss in all after a %ss build)\n' $((SECONDS - started)) "$build_seconds"
+column -t -s $'\t' "$logs/times"
+if [ $failed != 0 ]; then
+  echo "FAILED:" >&2
+  grep -P '\tFAILED$' "$logs/times" >&2
+  exit 1
+fi
+# The closing line CI reads: the Swift suites' count (every other stage passed or we exited above).
+passed=$(grep -oP 'Test run with \K[0-9]+(?= tests? in [0-9]+ suites? passed)' "$logs/suites.log" | head -1)
+echo "tests: ${passed:-0} passed, 0 failed"

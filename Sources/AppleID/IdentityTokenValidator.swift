@@ -12,8 +12,8 @@ public struct AppleIdentity: Sendable, Equatable {
     public var emailVerified: Bool?
     /// From the token; nil when absent (the caller treats absent as false when email is present).
     public var isPrivateEmail: Bool?
-    /// `unsupported`, `unknown`, `likely_real`; nil when the token has none (web tokens).
-    public var realUserStatus: String?
+    /// nil when the token has none (web tokens).
+    public var realUserStatus: RealUserStatus?
     public var transferSub: String?
     public var issuedAt: Date
     public var expiresAt: Date
@@ -94,13 +94,7 @@ public struct IdentityTokenValidator: Sendable {
         // Managed Apple Accounts (Work & School) send `email` empty (protocol reference §10.5):
         // no address, not an address "".
         let email = claims[.email]?.stringValue.flatMap { $0.isEmpty ? nil : $0 }
-        let realUserStatus: String? =
-            switch claims[.realUserStatus]?.integerValue {
-            case 0: "unsupported"
-            case 1: "unknown"
-            case 2: "likely_real"
-            default: nil
-            }
+        let realUserStatus = claims[.realUserStatus]?.integerValue.flatMap(RealUserStatus.init(claim:))
         return AppleIdentity(
             sub: sub, clientID: clientID, email: email,
             emailVerified: claims[.emailVerified]?.lenientBoolValue,

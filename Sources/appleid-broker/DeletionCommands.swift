@@ -42,7 +42,7 @@ enum DeletionCommands {
                     .init(
                         target: target, reason: reason, requestedBy: requestedBy, authorizationCode: code,
                         clientID: arguments.options["client-id"], redirectURI: arguments.options["redirect-uri"]),
-                    source: "cli", actor: "cli:\(requestedBy)")
+                    source: .cli, actor: "cli:\(requestedBy)")
                 print(result.id.lowercasedString)
                 BrokerCommand.printError(result.created ? "deletion requested" : "a deletion is already open for this user")
                 return 0
@@ -76,7 +76,7 @@ enum DeletionCommands {
                 } else {
                     print("DELETION_ID\tUSER_ID\tSOURCE\tSTATE\tATTEMPTS\tCREATED\tLAST_ERROR")
                     for record in records {
-                        print("\(record.id.lowercasedString)\t\(record.userID.lowercasedString)\t\(record.source)\t\(record.state)\t\(record.attempts)\t\(RFC3339.string(from: record.createdAt))\t\(record.lastError ?? "-")")
+                        print("\(record.id.lowercasedString)\t\(record.userID.lowercasedString)\t\(record.source.rawValue)\t\(record.state.rawValue)\t\(record.attempts)\t\(RFC3339.string(from: record.createdAt))\t\(record.lastError ?? "-")")
                     }
                 }
                 return 0

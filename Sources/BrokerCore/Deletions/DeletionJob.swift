@@ -52,26 +52,16 @@ final class DeletionJob: Sendable {
             "deletion_apple_revocations_total",
             help: "Deletions by what they came to at Apple: revoked, already_invalid, skipped_apple_initiated, manual_required.",
             labels: ["outcome"])
-        let pool = store.pool
-        metrics.collect {
-            guard let row = try? pool.query(
-                """
-                SELECT count(*) FILTER (WHERE state IN ('requested', 'revoking', 'purging')) AS backlog,
-                       count(*) FILTER (WHERE state = 'failed') AS dead_letters,
-                       COALESCE(EXTRACT(EPOCH FROM now() - min(created_at) FILTER (WHERE state IN ('requested', 'revoking', 'purging'))), 0)
-                           AS oldest_age
-                FROM deletion_requests
-                """
-            ).first else { return [] }
+        metrics.collect { [store] in
+            guard let backlog = try? store.backlog() else { return [] }
             return [
-                CollectedSample(
-                    name: "deletion_backlog", help: "Deletion requests not yet done.", value: (try? row.decode(Double.self, "backlog")) ?? 0),
+                CollectedSample(name: "deletion_backlog", help: "Deletion requests not yet done.", value: backlog.pending),
                 CollectedSample(
                     name: "deletion_dead_letters", help: "Deletion requests that failed and wait for a retry.",
-                    value: (try? row.decode(Double.self, "dead_letters")) ?? 0),
+                    value: backlog.deadLetters),
                 CollectedSample(
                     name: "deletion_oldest_pending_age_seconds", help: "Age of the oldest pending deletion request.",
-                    value: (try? row.decode(Double.self, "oldest_age")) ?? 0),
+                    value: backlog.oldestPendingAgeSeconds),
             ]
         }
     }
@@ -97,7 +87,7 @@ final class DeletionJob: Sendable {
                 try revokeTokens(request)
                 let appleRevocation = try store.appleRevocation(request.id, source: request.source)
                 try store.startPurging(request.id, appleRevocation: appleRevocation)
-                revocations.increment(appleRevocation)
+                revocations.increment(appleRevocation.rawValue)
             }
             if try store.purge(request.id) {
                 outcomes.increment("done")
@@ -111,10 +101,10 @@ final class DeletionJob: Sendable {
     }
 
     private func revokeTokens(_ request: DeletionStore.Claimed) throws {
-        if request.source == "apple" {
-            if try !store.hasSteps(request.id, named: "revoke_skipped") {
+        if request.source == .apple {
+            if try !store.hasSteps(request.id, named: .revokeSkipped) {
                 try store.addStep(
-                    request.id, step: "revoke_skipped", outcome: "skipped",
+                    request.id, step: .revokeSkipped, outcome: .skipped,
                     detail: "Apple deleted the account: its tokens are already invalid")
             }
             return
@@ -124,9 +114,9 @@ final class DeletionJob: Sendable {
             .exchange(deletionID: request.id, userID: request.userID)
         let tokens = try store.liveTokens(of: request.userID)
         if tokens.isEmpty {
-            if try !store.hasSteps(request.id, named: "revoke"), try !store.hasSteps(request.id, named: "nothing_to_revoke") {
+            if try !store.hasSteps(request.id, named: .revoke), try !store.hasSteps(request.id, named: .nothingToRevoke) {
                 try store.addStep(
-                    request.id, step: "nothing_to_revoke", outcome: "manual_revocation_required",
+                    request.id, step: .nothingToRevoke, outcome: .manualRevocationRequired,
                     detail: "no refresh token on file and no authorization code: the user must stop using Sign in with Apple for this app in Settings")
             }
             return
@@ -137,13 +127,13 @@ final class DeletionJob: Sendable {
             if !token.refreshRevoked {
                 let refreshToken = try open(
                     SealedAppleToken(.refresh, sealed: token.sealed, keyID: token.keyID), for: owner, request: request)
-                try revoke(refreshToken, hint: "refresh_token", step: "revoke", token: token.id, clientID: token.clientID, request: request)
+                try revoke(refreshToken, hint: "refresh_token", step: .revoke, token: token.id, clientID: token.clientID, request: request)
             }
             if let access = token.access {
                 let accessToken = try open(
                     SealedAppleToken(.access, sealed: access.sealed, keyID: access.keyID), for: owner, request: request)
                 try revoke(
-                    accessToken, hint: "access_token", step: "revoke_access_token", accessTokenOf: token.id,
+                    accessToken, hint: "access_token", step: .revokeAccessToken, accessTokenOf: token.id,
                     clientID: token.clientID, request: request)
             }
         }
@@ -153,7 +143,7 @@ final class DeletionJob: Sendable {
         do {
             return try token.open(for: owner, keys: tokenKeys)
         } catch {
-            try store.addStep(request.id, step: "revoke", clientID: owner.clientID, outcome: "undecryptable", detail: "\(error)")
+            try store.addStep(request.id, step: .revoke, clientID: owner.clientID, outcome: .undecryptable, detail: "\(error)")
             throw Setback(reason: "a stored token cannot be decrypted (TOKEN_ENCRYPTION_KEY)", permanent: true)
         }
     }
@@ -164,23 +154,23 @@ final class DeletionJob: Sendable {
     /// may be live: an error of the step, retried and then dead-lettered, like any other
     /// refusal. Apple unavailable is retried later, after at least its `Retry-After`.
     private func revoke(
-        _ token: String, hint: String, step: String, token tokenID: UUID? = nil, accessTokenOf: UUID? = nil, clientID: String,
+        _ token: String, hint: String, step: DeletionStep, token tokenID: UUID? = nil, accessTokenOf: UUID? = nil, clientID: String,
         request: DeletionStore.Claimed
     ) throws {
         do {
             try apple.revoke(token, clientID: clientID, hint: hint, retry: RetryPolicy(maximumAttempts: 3))
             try store.addStep(
-                request.id, step: step, clientID: clientID, outcome: "revoked", tokenID: tokenID, accessTokenOf: accessTokenOf)
+                request.id, step: step, clientID: clientID, outcome: .revoked, tokenID: tokenID, accessTokenOf: accessTokenOf)
         } catch AppleAPIError.invalidGrant {
             try store.addStep(
-                request.id, step: step, clientID: clientID, outcome: "already_invalid", tokenID: tokenID,
+                request.id, step: step, clientID: clientID, outcome: .alreadyInvalid, tokenID: tokenID,
                 accessTokenOf: accessTokenOf)
         } catch AppleAPIError.unavailable(let reason, let retryAfter) {
-            try store.addStep(request.id, step: step, clientID: clientID, outcome: "retry", detail: reason)
+            try store.addStep(request.id, step: step, clientID: clientID, outcome: .retry, detail: reason)
             throw Setback(reason: reason, retryAfter: retryAfter)
         } catch let error as AppleAPIError {
             try store.addStep(
-                request.id, step: step, clientID: clientID, outcome: error.kind == "invalid_request" ? "request_error" : "error",
+                request.id, step: step, clientID: clientID, outcome: error.kind == "invalid_request" ? .requestError : .error,
                 detail: "\(error)")
             throw Setback(reason: "\(error)")
         }

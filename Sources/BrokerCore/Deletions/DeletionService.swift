@@ -130,7 +130,7 @@ package struct DeletionService: Sendable {
     /// original deletion id for a user already deleted.
     /// - Parameter key: the API key asking; a key limited to some apps finds only their users.
     package func request(
-        _ request: Request, source: String, actor: String, visibleTo key: APIKey? = nil
+        _ request: Request, source: DeletionSource, actor: String, visibleTo key: APIKey? = nil
     ) throws -> (id: UUID, state: DeletionState, created: Bool) {
         for _ in 0..<2 {
             let resolution = try store.resolve(request.target)

@@ -10,19 +10,73 @@ public enum DeletionState: String, Sendable, CaseIterable, PostgresDecodable {
     case requested, revoking, purging, done, failed
 }
 
+/// Who asked for a deletion (`deletion_requests.source`): the compliance API, the CLI, or
+/// Apple's `account-delete` notification (then its tokens are already dead: nothing to revoke).
+public enum DeletionSource: String, Sendable, CaseIterable, PostgresDecodable, PostgresEncodable {
+    case api, cli, apple
+}
+
+/// What a deletion came to at Apple (`deletion_requests.apple_revocation`, `user.deleted`).
+public enum AppleRevocation: String, Sendable, CaseIterable, PostgresDecodable, PostgresEncodable {
+    case revoked
+    case alreadyInvalid = "already_invalid"
+    case skippedAppleInitiated = "skipped_apple_initiated"
+    /// Nothing could be revoked: the user must stop using Sign in with Apple for the app in Settings (TN3194).
+    case manualRequired = "manual_required"
+}
+
+/// A step of a deletion's record (`deletion_steps.step`); `purge` is written by `broker_purge_user`.
+public enum DeletionStep: String, Sendable, CaseIterable, PostgresDecodable, PostgresEncodable {
+    case codeExchange = "code_exchange"
+    case revoke
+    case revokeAccessToken = "revoke_access_token"
+    case revokeSkipped = "revoke_skipped"
+    case nothingToRevoke = "nothing_to_revoke"
+    case purge
+}
+
+/// What a step came to (`deletion_steps.outcome`).
+public enum DeletionStepOutcome: String, Sendable, CaseIterable, PostgresDecodable, PostgresEncodable {
+    /// Apple's revoke answered 200; `alreadyInvalid`: the grant was dead already. Both count as revoked.
+    case revoked
+    case alreadyInvalid = "already_invalid"
+    /// Apple unavailable: tried again later. `error`: Apple refused otherwise; also retried.
+    case retry, error
+    /// Apple's revoke answered `invalid_request`: a defect of the request (TN3107), never a
+    /// success; retried, then dead-lettered.
+    case requestError = "request_error"
+    case undecryptable
+    case skipped
+    case manualRevocationRequired = "manual_revocation_required"
+    /// The handed-over code: exchanged, or dropped for one of the reasons after it.
+    case exchanged
+    case codeInvalid = "code_invalid"
+    case idTokenInvalid = "id_token_invalid"
+    case wrongUser = "wrong_user"
+    case noIdentity = "no_identity"
+    /// The code went to Apple and no usable answer came back: it may be used up, so it is
+    /// not sent again (protocol reference §11.4).
+    case answerLost = "answer_lost"
+    /// The purge ran (`broker_purge_user`).
+    case done
+
+    /// Whether the token the step was about is dead at Apple now.
+    var revokedTheToken: Bool { self == .revoked || self == .alreadyInvalid }
+}
+
 /// A deletion request as the compliance API shows it.
 public struct DeletionRecord: Sendable {
     public struct Step: Sendable {
-        public var step: String
+        public var step: DeletionStep
         public var clientID: String?
-        public var outcome: String
+        public var outcome: DeletionStepOutcome
         public var detail: String?
         public var at: Date
     }
 
     public var id: UUID
     public var userID: UUID
-    public var source: String
+    public var source: DeletionSource
     public var reason: String
     public var requestedBy: String
     public var state: DeletionState
@@ -32,10 +86,8 @@ public struct DeletionRecord: Sendable {
     public var updatedAt: Date
     public var completedAt: Date?
     public var nextAttemptAt: Date
-    /// What the deletion came to at Apple, once decided: `revoked`, `already_invalid`,
-    /// `skipped_apple_initiated` or `manual_required` (nothing could be revoked: the user must
-    /// stop using Sign in with Apple for the app in Settings).
-    public var appleRevocation: String?
+    /// What the deletion came to at Apple, once decided.
+    public var appleRevocation: AppleRevocation?
     /// What happened so far; read for one request (`GET /v1/deletions/{id}`), nil in lists.
     public var steps: [Step]?
 
@@ -43,18 +95,18 @@ public struct DeletionRecord: Sendable {
         func time(_ date: Date?) -> JSONValue { date.map { .string(RFC3339.string(from: $0)) } ?? .null }
         var fields: [String: JSONValue] = [
             "deletion_id": .string(id.lowercasedString), "user_id": .string(userID.lowercasedString),
-            "source": .string(source), "reason": .string(reason), "requested_by": .string(requestedBy),
+            "source": .string(source.rawValue), "reason": .string(reason), "requested_by": .string(requestedBy),
             "state": .string(state.rawValue), "attempts": .integer(Int64(attempts)), "last_error": lastError.map(JSONValue.string) ?? .null,
             "created_at": time(createdAt), "updated_at": time(updatedAt), "completed_at": time(completedAt),
             "next_attempt_at": state == .done || state == .failed ? .null : time(nextAttemptAt),
-            "apple_revocation": appleRevocation.map(JSONValue.string) ?? .null,
+            "apple_revocation": appleRevocation.map { .string($0.rawValue) } ?? .null,
         ]
         if let steps {
             fields["steps"] = .array(
                 steps.map { step in
                     .object([
-                        "step": .string(step.step), "client_id": step.clientID.map(JSONValue.string) ?? .null,
-                        "outcome": .string(step.outcome), "detail": step.detail.map(JSONValue.string) ?? .null,
+                        "step": .string(step.step.rawValue), "client_id": step.clientID.map(JSONValue.string) ?? .null,
+                        "outcome": .string(step.outcome.rawValue), "detail": step.detail.map(JSONValue.string) ?? .null,
                         "at": time(step.at),
                     ])
                 })
@@ -75,6 +127,20 @@ package struct DeletionStore: Sendable {
         self.pool = pool
         self.teamID = teamID
         self.hasher = hasher
+    }
+
+    /// Requests not yet done, dead-lettered ones, and the age of the oldest pending one, for `/metrics`.
+    func backlog() throws -> QueueBacklog? {
+        guard let row = try pool.query(
+            """
+            SELECT count(*) FILTER (WHERE state IN ('requested', 'revoking', 'purging')) AS backlog,
+                   count(*) FILTER (WHERE state = 'failed') AS dead_letters,
+                   COALESCE(EXTRACT(EPOCH FROM now() - min(created_at) FILTER (WHERE state IN ('requested', 'revoking', 'purging'))), 0)
+                       AS oldest_age
+            FROM deletion_requests
+            """
+        ).first else { return nil }
+        return QueueBacklog(row)
     }
 
     /// Where a deletion request points.
@@ -129,7 +195,7 @@ package struct DeletionStore: Sendable {
 
     /// Opens (or returns the open) deletion request; nil when the user vanished meanwhile.
     /// A code is attached in the same transaction, so no worker can claim the request without it.
-    package func request(userID: UUID, source: String, reason: String, requestedBy: String, code: SealedCode? = nil) throws
+    package func request(userID: UUID, source: DeletionSource, reason: String, requestedBy: String, code: SealedCode? = nil) throws
         -> (id: UUID, created: Bool)?
     {
         try pool.withTransaction { connection in
@@ -162,8 +228,8 @@ package struct DeletionStore: Sendable {
             "SELECT step, client_id, outcome, detail, at FROM deletion_steps WHERE deletion_id = \(id) ORDER BY id"
         ).map { step in
             DeletionRecord.Step(
-                step: try step.decode(String.self, "step"), clientID: try step.decode(String?.self, "client_id"),
-                outcome: try step.decode(String.self, "outcome"), detail: try step.decode(String?.self, "detail"), at: try step.decode(Date.self, "at"))
+                step: try step.decode(DeletionStep.self, "step"), clientID: try step.decode(String?.self, "client_id"),
+                outcome: try step.decode(DeletionStepOutcome.self, "outcome"), detail: try step.decode(String?.self, "detail"), at: try step.decode(Date.self, "at"))
         }
         return record
     }
@@ -200,12 +266,12 @@ package struct DeletionStore: Sendable {
 
     private static func record(_ row: PostgresRow) throws -> DeletionRecord {
         DeletionRecord(
-            id: try row.decode(UUID.self, "id"), userID: try row.decode(UUID.self, "user_id"), source: try row.decode(String.self, "source"),
+            id: try row.decode(UUID.self, "id"), userID: try row.decode(UUID.self, "user_id"), source: try row.decode(DeletionSource.self, "source"),
             reason: try row.decode(String.self, "reason"), requestedBy: try row.decode(String.self, "requested_by"),
             state: try row.decode(DeletionState.self, "state"), attempts: try row.decode(Int.self, "attempts"),
             lastError: try row.decode(String?.self, "last_error"), createdAt: try row.decode(Date.self, "created_at"),
             updatedAt: try row.decode(Date.self, "updated_at"), completedAt: try row.decode(Date?.self, "completed_at"),
-            nextAttemptAt: try row.decode(Date.self, "next_attempt_at"), appleRevocation: try row.decode(String?.self, "apple_revocation"), steps: nil)
+            nextAttemptAt: try row.decode(Date.self, "next_attempt_at"), appleRevocation: try row.decode(AppleRevocation?.self, "apple_revocation"), steps: nil)
     }
 
     // MARK: The job's side
@@ -213,7 +279,7 @@ package struct DeletionStore: Sendable {
     package struct Claimed: Sendable {
         package var id: UUID
         package var userID: UUID
-        package var source: String
+        package var source: DeletionSource
         package var state: DeletionState
         package var attempts: Int
     }
@@ -237,7 +303,7 @@ package struct DeletionStore: Sendable {
             """
         ).map { row in
             Claimed(
-                id: try row.decode(UUID.self, "id"), userID: try row.decode(UUID.self, "user_id"), source: try row.decode(String.self, "source"),
+                id: try row.decode(UUID.self, "id"), userID: try row.decode(UUID.self, "user_id"), source: try row.decode(DeletionSource.self, "source"),
                 state: try row.decode(DeletionState.self, "state"), attempts: try row.decode(Int.self, "attempts"))
         }
     }
@@ -336,7 +402,7 @@ package struct DeletionStore: Sendable {
             """)
     }
 
-    package func hasSteps(_ id: UUID, named step: String) throws -> Bool {
+    package func hasSteps(_ id: UUID, named step: DeletionStep) throws -> Bool {
         try !pool.query("SELECT 1 FROM deletion_steps WHERE deletion_id = \(id) AND step = \(step) LIMIT 1").isEmpty
     }
 
@@ -344,11 +410,11 @@ package struct DeletionStore: Sendable {
     /// `tokenID` and a successful outcome the refresh token is marked revoked in the same
     /// transaction; with `accessTokenOf`, that row's access token is dropped.
     package func addStep(
-        _ id: UUID, step: String, clientID: String? = nil, outcome: String, detail: String? = nil, tokenID: UUID? = nil,
+        _ id: UUID, step: DeletionStep, clientID: String? = nil, outcome: DeletionStepOutcome, detail: String? = nil, tokenID: UUID? = nil,
         accessTokenOf: UUID? = nil
     ) throws {
         try pool.withTransaction { connection in
-            let succeeded = outcome == "revoked" || outcome == "already_invalid"
+            let succeeded = outcome.revokedTheToken
             if let tokenID, succeeded {
                 try connection.query("UPDATE apple_tokens SET revoked_at = now() WHERE id = \(tokenID)")
             }
@@ -364,14 +430,14 @@ package struct DeletionStore: Sendable {
             try connection.query(
                 """
                 INSERT INTO audit_log (actor, action, deletion_id, detail)
-                VALUES ('deletion-job', \("deletion." + step), \(id),
+                VALUES ('deletion-job', \("deletion." + step.rawValue), \(id),
                         jsonb_build_object('outcome', \(outcome)::text, 'client_id', \(clientID)::text))
                 """)
         }
     }
 
     /// Ends the revoke phase with what it came to at Apple.
-    package func startPurging(_ id: UUID, appleRevocation: String) throws {
+    package func startPurging(_ id: UUID, appleRevocation: AppleRevocation) throws {
         try pool.query(
             """
             UPDATE deletion_requests SET state = 'purging', apple_revocation = \(appleRevocation), updated_at = now()
@@ -380,14 +446,14 @@ package struct DeletionStore: Sendable {
     }
 
     /// What the revoke steps recorded came to (the request's `apple_revocation`).
-    package func appleRevocation(_ id: UUID, source: String) throws -> String {
-        if source == "apple" { return "skipped_apple_initiated" }
+    package func appleRevocation(_ id: UUID, source: DeletionSource) throws -> AppleRevocation {
+        if source == .apple { return .skippedAppleInitiated }
         let outcomes = Set(
             try pool.query("SELECT outcome FROM deletion_steps WHERE deletion_id = \(id) AND step = 'revoke'")
-                .map { try $0.decode(String.self, "outcome") })
-        if outcomes.contains("revoked") { return "revoked" }
-        if outcomes.contains("already_invalid") { return "already_invalid" }
-        return "manual_required"
+                .map { try $0.decode(DeletionStepOutcome.self, "outcome") })
+        if outcomes.contains(.revoked) { return .revoked }
+        if outcomes.contains(.alreadyInvalid) { return .alreadyInvalid }
+        return .manualRequired
     }
 
     /// Runs the purge transaction; false when another worker already finished it.

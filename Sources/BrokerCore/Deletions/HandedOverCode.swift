@@ -24,31 +24,31 @@ struct HandedOverCode: Sendable {
     func exchange(deletionID: UUID, userID: UUID, inRequest: Bool = false) throws {
         guard let code = try store.takeCode(deletionID, leaseSeconds: inRequest ? 60 : nil) else { return }
         defer { if inRequest { try? store.releaseLease(deletionID) } }
-        func step(_ outcome: String, _ detail: String? = nil, clientID: String? = nil) throws {
-            try store.addStep(deletionID, step: "code_exchange", clientID: clientID, outcome: outcome, detail: detail)
+        func step(_ outcome: DeletionStepOutcome, _ detail: String? = nil, clientID: String? = nil) throws {
+            try store.addStep(deletionID, step: .codeExchange, clientID: clientID, outcome: outcome, detail: detail)
         }
         guard let plain = try? tokenKeys.open(
             code.sealed, keyID: code.keyID, associatedData: DeletionStore.SealedCode.associatedData(userID: userID))
-        else { return try step("undecryptable", "the handed-over code cannot be decrypted") }
+        else { return try step(.undecryptable, "the handed-over code cannot be decrypted") }
         let identities = try store.identities(of: userID)
         guard let clientID = code.clientID ?? identities.first?.clientID else {
-            return try step("no_identity", "the user has no identity in this team")
+            return try step(.noIdentity, "the user has no identity in this team")
         }
         let tokens: AppleTokenResponse
         do {
             tokens = try apple.exchangeCode(String(decoding: plain, as: UTF8.self), clientID: clientID, redirectURI: code.redirectURI)
         } catch AppleAPIError.unavailable(let reason, _) {
             // Sent once and no answer: Apple may have used it up; it is not sent again.
-            return try step("answer_lost", reason, clientID: clientID)
+            return try step(.answerLost, reason, clientID: clientID)
         } catch let error as AppleAPIError {
-            return try step("code_invalid", "Apple refused the code: \(error.kind)", clientID: clientID)
+            return try step(.codeInvalid, "Apple refused the code: \(error.kind)", clientID: clientID)
         }
         guard let refreshToken = tokens.refreshToken, let idToken = tokens.idToken,
             let returned = try? validator.validate(idToken, rawNonce: nil, clientIDHint: clientID, checkAge: false)
-        else { return try step("id_token_invalid", "Apple's answer lacked a refresh token or a verifiable id_token", clientID: clientID) }
+        else { return try step(.idTokenInvalid, "Apple's answer lacked a refresh token or a verifiable id_token", clientID: clientID) }
         guard let identity = identities.first(where: { $0.sub == returned.sub }) else {
             // Another user's code: their grant is none of this deletion's business.
-            return try step("wrong_user", "the code belongs to another user than the one being deleted", clientID: clientID)
+            return try step(.wrongUser, "the code belongs to another user than the one being deleted", clientID: clientID)
         }
         let owner = SealedAppleToken.Owner(teamID: store.teamID, sub: identity.sub, clientID: clientID)
         let sealedRefresh = try SealedAppleToken(sealing: refreshToken, as: .refresh, for: owner, keys: tokenKeys)
@@ -57,6 +57,6 @@ struct HandedOverCode: Sendable {
             identityID: identity.id, userID: userID, clientID: clientID,
             refresh: (sealedRefresh.sealed, sealedRefresh.keyID),
             access: (sealedAccess.sealed, sealedAccess.keyID, tokens.expiresIn ?? 3600))
-        try step("exchanged", clientID: clientID)
+        try step(.exchanged, clientID: clientID)
     }
 }

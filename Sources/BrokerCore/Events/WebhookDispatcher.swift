@@ -27,7 +27,7 @@ final class WebhookDispatcher: Sendable {
         var lease: Duration = .seconds(60)
     }
 
-    let pool: PostgresPool
+    let deliveries: WebhookDeliveryStore
     let subscriptions: WebhookSubscriptionStore
     let transport: any HTTPTransport
     let settings: Settings
@@ -39,7 +39,7 @@ final class WebhookDispatcher: Sendable {
         pool: PostgresPool, subscriptions: WebhookSubscriptionStore, transport: any HTTPTransport, settings: Settings,
         metrics: MetricsRegistry, logger: Logger
     ) {
-        self.pool = pool
+        deliveries = WebhookDeliveryStore(pool: pool)
         self.subscriptions = subscriptions
         self.transport = transport
         self.settings = settings
@@ -48,41 +48,22 @@ final class WebhookDispatcher: Sendable {
             "webhook_deliveries_total", help: "Webhook delivery attempts by outcome: delivered, retry, failed.",
             labels: ["outcome"])
         latency = metrics.histogram("webhook_delivery_duration_seconds", help: "Latency of webhook delivery attempts.")
+        let store = deliveries
         metrics.collect {
-            guard let row = try? pool.query(
-                """
-                SELECT count(*) FILTER (WHERE state = 'pending') AS backlog, count(*) FILTER (WHERE state = 'failed') AS dead_letters,
-                       COALESCE(EXTRACT(EPOCH FROM now() - min(created_at) FILTER (WHERE state = 'pending')), 0) AS oldest_age
-                FROM webhook_deliveries
-                """
-            ).first else { return [] }
+            guard let backlog = try? store.backlog() else { return [] }
             return [
                 CollectedSample(
-                    name: "webhook_backlog", help: "Webhook deliveries waiting (first try or retry).",
-                    value: (try? row.decode(Double.self, "backlog")) ?? 0),
+                    name: "webhook_backlog", help: "Webhook deliveries waiting (first try or retry).", value: backlog.pending),
                 CollectedSample(
-                    name: "webhook_dead_letters", help: "Webhook deliveries that failed for good.",
-                    value: (try? row.decode(Double.self, "dead_letters")) ?? 0),
+                    name: "webhook_dead_letters", help: "Webhook deliveries that failed for good.", value: backlog.deadLetters),
                 CollectedSample(
                     name: "webhook_oldest_pending_age_seconds", help: "Age of the oldest waiting webhook delivery.",
-                    value: (try? row.decode(Double.self, "oldest_age")) ?? 0),
+                    value: backlog.oldestPendingAgeSeconds),
             ]
         }
     }
 
-    struct Claimed: Sendable {
-        var id: Int64
-        var attempts: Int
-        var createdAt: Date
-        var eventID: Int64
-        var type: String
-        var payload: String
-        var eventCreatedAt: Date
-        var subscriptionID: UUID
-        var url: String
-        var secret: [UInt8]
-        var keyID: String
-    }
+    typealias Claimed = WebhookDeliveryStore.Claimed
 
     /// One delivery per call (the dispatcher runs as several lanes).
     func step() throws -> Bool {
@@ -92,16 +73,7 @@ final class WebhookDispatcher: Sendable {
     }
 
     func claim() throws -> Claimed? {
-        let lease = Int(settings.lease.components.seconds)
-        // sql/0005_webhook_claim.sql: the claim's plan is pinned there (why is told there too).
-        guard let row = try pool.query(
-            "SELECT * FROM broker_claim_webhook_delivery(\(String(lease) + " seconds")::interval)"
-        ).first else { return nil }
-        return Claimed(
-            id: try row.decode(Int64.self, "delivery_id"), attempts: try row.decode(Int.self, "attempts"), createdAt: try row.decode(Date.self, "delivery_created_at"),
-            eventID: try row.decode(Int64.self, "event_id"), type: try row.decode(String.self, "event_type"), payload: try row.decode(String.self, "payload"),
-            eventCreatedAt: try row.decode(Date.self, "event_created_at"), subscriptionID: try row.decode(UUID.self, "subscription_id"),
-            url: try row.decode(String.self, "url"), secret: try row.decode([UInt8].self, "secret"), keyID: try row.decode(String.self, "key_id"))
+        try deliveries.claim(leaseSeconds: Int(settings.lease.components.seconds))
     }
 
     /// The Standard Webhooks message id: stable for this event and subscription.
@@ -190,21 +162,12 @@ final class WebhookDispatcher: Sendable {
                 let expired = Date().timeIntervalSince(delivery.createdAt) > settings.maximumAge.seconds
                 let cap = min(settings.retryBase.seconds * pow(2, Double(min(delivery.attempts - 1, 30))), settings.retryMaximum.seconds)
                 let delay = Int(Double.random(in: cap / 2...max(cap / 2, cap)) * 1000)
-                try pool.query(
-                    """
-                    UPDATE webhook_deliveries SET
-                        state = CASE WHEN \(expired) THEN 'failed' ELSE 'pending' END,
-                        next_attempt_at = now() + \(String(delay) + " milliseconds")::interval,
-                        last_status = \(status == 0 ? nil : status), last_error = \(failure.rawValue)
-                    WHERE id = \(delivery.id)
-                    """)
+                try deliveries.recordFailure(
+                    delivery.id, expired: expired, delayMilliseconds: delay, status: status == 0 ? nil : status,
+                    error: failure.rawValue)
                 outcomes.increment(expired ? "failed" : "retry")
             } else {
-                try pool.query(
-                    """
-                    UPDATE webhook_deliveries SET state = 'delivered', delivered_at = now(), last_status = \(status), last_error = NULL
-                    WHERE id = \(delivery.id)
-                    """)
+                try deliveries.recordDelivered(delivery.id, status: status)
                 outcomes.increment("delivered")
             }
             if failure == .addressNotAllowed {

@@ -9,7 +9,7 @@ enum DeletionRoutes {
     static func register(on router: inout Router, service: DeletionService, keys: APIKeyAuthenticator) {
         router.post("/v1/deletions", keys.protect(.compliance) { request, key in
             let body = try request.jsonObject()
-            let result = try service.request(try DeletionService.Request(body), source: "api", actor: "api:\(key.id)", visibleTo: key)
+            let result = try service.request(try DeletionService.Request(body), source: .api, actor: "api:\(key.id)", visibleTo: key)
             return .json(
                 .object([
                     "deletion_id": .string(result.id.lowercasedString), "state": .string(result.state.rawValue),

@@ -30,14 +30,14 @@ enum EventRoutes {
             else { throw notFound }
             return .json(subscription.json)
         })
-        for (action, status) in [("pause", "paused"), ("resume", "active")] {
+        for (action, status) in [("pause", SubscriptionStatus.paused), ("resume", .active)] {
             router.post("/v1/webhook-subscriptions/{id}/\(action)", keys.protect(.admin) { request, key in
                 let id = try subscriptionID(request)
                 let owner = WebhookSubscriptionStore.owner(key)
                 guard try subscriptions.setStatus(id, status, actor: "api:\(key.id)", ownedBy: owner),
                     let subscription = try subscriptions.find(id, ownedBy: owner)
                 else { throw notFound }
-                if status == "active" { wakeDispatcher() }
+                if status == .active { wakeDispatcher() }
                 return .json(subscription.json)
             })
         }

@@ -28,7 +28,7 @@ enum LoginRoutes {
             if let clientID, clientID.isEmpty || clientID.utf8.count > 255 {
                 throw BrokerError(.invalidClientID, "client_id must be a bundle ID or Services ID")
             }
-            return .json(.object(["user_id": .string(id.lowercasedString), "state": .string(try users.credentialState(id, clientID: clientID))]))
+            return .json(.object(["user_id": .string(id.lowercasedString), "state": .string(try users.credentialState(id, clientID: clientID).rawValue)]))
         })
     }
 

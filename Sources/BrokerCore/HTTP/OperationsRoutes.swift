@@ -17,7 +17,7 @@ enum OperationsRoutes {
                 throw BrokerError(.shuttingDown, "the service is shutting down", retryAfterSeconds: 1)
             }
             do {
-                try database.pool.query("SELECT 1")
+                try database.ping()
             } catch let error as PostgresError where error.isUnavailable {
                 throw BrokerError(.databaseUnavailable, "PostgreSQL is not reachable", retryAfterSeconds: 5)
             }

@@ -127,9 +127,9 @@ public struct LoginResponse: Sendable, Equatable {
     public var email: String?
     public var emailVerified: Bool
     public var isPrivateEmail: Bool
-    public var realUserStatus: String
+    public var realUserStatus: RealUserStatus
     public var refreshTokenStored: Bool
-    public var status: String
+    public var status: UserStatus
     public var risk: Risk
     /// The e-mail Apple's unsigned first-authorization `user` field named, when the verified
     /// token had another or none. Never verified: do not link accounts by it.
@@ -141,8 +141,8 @@ public struct LoginResponse: Sendable, Equatable {
             "user_id": .string(userID.lowercasedString), "apple_sub": .string(appleSub),
             "is_new_user": .bool(isNewUser), "email": email.map(JSONValue.string) ?? .null,
             "email_verified": .bool(emailVerified), "is_private_email": .bool(isPrivateEmail),
-            "real_user_status": .string(realUserStatus), "refresh_token_stored": .bool(refreshTokenStored),
-            "status": .string(status), "risk": .object(["suggest_challenge": .bool(risk.suggestChallenge)]),
+            "real_user_status": .string(realUserStatus.rawValue), "refresh_token_stored": .bool(refreshTokenStored),
+            "status": .string(status.rawValue), "risk": .object(["suggest_challenge": .bool(risk.suggestChallenge)]),
             "unverified_email": unverifiedEmail.map(JSONValue.string) ?? .null,
         ])
     }

@@ -11,7 +11,7 @@ public final class LoginService: Sendable {
     let validator: IdentityTokenValidator
     let apple: AppleClient
     let store: LoginStore
-    let ledger: CodeExchangeLedger
+    let ledger: CodeExchangeStore
     let tokenKeys: TokenKeyRing
     let teamID: String
     let settings: BrokerConfiguration.LoginSettings
@@ -38,7 +38,7 @@ public final class LoginService: Sendable {
         self.store = LoginStore(
             pool: pool, teamID: teamID, lastLoginResolution: settings.lastLoginResolutionSeconds,
             groups: groups, hasher: SubjectHasher(keys: tokenKeys))
-        self.ledger = CodeExchangeLedger(pool: pool)
+        self.ledger = CodeExchangeStore(pool: pool)
         self.tokenKeys = tokenKeys
         self.teamID = teamID
         self.settings = settings
@@ -62,7 +62,7 @@ public final class LoginService: Sendable {
         do {
             let response = try perform(request)
             outcomes.increment("success")
-            successes.increment(String(response.isPrivateEmail), response.realUserStatus)
+            successes.increment(String(response.isPrivateEmail), response.realUserStatus.rawValue)
             if response.isNewUser { newUsers.increment(String(response.isPrivateEmail)) }
             return response
         } catch let error as BrokerError {
@@ -177,25 +177,25 @@ public final class LoginService: Sendable {
             }
             throw error
         }
-        if let claimedCode { ledger.finish(claimedCode, succeeded: record.outcome == "ok") }
-        if let sealedAccess, record.outcome == "ok" {
+        if let claimedCode { ledger.finish(claimedCode, succeeded: record.outcome == .ok) }
+        if let sealedAccess, record.outcome == .ok {
             try? store.keepAccessToken(
                 sub: identity.sub, clientID: identity.clientID, sealed: sealedAccess.sealed, keyID: sealedAccess.keyID,
                 expiresIn: sealedAccess.expiresIn)
         }
         if record.wroteThrough { eventsWritten() }
-        guard record.outcome == "ok" else { throw BrokerError.deletionPending }
-        let realUserStatus = record.realUserStatus ?? "unsupported"
+        guard record.outcome == .ok else { throw BrokerError.deletionPending }
+        let realUserStatus = record.realUserStatus ?? .unsupported
         let challenge: Bool =
             switch realUserStatus {
-            case "likely_real": false
-            case "unknown": settings.challengeUnknown
-            default: settings.challengeUnsupported
+            case .likelyReal: false
+            case .unknown: settings.challengeUnknown
+            case .unsupported: settings.challengeUnsupported
             }
         return LoginResponse(
             userID: record.userID, appleSub: identity.sub, isNewUser: record.isNewUser, email: record.email,
             emailVerified: record.emailVerified, isPrivateEmail: record.isPrivateEmail, realUserStatus: realUserStatus,
-            refreshTokenStored: record.refreshTokenStored, status: "active", risk: .init(suggestChallenge: challenge),
+            refreshTokenStored: record.refreshTokenStored, status: .active, risk: .init(suggestChallenge: challenge),
             unverifiedEmail: record.unverifiedEmail)
     }
 

@@ -7,6 +7,13 @@ import PostgresClient
 /// since), which upserts the user and identity, stores the refresh token and writes the
 /// outbox events in one transaction; a repeat login that changes nothing takes the fast path
 /// (`unchangedRepeatLogin`) instead.
+/// What `broker_login` answered (its `r_outcome`): `deletion_pending` when the user's
+/// deletion was requested, and nothing was written.
+enum LoginOutcome: String, Sendable, CaseIterable, PostgresDecodable {
+    case ok
+    case deletionPending = "deletion_pending"
+}
+
 struct LoginStore: Sendable {
     let pool: PostgresPool
     let teamID: String
@@ -18,13 +25,13 @@ struct LoginStore: Sendable {
     let hasher: SubjectHasher
 
     struct Record: Sendable {
-        var outcome: String
+        var outcome: LoginOutcome
         var userID: UUID
         var isNewUser: Bool
         var email: String?
         var emailVerified: Bool
         var isPrivateEmail: Bool
-        var realUserStatus: String?
+        var realUserStatus: RealUserStatus?
         var refreshTokenStored: Bool
         /// The e-mail of Apple's unsigned `user` field at the first authorization, when the
         /// verified token had another (or none).
@@ -47,8 +54,8 @@ struct LoginStore: Sendable {
         return try pool.withTransaction { connection in
             let record = try upsert(
                 connection, identity, user: user, sealedRefreshToken: sealedRefreshToken, validationJitterSeconds: validationJitterSeconds)
-            guard record.outcome == "ok" else { return record }
-            try TeamTransfer.retireOldTeam(connection, userID: record.userID, teamID: teamID, transferSub: transferSub)
+            guard record.outcome == .ok else { return record }
+            try TeamTransferStore.retireOldTeam(connection, userID: record.userID, teamID: teamID, transferSub: transferSub)
             return record
         }
     }
@@ -69,10 +76,10 @@ struct LoginStore: Sendable {
             """
         ).single()
         return Record(
-            outcome: try row.decode(String.self, "r_outcome"), userID: try row.decode(UUID.self, "r_user_id"),
+            outcome: try row.decode(LoginOutcome.self, "r_outcome"), userID: try row.decode(UUID.self, "r_user_id"),
             isNewUser: try row.decode(Bool.self, "r_is_new_user"), email: try row.decode(String?.self, "r_email"),
             emailVerified: try row.decode(Bool?.self, "r_email_verified") ?? false, isPrivateEmail: try row.decode(Bool?.self, "r_is_private_email") ?? false,
-            realUserStatus: try row.decode(String?.self, "r_real_user_status"), refreshTokenStored: try row.decode(Bool.self, "r_refresh_token_stored"),
+            realUserStatus: try row.decode(RealUserStatus?.self, "r_real_user_status"), refreshTokenStored: try row.decode(Bool.self, "r_refresh_token_stored"),
             unverifiedEmail: try row.decode(String?.self, "r_unverified_email"))
     }
 
@@ -135,14 +142,14 @@ struct LoginStore: Sendable {
             WHERE i.team_id = \(teamID) AND i.sub = \(identity.sub)
             """
         ).first else { return nil }
-        let status = try row.decode(String.self, "status")
+        let status = try row.decode(UserStatus.self, "status")
         let record = Record(
-            outcome: status == "deleting" ? "deletion_pending" : "ok", userID: try row.decode(UUID.self, "user_id"),
+            outcome: status == .deleting ? .deletionPending : .ok, userID: try row.decode(UUID.self, "user_id"),
             isNewUser: false, email: try row.decode(String?.self, "email"), emailVerified: try row.decode(Bool.self, "email_verified"),
-            isPrivateEmail: try row.decode(Bool.self, "is_private_email"), realUserStatus: try row.decode(String?.self, "real_user_status"),
+            isPrivateEmail: try row.decode(Bool.self, "is_private_email"), realUserStatus: try row.decode(RealUserStatus?.self, "real_user_status"),
             refreshTokenStored: try row.decode(Bool.self, "has_token"), unverifiedEmail: try row.decode(String?.self, "unverified_email"),
             wroteThrough: false)
-        if status == "deleting" { return record }
+        if status == .deleting { return record }
         guard try row.decode(Bool?.self, "unchanged") ?? false else { return nil }
         if try row.decode(Bool?.self, "recent") ?? false { return record }
         // Only last_login_at is stale. No row (purged meanwhile): broker_login decides.

@@ -33,13 +33,11 @@ import Synchronization
 /// replicas and lanes share the work and a crashed worker's tokens come back on their own.
 /// It runs as a `WorkerGroup` of `BROKER_SWEEP_CONCURRENCY` lanes.
 final class RefreshTokenSweep: Sendable {
-    private let pool: PostgresPool
+    private let store: RefreshTokenStore
     private let apple: AppleClient
     private let tokenKeys: TokenKeyRing
     private let settings: BrokerConfiguration.SweepSettings
     private let groups: AppGroups
-    /// Only this team's tokens: another team's (before a transfer) cannot be refreshed with our credentials.
-    private let teamID: String
     private let logger: Logger
     private let outcomes: CounterFamily
     private let breakerTrips: CounterFamily
@@ -64,8 +62,7 @@ final class RefreshTokenSweep: Sendable {
         pool: PostgresPool, apple: AppleClient, tokenKeys: TokenKeyRing, settings: BrokerConfiguration.SweepSettings,
         groups: AppGroups, teamID: String, metrics: MetricsRegistry, logger: Logger
     ) {
-        self.teamID = teamID
-        self.pool = pool
+        store = RefreshTokenStore(pool: pool, teamID: teamID)
         self.apple = apple
         self.tokenKeys = tokenKeys
         self.settings = settings
@@ -87,18 +84,7 @@ final class RefreshTokenSweep: Sendable {
         }
     }
 
-    struct DueToken: Sendable {
-        var id: UUID
-        var identityID: UUID
-        var clientID: String
-        var sealed: [UInt8]
-        var keyID: String
-        var teamID: String
-        var sub: String
-        var failures: Int
-        /// The kind of its last failed validation.
-        var lastError: String?
-    }
+    typealias DueToken = RefreshTokenStore.DueToken
 
     /// What one validation came to.
     enum Verdict: Equatable {
@@ -118,28 +104,7 @@ final class RefreshTokenSweep: Sendable {
     /// One batch: claims due tokens and validates them; true when the batch was full.
     func step() throws -> Bool {
         guard !breakerIsOpen else { return false }
-        let due = try pool.query(
-            """
-            WITH due AS (
-                SELECT t.id FROM apple_tokens t JOIN users u ON u.id = t.user_id
-                JOIN apple_identities ti ON ti.id = t.identity_id
-                WHERE t.next_validation_at <= now() AND t.revoked_at IS NULL AND u.status = 'active'
-                  AND ti.team_id = \(teamID)
-                ORDER BY t.next_validation_at LIMIT \(batchSize)
-                FOR UPDATE OF t SKIP LOCKED)
-            UPDATE apple_tokens t SET next_validation_at = now() + interval '10 minutes'
-            FROM due, apple_identities i
-            WHERE t.id = due.id AND i.id = t.identity_id
-            RETURNING t.id, t.identity_id, t.client_id, t.refresh_token, t.key_id, i.team_id, i.sub, t.validation_failures,
-                t.last_validation_error
-            """
-        ).map { row in
-            DueToken(
-                id: try row.decode(UUID.self, "id"), identityID: try row.decode(UUID.self, "identity_id"), clientID: try row.decode(String.self, "client_id"),
-                sealed: try row.decode([UInt8].self, "refresh_token"), keyID: try row.decode(String.self, "key_id"),
-                teamID: try row.decode(String.self, "team_id"), sub: try row.decode(String.self, "sub"), failures: try row.decode(Int.self, "validation_failures"),
-                lastError: try row.decode(String?.self, "last_validation_error"))
-        }
+        let due = try store.claimDue(limit: batchSize)
         guard !due.isEmpty else { return false }
         var run: (kind: String, count: Int)?
         var anyVerdict = false
@@ -182,8 +147,7 @@ final class RefreshTokenSweep: Sendable {
         logger.error(
             "refresh sweep paused: every call failed alike, which is a fault of ours or Apple's, not a verdict on the tokens",
             [("error", kind), ("pause_seconds", String(pause))])
-        let ids = PostgresTextArray(untouched.map(\.lowercasedString))
-        _ = try? pool.query("UPDATE apple_tokens SET next_validation_at = now() WHERE id = ANY (\(ids)::uuid[])")
+        try? store.release(untouched)
     }
 
     /// The delay before retrying a token after its `failures`-th consecutive failure:
@@ -207,12 +171,7 @@ final class RefreshTokenSweep: Sendable {
         do {
             _ = try apple.refresh(refreshToken, clientID: token.clientID, retry: RetryPolicy(maximumAttempts: 2))
             let next = settings.validationIntervalSeconds + Int.random(in: 0...max(1, settings.validationIntervalSeconds / 10))
-            try pool.query(
-                """
-                UPDATE apple_tokens SET last_validated_at = now(), validation_failures = 0, last_validation_error = NULL,
-                    next_validation_at = now() + \(String(next) + " seconds")::interval
-                WHERE id = \(token.id)
-                """)
+            try store.recordValid(token.id, nextSeconds: next)
             outcomes.increment("valid")
             return .valid
         } catch let error as AppleAPIError where error.refreshVerdict == .revoked {
@@ -223,8 +182,7 @@ final class RefreshTokenSweep: Sendable {
             // (a password change; forum thread 651237, protocol reference §11.3).
             let group = groups.group(of: token.clientID)
             do {
-                try pool.query(
-                    "SELECT broker_invalidate_token(\(token.id), \(group.primary), 'refresh_sweep', \(error.kind))")
+                try store.invalidateToken(token.id, group: group, appleError: error.kind)
                 outcomes.increment("token_invalid")
                 logger.info(
                     "refresh token dead (invalid_grant): consent kept, a fresh sign-in is needed to store a new token",
@@ -255,11 +213,7 @@ final class RefreshTokenSweep: Sendable {
     private func revokeConsent(_ token: DueToken, outcome: String, appleError: String) {
         let group = groups.group(of: token.clientID)
         do {
-            try pool.query(
-                """
-                SELECT broker_revoke_consent(\(token.identityID), \(group.primary), \(PostgresTextArray(group.clientIDs)),
-                    now(), 'refresh_sweep')
-                """)
+            try store.revokeConsent(identityID: token.identityID, group: group)
             outcomes.increment(outcome)
             logger.info(
                 "Apple says the user revoked the app: the app group's consent is revoked",
@@ -274,11 +228,6 @@ final class RefreshTokenSweep: Sendable {
         let failures = token.failures + 1
         let delay = Self.backoffSeconds(failures: failures, validationIntervalSeconds: settings.validationIntervalSeconds)
         let jittered = delay + Int.random(in: 0...max(1, delay / 10))
-        _ = try? pool.query(
-            """
-            UPDATE apple_tokens SET validation_failures = \(failures), last_validation_error = \(kind),
-                next_validation_at = now() + \(String(jittered) + " seconds")::interval
-            WHERE id = \(token.id)
-            """)
+        try? store.backOff(token.id, failures: failures, kind: kind, delaySeconds: jittered)
     }
 }

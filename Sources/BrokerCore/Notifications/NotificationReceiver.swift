@@ -38,7 +38,7 @@ public final class NotificationReceiver: Sendable {
     let leeway: TimeInterval
     /// How long the inbox keeps a notification's `jti`; an older notification is `stale`.
     let retentionSeconds: Int
-    let pool: PostgresPool
+    let store: NotificationStore
     let logger: Logger
     let now: @Sendable () -> Date
     /// Called after an account-delete was applied (wakes the deletion job in this process).
@@ -62,7 +62,7 @@ public final class NotificationReceiver: Sendable {
         self.hasher = hasher
         self.leeway = leeway
         self.retentionSeconds = retentionSeconds
-        self.pool = pool
+        store = NotificationStore(pool: pool)
         self.logger = logger
         self.now = now
         self.onDeletionRequested = onDeletionRequested
@@ -110,17 +110,7 @@ public final class NotificationReceiver: Sendable {
         let group = groups.group(of: notification.audience)
         let subjectHash = hasher.hash(teamID: teamID, sub: notification.sub)
         do {
-            outcome = try pool.withTransaction { connection in
-                let outcome = try connection.query(
-                    """
-                    SELECT broker_apply_notification(\(notification.jti), \(notification.type), \(teamID),
-                        \(notification.sub), \(notification.eventTime), \(group.primary), \(PostgresTextArray(group.clientIDs)),
-                        \(subjectHash))
-                    """
-                ).single().decode(Outcome.self, "broker_apply_notification")
-                if outcome == .applied { try applyEmail(notification, connection) }
-                return outcome
-            }
+            outcome = try store.apply(notification, teamID: teamID, group: group, subjectHash: subjectHash)
         } catch let error as PostgresError where error.isUniqueViolation {
             // A concurrent delivery of the same jti committed first; this one rolled back.
             outcome = .duplicate
@@ -141,35 +131,9 @@ public final class NotificationReceiver: Sendable {
 
     static let deletionTypes: Set<String> = ["account-delete", "account-deleted"]
 
-    /// What the user sees follows Apple's email events (Apple news j5j9ep1b, 2025-10-09;
-    /// protocol reference §11.8): their `email` and `is_private_email` replace the identity's,
-    /// unless a sign-in verified a newer state (a second's grace: event times may come in whole
-    /// seconds), with `identity.updated` (source `apple`).
-    private func applyEmail(_ notification: AppleNotification, _ connection: some PostgresQuerying) throws {
-        guard notification.type.hasPrefix("email-"), let email = notification.email else { return }
-        let isPrivate = notification.isPrivateEmail ?? false
-        guard let row = try connection.query(
-            """
-            UPDATE apple_identities SET email = \(email), is_private_email = \(isPrivate)
-            WHERE team_id = \(teamID) AND sub = \(notification.sub)
-              AND (last_verified_at IS NULL OR last_verified_at < \(notification.eventTime)::timestamptz + interval '1 second')
-              AND (email IS DISTINCT FROM \(email) OR is_private_email IS DISTINCT FROM \(isPrivate))
-            RETURNING user_id, email_verified
-            """
-        ).first else { return }
-        let userID = try row.decode(UUID.self, "user_id")
-        try connection.query(
-            """
-            SELECT broker_emit_event('identity.updated', \(userID), jsonb_build_object(
-                'user_id', \(userID)::uuid, 'changed', jsonb_build_array('email'),
-                'email_verified', \(try row.decode(Bool.self, "email_verified"))::boolean,
-                'is_private_email', \(isPrivate)::boolean, 'source', 'apple'))
-            """)
-    }
-
     /// Prunes the inbox: notifications received longer ago than the retention.
     package static func prune(_ pool: PostgresPool, retentionSeconds: Int) throws {
-        try pool.query("DELETE FROM apple_notifications WHERE received_at < now() - make_interval(secs => \(retentionSeconds))")
+        try NotificationStore.prune(pool, retentionSeconds: retentionSeconds)
     }
 
     /// Checks the body's shape and the JWS, and decodes the event.

@@ -76,6 +76,11 @@ public final class Database: Sendable {
     /// so this waits (up to 3 s) for this process's own backends to end, and counts only
     /// those of other processes: counting right away saw our own closing connections as
     /// "other clients" and left the cluster running.
+    /// One round trip (`/readyz`): throws the pool's error when PostgreSQL cannot answer.
+    public func ping() throws {
+        try pool.query("SELECT 1")
+    }
+
     public func close() {
         pool.close()
         guard let embedded, embedded.isRunning() else { return }

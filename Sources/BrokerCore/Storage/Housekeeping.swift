@@ -12,7 +12,7 @@ struct Housekeeping: Sendable {
 
     /// One round; never more to do at once (the worker waits for its interval).
     func step() throws -> Bool {
-        try CodeExchangeLedger.prune(pool)
+        try CodeExchangeStore.prune(pool)
         try EventRetention.prune(pool, retentionSeconds: eventRetentionSeconds)
         try WebSignInStore.prune(pool)
         try NotificationReceiver.prune(pool, retentionSeconds: notificationRetentionSeconds)

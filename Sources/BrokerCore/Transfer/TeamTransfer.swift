@@ -31,6 +31,9 @@ package struct TeamTransfer: Sendable {
     /// reports what it did.
     package let shouldStop: @Sendable () -> Bool
 
+    /// The SQL of export and import.
+    var store: TeamTransferStore { TeamTransferStore(pool: pool, teamID: teamID) }
+
     package init(
         pool: PostgresPool, apple: AppleClient, teamID: String, clientID: String, rate: Double,
         shouldStop: @escaping @Sendable () -> Bool = { false }
@@ -105,12 +108,7 @@ package struct TeamTransfer: Sendable {
         defer { try? file.close() }
 
         var report = Report()
-        report.total = try pool.query(
-            """
-            SELECT count(*) AS identities FROM apple_identities i JOIN users u ON u.id = i.user_id
-            WHERE i.team_id = \(teamID) AND i.transferred_at IS NULL AND u.status = 'active'
-            """
-        ).single().decode(Int.self, "identities")
+        report.total = try store.exportableCount()
         var token = MigrationToken(apple: apple, clientID: clientID)
         var pacer = Pacer(rate: rate)
         let zero = UUID(uuid: (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0))
@@ -119,17 +117,10 @@ package struct TeamTransfer: Sendable {
         pages: while true {
             // Keyset pages in (user, identity) order, so a long export never holds one huge
             // result and a user's second identity is not lost at a page boundary.
-            let page = try pool.query(
-                """
-                SELECT i.id, i.user_id, i.sub FROM apple_identities i JOIN users u ON u.id = i.user_id
-                WHERE i.team_id = \(teamID) AND i.transferred_at IS NULL AND u.status = 'active'
-                  AND (i.user_id, i.id) > (\(after.user), \(after.identity))
-                ORDER BY i.user_id, i.id LIMIT 500
-                """)
+            let page = try store.exportPage(after: after)
             guard !page.isEmpty else { break }
-            for row in page {
-                let identityID = try row.decode(UUID.self, "id")
-                let userID = try row.decode(UUID.self, "user_id")
+            for identity in page {
+                let (identityID, userID) = (identity.id, identity.userID)
                 after = (userID, identityID)
                 if done.contains(userID) {
                     report.skipped += 1
@@ -142,14 +133,14 @@ package struct TeamTransfer: Sendable {
                 pacer.wait()
                 guard
                     let answer = try ask(
-                        [("sub", try row.decode(String.self, "sub")), ("target", recipientTeam)], token: &token,
+                        [("sub", identity.sub), ("target", recipientTeam)], token: &token,
                         for: userID, report: &report)
                 else { continue }
                 guard let transferSub = answer["transfer_sub"]?.stringValue, !transferSub.isEmpty else {
                     report.failed.append((userID.lowercasedString, "Apple's answer had no transfer_sub"))
                     continue
                 }
-                try pool.query("UPDATE apple_identities SET transfer_sub = \(transferSub) WHERE id = \(identityID)")
+                try store.setTransferSub(transferSub, identity: identityID)
                 try file.write(contentsOf: Array((Line(userID: userID, transferSub: transferSub).json + "\n").utf8))
                 unsynced += 1
                 if unsynced >= 100 {
@@ -179,9 +170,7 @@ package struct TeamTransfer: Sendable {
                 break
             }
             let user = line.userID.lowercasedString
-            if let owner = try pool.query(
-                "SELECT user_id FROM apple_identities WHERE team_id = \(teamID) AND transfer_sub = \(line.transferSub) LIMIT 1"
-            ).first.map({ try $0.decode(UUID.self, "user_id") }) {
+            if let owner = try store.owner(ofTransferSub: line.transferSub) {
                 if owner == line.userID {
                     report.skipped += 1
                 } else {
@@ -196,7 +185,7 @@ package struct TeamTransfer: Sendable {
                 report.failed.append((user, "Apple's answer had no sub"))
                 continue
             }
-            if let reason = try link(line, sub: sub, email: answer["email"]?.stringValue,
+            if let reason = try store.link(line, sub: sub, clientID: clientID, email: answer["email"]?.stringValue,
                                      isPrivateEmail: answer["is_private_email"]?.lenientBoolValue ?? false) {
                 report.failed.append((user, reason))
             } else {
@@ -205,49 +194,6 @@ package struct TeamTransfer: Sendable {
             progress(report)
         }
         return report
-    }
-
-    /// Creates the new identity for the user (one transaction); a reason when it cannot.
-    private func link(_ line: Line, sub: String, email: String?, isPrivateEmail: Bool) throws -> String? {
-        try pool.withTransaction { connection -> String? in
-            if let owner = try connection.query(
-                "SELECT user_id FROM apple_identities WHERE team_id = \(teamID) AND sub = \(sub)"
-            ).first.map({ try $0.decode(UUID.self, "user_id") }) {
-                guard owner == line.userID else { return "the new sub already belongs to another user" }
-                try connection.query(
-                    "UPDATE apple_identities SET transfer_sub = \(line.transferSub) WHERE team_id = \(teamID) AND sub = \(sub)")
-                return nil
-            }
-            if try connection.query("SELECT 1 FROM tombstones WHERE user_id = \(line.userID)").first != nil {
-                return "the user was deleted"
-            }
-            // The same database: the user exists. A recipient with a database of its own
-            // gets the user under the sender's id, so the app's references stay valid.
-            try connection.query("INSERT INTO users (id) VALUES (\(line.userID)) ON CONFLICT (id) DO NOTHING")
-            if try connection.query("SELECT status FROM users WHERE id = \(line.userID)").single().decode(String.self, "status") != "active" {
-                return "the user's deletion is pending"
-            }
-            try connection.query(
-                """
-                INSERT INTO apple_identities (
-                    id, user_id, team_id, sub, client_id, email, email_verified, is_private_email, transfer_sub,
-                    given_name, family_name)
-                SELECT gen_random_uuid(), \(line.userID), \(teamID), \(sub), \(clientID), \(email), \(email != nil),
-                       \(isPrivateEmail), \(line.transferSub), old.given_name, old.family_name
-                FROM (SELECT NULL) AS nothing
-                LEFT JOIN LATERAL (
-                    SELECT given_name, family_name FROM apple_identities
-                    WHERE user_id = \(line.userID) AND team_id <> \(teamID) AND transfer_sub = \(line.transferSub) LIMIT 1
-                ) AS old ON true
-                """)
-            try Self.retireOldTeam(connection, userID: line.userID, teamID: teamID, transferSub: line.transferSub)
-            try connection.query(
-                """
-                SELECT broker_emit_event('identity.linked', \(line.userID),
-                    jsonb_build_object('user_id', \(line.userID)::text, 'client_id', \(clientID)::text, 'reason', 'team_transfer'))
-                """)
-            return nil
-        }
     }
 
     // MARK: Helpers
@@ -268,26 +214,6 @@ package struct TeamTransfer: Sendable {
 
     /// The lines of a transfer file (none if it does not exist) and the length of its
     /// well-formed part. A torn last line (a crash mid-write) is dropped when tolerated.
-    /// Retires what the old team left of a transferred user: its identity is marked transferred
-    /// and its refresh tokens revoked here, since this team's credentials can neither refresh
-    /// nor revoke them (TN3159), so the sweep and deletions leave them alone. Used by
-    /// `transfer import` and by a login carrying `transfer_sub`.
-    package static func retireOldTeam(_ database: some PostgresQuerying, userID: UUID, teamID: String, transferSub: String) throws {
-        try database.query(
-            """
-            UPDATE apple_tokens SET revoked_at = now()
-            WHERE revoked_at IS NULL AND identity_id IN (
-                SELECT id FROM apple_identities
-                WHERE user_id = \(userID) AND team_id <> \(teamID) AND transfer_sub = \(transferSub))
-            """)
-        try database.query(
-            """
-            UPDATE apple_identities SET transferred_at = now()
-            WHERE user_id = \(userID) AND team_id <> \(teamID) AND transfer_sub = \(transferSub)
-              AND transferred_at IS NULL
-            """)
-    }
-
     package static func read(_ path: String, tolerateTornTail: Bool) throws -> ([Line], Int) {
         guard FileManager.default.fileExists(atPath: path) else {
             if tolerateTornTail { return ([], 0) }

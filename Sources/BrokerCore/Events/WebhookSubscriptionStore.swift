@@ -16,19 +16,25 @@ public enum EventTopics {
     ]
 }
 
+/// Whether a subscription receives deliveries (`webhook_subscriptions.status`): while
+/// `paused` they are queued and parked, and go out on resume.
+enum SubscriptionStatus: String, Sendable, CaseIterable, PostgresDecodable, PostgresEncodable {
+    case active, paused
+}
+
 /// A webhook subscription as the API shows it (never its secret, except once at creation).
 struct WebhookSubscription: Sendable {
     var id: UUID
     var url: String
     var topics: [String]
-    var status: String
+    var status: SubscriptionStatus
     var description: String?
     var createdAt: Date
 
     var json: JSONValue {
         .object([
             "id": .string(id.lowercasedString), "url": .string(url), "topics": .array(topics.map(JSONValue.string)),
-            "status": .string(status), "description": description.map(JSONValue.string) ?? .null,
+            "status": .string(status.rawValue), "description": description.map(JSONValue.string) ?? .null,
             "created_at": .string(RFC3339.string(from: createdAt)),
         ])
     }
@@ -112,7 +118,7 @@ package struct WebhookSubscriptionStore: Sendable {
             return try row.decode(Date.self, "created_at")
         }
         let subscription = WebhookSubscription(
-            id: id, url: url, topics: topics, status: "active", description: description, createdAt: createdAt)
+            id: id, url: url, topics: topics, status: .active, description: description, createdAt: createdAt)
         return (subscription, "whsec_" + Data(secret).base64EncodedString())
     }
 
@@ -148,7 +154,7 @@ package struct WebhookSubscriptionStore: Sendable {
     /// Pauses or resumes; deliveries keep being queued while paused and go out on resume.
     /// A paused subscription's deliveries are parked at `next_attempt_at = 'infinity'` (out
     /// of the dispatcher's way); resuming makes them all due at once, in order.
-    func setStatus(_ id: UUID, _ status: String, actor: String, ownedBy owner: String? = nil) throws -> Bool {
+    func setStatus(_ id: UUID, _ status: SubscriptionStatus, actor: String, ownedBy owner: String? = nil) throws -> Bool {
         try pool.withTransaction { connection in
             guard try connection.query(
                 """
@@ -163,7 +169,7 @@ package struct WebhookSubscriptionStore: Sendable {
                 SET next_attempt_at = CASE WHEN \(status) = 'active' THEN now() ELSE 'infinity' END
                 WHERE subscription_id = \(id) AND state = 'pending'
                 """)
-            try Self.audit(connection, actor: actor, action: status == "paused" ? "webhook_subscription.paused" : "webhook_subscription.resumed", id: id)
+            try Self.audit(connection, actor: actor, action: status == .paused ? "webhook_subscription.paused" : "webhook_subscription.resumed", id: id)
             return true
         }
     }
@@ -207,7 +213,7 @@ package struct WebhookSubscriptionStore: Sendable {
         let topics = try JSONValue.parse(Array(try row.decode(String.self, "topics").utf8)).arrayValue?.compactMap(\.stringValue) ?? []
         return WebhookSubscription(
             id: try row.decode(UUID.self, "id"), url: try row.decode(String.self, "url"), topics: topics,
-            status: try row.decode(String.self, "status"), description: try row.decode(String?.self, "description"),
+            status: try row.decode(SubscriptionStatus.self, "status"), description: try row.decode(String?.self, "description"),
             createdAt: try row.decode(Date.self, "created_at"))
     }
 }

@@ -5,7 +5,7 @@ import PostgresClient
 /// Remembers which authorization codes have been (or are being) exchanged, by SHA-256, so
 /// a code is exchanged at most once even when a client retries a login concurrently: the
 /// second request waits for the first and reuses its outcome.
-struct CodeExchangeLedger: Sendable {
+struct CodeExchangeStore: Sendable {
     let pool: PostgresPool
     /// How long a second request waits for the first to finish.
     var waitLimit: Duration = .seconds(15)

@@ -1,3 +1,4 @@
+import AppleID
 import Foundation
 import Observability
 import PostgresClient
@@ -12,13 +13,14 @@ struct UserDirectory: Sendable {
     /// Consent and mail forwarding for one app group (named by its primary App ID).
     struct AppGrant: Sendable, Equatable {
         var clientID: String
-        var consent: String
-        var emailForwarding: String
+        var consent: Consent
+        var emailForwarding: EmailForwarding
         var refreshTokenStored: Bool
 
         var json: JSONValue {
             .object([
-                "client_id": .string(clientID), "consent": .string(consent), "email_forwarding": .string(emailForwarding),
+                "client_id": .string(clientID), "consent": .string(consent.rawValue),
+                "email_forwarding": .string(emailForwarding.rawValue),
                 "refresh_token_stored": .bool(refreshTokenStored),
             ])
         }
@@ -33,9 +35,9 @@ struct UserDirectory: Sendable {
         var unverifiedEmail: String?
         var emailVerified: Bool
         var isPrivateEmail: Bool
-        var emailForwarding: String
-        var realUserStatus: String?
-        var consent: String
+        var emailForwarding: EmailForwarding
+        var realUserStatus: RealUserStatus?
+        var consent: Consent
         var givenName: String?
         var familyName: String?
         var transferred: Bool
@@ -51,11 +53,12 @@ struct UserDirectory: Sendable {
             var members: [String: JSONValue] = [
                 "apple_sub": .string(appleSub), "team_id": .string(teamID), "client_id": .string(clientID),
                 "email_verified": .bool(emailVerified), "is_private_email": .bool(isPrivateEmail),
-                "email_forwarding": .string(emailForwarding), "consent": .string(consent), "transferred": .bool(transferred),
+                "email_forwarding": .string(emailForwarding.rawValue), "consent": .string(consent.rawValue),
+                "transferred": .bool(transferred),
                 "created_at": .string(RFC3339.string(from: createdAt)), "apps": .array(apps.map(\.json)),
             ]
             let optional: [(String, String?)] = [
-                ("email", email), ("unverified_email", unverifiedEmail), ("real_user_status", realUserStatus),
+                ("email", email), ("unverified_email", unverifiedEmail), ("real_user_status", realUserStatus?.rawValue),
                 ("given_name", givenName), ("family_name", familyName),
                 ("last_login_at", lastLoginAt.map(RFC3339.string(from:))),
             ]
@@ -66,13 +69,13 @@ struct UserDirectory: Sendable {
 
     struct User: Sendable {
         var userID: String
-        var status: String
+        var status: UserStatus
         var createdAt: Date
         var identities: [Identity]
 
         var json: JSONValue {
             .object([
-                "user_id": .string(userID), "status": .string(status), "created_at": .string(RFC3339.string(from: createdAt)),
+                "user_id": .string(userID), "status": .string(status.rawValue), "created_at": .string(RFC3339.string(from: createdAt)),
                 "identities": .array(identities.map(\.json)),
             ])
         }
@@ -97,28 +100,28 @@ struct UserDirectory: Sendable {
                 appleSub: try row.decode(String.self, "sub"), teamID: try row.decode(String.self, "team_id"),
                 clientID: clientID, email: try row.decode(String?.self, "email"), unverifiedEmail: try row.decode(String?.self, "unverified_email"),
                 emailVerified: try row.decode(Bool.self, "email_verified"), isPrivateEmail: try row.decode(Bool.self, "is_private_email"),
-                emailForwarding: current.emailForwarding, realUserStatus: try row.decode(String?.self, "real_user_status"),
+                emailForwarding: current.emailForwarding, realUserStatus: try row.decode(RealUserStatus?.self, "real_user_status"),
                 consent: current.consent, givenName: try row.decode(String?.self, "given_name"),
                 familyName: try row.decode(String?.self, "family_name"), transferred: try row.decode(Bool.self, "transferred"),
                 createdAt: try row.decode(Date.self, "created_at"), lastLoginAt: try row.decode(Date?.self, "last_login_at"), apps: apps)
         }
         return User(
-            userID: id.lowercasedString, status: try row.decode(String.self, "status"), createdAt: try row.decode(Date.self, "created_at"),
+            userID: id.lowercasedString, status: try row.decode(UserStatus.self, "status"), createdAt: try row.decode(Date.self, "created_at"),
             identities: identities)
     }
 
     /// What is known per identity and app group: grant rows (Apple's notifications and the
     /// sweep's verdicts) and stored refresh tokens.
     private struct KnownGrants {
-        var states: [String: (consent: String, emailForwarding: String)] = [:]
+        var states: [String: (consent: Consent, emailForwarding: EmailForwarding)] = [:]
         var withToken: Set<String> = []
 
         func apps(including current: String) -> [AppGrant] {
             let names = Set(states.keys).union(withToken).union([current])
             return names.sorted { ($0 == current ? 0 : 1, $0) < ($1 == current ? 0 : 1, $1) }.map { name in
                 AppGrant(
-                    clientID: name, consent: states[name]?.consent ?? "active",
-                    emailForwarding: states[name]?.emailForwarding ?? "enabled", refreshTokenStored: withToken.contains(name))
+                    clientID: name, consent: states[name]?.consent ?? .active,
+                    emailForwarding: states[name]?.emailForwarding ?? .enabled, refreshTokenStored: withToken.contains(name))
             }
         }
     }
@@ -127,7 +130,7 @@ struct UserDirectory: Sendable {
         var known: [UUID: KnownGrants] = [:]
         for row in try pool.query("SELECT identity_id, app_id, consent, email_forwarding FROM apple_grants WHERE user_id = \(id)") {
             known[try row.decode(UUID.self, "identity_id"), default: KnownGrants()].states[try row.decode(String.self, "app_id")] =
-                (try row.decode(String.self, "consent"), try row.decode(String.self, "email_forwarding"))
+                (try row.decode(Consent.self, "consent"), try row.decode(EmailForwarding.self, "email_forwarding"))
         }
         for row in try pool.query(
             "SELECT identity_id, client_id FROM apple_tokens WHERE user_id = \(id) AND revoked_at IS NULL")
@@ -165,7 +168,7 @@ struct UserDirectory: Sendable {
     /// `transferred`, `deleted` or `not_found`. The identity used last decides. With `clientID`, the answer
     /// is for that client id's app group (`revoked` once Apple revoked that group's consent);
     /// without, `authorized` while any group the identity is known in is authorized.
-    func credentialState(_ id: UUID, clientID: String? = nil) throws -> String {
+    func credentialState(_ id: UUID, clientID: String? = nil) throws -> CredentialState {
         if let row = try pool.query(
             """
             SELECT i.id, i.client_id, i.transferred_at IS NOT NULL AS transferred, u.status FROM users u
@@ -173,19 +176,19 @@ struct UserDirectory: Sendable {
             ORDER BY i.transferred_at IS NULL DESC, i.last_login_at DESC NULLS LAST LIMIT 1
             """
         ).first {
-            if try row.decode(String.self, "status") == "deleting" { return "deleted" }
-            if try row.decode(Bool.self, "transferred") { return "transferred" }
+            if try row.decode(UserStatus.self, "status") == .deleting { return .deleted }
+            if try row.decode(Bool.self, "transferred") { return .transferred }
             let identity = try row.decode(UUID.self, "id")
             let apps = (try appGrants(ofUser: id)[identity] ?? KnownGrants())
                 .apps(including: groups.group(of: try row.decode(String.self, "client_id")).primary)
             if let clientID {
                 let group = groups.group(of: clientID)
-                if apps.first(where: { $0.clientID == group.primary })?.consent == "revoked" { return "revoked" }
-                return try tokenInvalid(identity, clientIDs: group.clientIDs) ? "token_invalid" : "authorized"
+                if apps.first(where: { $0.clientID == group.primary })?.consent == .revoked { return .revoked }
+                return try tokenInvalid(identity, clientIDs: group.clientIDs) ? .tokenInvalid : .authorized
             }
-            guard apps.contains(where: { $0.consent == "active" }) else { return "revoked" }
-            return try tokenInvalid(identity, clientIDs: nil) ? "token_invalid" : "authorized"
+            guard apps.contains(where: { $0.consent == .active }) else { return .revoked }
+            return try tokenInvalid(identity, clientIDs: nil) ? .tokenInvalid : .authorized
         }
-        return try deletion(ofPurgedUser: id) != nil ? "deleted" : "not_found"
+        return try deletion(ofPurgedUser: id) != nil ? .deleted : .notFound
     }
 }

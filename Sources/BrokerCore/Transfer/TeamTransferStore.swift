@@ -1,0 +1,117 @@
+import Foundation
+import PostgresClient
+
+/// The database side of a team transfer (`TeamTransfer` keeps the decisions and the file):
+/// the identities to export, page by page, their `transfer_sub`, and the import's link.
+struct TeamTransferStore: Sendable {
+    let pool: PostgresPool
+    let teamID: String
+
+    /// Active users' identities of this team not yet transferred.
+    func exportableCount() throws -> Int {
+        try pool.query(
+            """
+            SELECT count(*) AS identities FROM apple_identities i JOIN users u ON u.id = i.user_id
+            WHERE i.team_id = \(teamID) AND i.transferred_at IS NULL AND u.status = 'active'
+            """
+        ).single().decode(Int.self, "identities")
+    }
+
+    struct Identity: Sendable {
+        var id: UUID
+        var userID: UUID
+        var sub: String
+    }
+
+    /// The next 500 of them after `after` in (user, identity) order (a keyset page).
+    func exportPage(after: (user: UUID, identity: UUID)) throws -> [Identity] {
+        try pool.query(
+            """
+            SELECT i.id, i.user_id, i.sub FROM apple_identities i JOIN users u ON u.id = i.user_id
+            WHERE i.team_id = \(teamID) AND i.transferred_at IS NULL AND u.status = 'active'
+              AND (i.user_id, i.id) > (\(after.user), \(after.identity))
+            ORDER BY i.user_id, i.id LIMIT 500
+            """
+        ).map { row in
+            Identity(
+                id: try row.decode(UUID.self, "id"), userID: try row.decode(UUID.self, "user_id"),
+                sub: try row.decode(String.self, "sub"))
+        }
+    }
+
+    /// Keeps the `transfer_sub` Apple gave for an exported identity.
+    func setTransferSub(_ transferSub: String, identity identityID: UUID) throws {
+        try pool.query("UPDATE apple_identities SET transfer_sub = \(transferSub) WHERE id = \(identityID)")
+    }
+
+    /// The user already linked under this team by `transferSub`, if any.
+    func owner(ofTransferSub transferSub: String) throws -> UUID? {
+        try pool.query(
+            "SELECT user_id FROM apple_identities WHERE team_id = \(teamID) AND transfer_sub = \(transferSub) LIMIT 1"
+        ).first.map({ try $0.decode(UUID.self, "user_id") })
+    }
+
+    /// Creates the new identity for the user under this team, issued to `clientID` (one
+    /// transaction); a reason when it cannot.
+    func link(_ line: TeamTransfer.Line, sub: String, clientID: String, email: String?, isPrivateEmail: Bool) throws -> String? {
+        try pool.withTransaction { connection -> String? in
+            if let owner = try connection.query(
+                "SELECT user_id FROM apple_identities WHERE team_id = \(teamID) AND sub = \(sub)"
+            ).first.map({ try $0.decode(UUID.self, "user_id") }) {
+                guard owner == line.userID else { return "the new sub already belongs to another user" }
+                try connection.query(
+                    "UPDATE apple_identities SET transfer_sub = \(line.transferSub) WHERE team_id = \(teamID) AND sub = \(sub)")
+                return nil
+            }
+            if try connection.query("SELECT 1 FROM tombstones WHERE user_id = \(line.userID)").first != nil {
+                return "the user was deleted"
+            }
+            // The same database: the user exists. A recipient with a database of its own
+            // gets the user under the sender's id, so the app's references stay valid.
+            try connection.query("INSERT INTO users (id) VALUES (\(line.userID)) ON CONFLICT (id) DO NOTHING")
+            if try connection.query("SELECT status FROM users WHERE id = \(line.userID)").single().decode(UserStatus.self, "status") != .active {
+                return "the user's deletion is pending"
+            }
+            try connection.query(
+                """
+                INSERT INTO apple_identities (
+                    id, user_id, team_id, sub, client_id, email, email_verified, is_private_email, transfer_sub,
+                    given_name, family_name)
+                SELECT gen_random_uuid(), \(line.userID), \(teamID), \(sub), \(clientID), \(email), \(email != nil),
+                       \(isPrivateEmail), \(line.transferSub), old.given_name, old.family_name
+                FROM (SELECT NULL) AS nothing
+                LEFT JOIN LATERAL (
+                    SELECT given_name, family_name FROM apple_identities
+                    WHERE user_id = \(line.userID) AND team_id <> \(teamID) AND transfer_sub = \(line.transferSub) LIMIT 1
+                ) AS old ON true
+                """)
+            try Self.retireOldTeam(connection, userID: line.userID, teamID: teamID, transferSub: line.transferSub)
+            try connection.query(
+                """
+                SELECT broker_emit_event('identity.linked', \(line.userID),
+                    jsonb_build_object('user_id', \(line.userID)::text, 'client_id', \(clientID)::text, 'reason', 'team_transfer'))
+                """)
+            return nil
+        }
+    }
+
+    /// Retires what the old team left of a transferred user: its identity is marked transferred
+    /// and its refresh tokens revoked here, since this team's credentials can neither refresh
+    /// nor revoke them (TN3159), so the sweep and deletions leave them alone. Used by
+    /// `transfer import` and by a login carrying `transfer_sub`.
+    static func retireOldTeam(_ database: some PostgresQuerying, userID: UUID, teamID: String, transferSub: String) throws {
+        try database.query(
+            """
+            UPDATE apple_tokens SET revoked_at = now()
+            WHERE revoked_at IS NULL AND identity_id IN (
+                SELECT id FROM apple_identities
+                WHERE user_id = \(userID) AND team_id <> \(teamID) AND transfer_sub = \(transferSub))
+            """)
+        try database.query(
+            """
+            UPDATE apple_identities SET transferred_at = now()
+            WHERE user_id = \(userID) AND team_id <> \(teamID) AND transfer_sub = \(transferSub)
+              AND transferred_at IS NULL
+            """)
+    }
+}
