@@ -113,14 +113,14 @@ let package = Package(
             ],
             swiftSettings: swiftSettings),
 
-        // MARK: Build tooling: sql/*.sql and docs/openapi.json compiled into the binary
+        // MARK: Build tooling: sql/*.sql, sql/functions/*.sql and docs/openapi.json compiled into the binary
         .executableTarget(name: "embed-resources", path: "Plugins/EmbedResourcesTool"),
         .plugin(name: "EmbedResources", capability: .buildTool(), dependencies: ["embed-resources"]),
 
         // MARK: Tests
         .target(
             name: "TestSupport",
-            dependencies: ["PostgresClient", "EmbeddedPostgres", "HTTPClient", "ProcessRunner", "Observability"],
+            dependencies: ["PostgresClient", "EmbeddedPostgres", "HTTPClient", "ProcessRunner", "Observability", "BrokerCore"],
             path: "Tests/TestSupport",
             swiftSettings: swiftSettings
         ),

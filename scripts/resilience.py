@@ -129,6 +129,17 @@ class PostgresCluster:
         return [line.split("\t") for line in result.stdout.splitlines() if line]
 
 
+def signing_key_and_cluster(work):
+    """A fresh Sign in with Apple key (P-256, .p8) in WORK and a started cluster there."""
+    key_path = os.path.join(work, "AuthKey.p8")
+    subprocess.run(["openssl", "genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", key_path],
+                   check=True, capture_output=True)
+    postgres = PostgresCluster(work)
+    postgres.init()
+    postgres.start()
+    return key_path, postgres
+
+
 class Service:
     """A child process with its output in a log file."""
 
@@ -338,12 +349,7 @@ def main():
     os.makedirs(work)
     os.chmod(work, 0o755)
 
-    key_path = os.path.join(work, "AuthKey.p8")
-    subprocess.run(["openssl", "genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", key_path],
-                   check=True, capture_output=True)
-    postgres = PostgresCluster(work)
-    postgres.init()
-    postgres.start()
+    key_path, postgres = signing_key_and_cluster(work)
     env = dict(os.environ)
     env.update({
         "APPLE_TEAM_ID": "RESILTEAM1", "APPLE_KEY_ID": "RESILKEY01", "APPLE_PRIVATE_KEY_PATH": key_path,

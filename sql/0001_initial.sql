@@ -170,13 +170,7 @@ CREATE TABLE audit_log (
 CREATE INDEX audit_log_deletion ON audit_log (deletion_id) WHERE deletion_id IS NOT NULL;
 CREATE INDEX audit_log_subject ON audit_log (subject) WHERE subject IS NOT NULL;
 
-CREATE FUNCTION audit_log_append_only() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-    RAISE EXCEPTION 'audit_log is append-only' USING ERRCODE = 'insufficient_privilege';
-END
-$$;
-CREATE TRIGGER audit_log_append_only BEFORE UPDATE OR DELETE ON audit_log
-    FOR EACH ROW EXECUTE FUNCTION audit_log_append_only();
+-- Append-only: the trigger lives with its function, sql/functions/audit_log_append_only.sql.
 
 -- What remains of a purged Apple identity: enough to say "this sub was deleted", nothing more.
 CREATE TABLE tombstones (

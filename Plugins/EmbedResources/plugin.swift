@@ -2,23 +2,25 @@ import Foundation
 import PackagePlugin
 
 /// Compiles the package's run-time resources into the target as Swift string constants,
-/// so the binary needs no files beside it: the numbered migrations in `sql/`, the API
+/// so the binary needs no files beside it: the numbered migrations in `sql/`, the function
+/// files in `sql/functions/`, the released migrations' former checksums, the API
 /// description `docs/openapi.json`, and the commit the binary was built from (`build-commit`,
 /// from `.git`; `unknown` outside a checkout), for `appleid_broker_build_info`.
 @main
 struct EmbedResources: BuildToolPlugin {
     func createBuildCommands(context: PluginContext, target: any Target) throws -> [Command] {
         let root = context.package.directoryURL
-        let migrations = try FileManager.default
-            .contentsOfDirectory(at: root.appending(path: "sql"), includingPropertiesForKeys: nil)
-            .filter { $0.pathExtension == "sql" }
-            .sorted { $0.lastPathComponent < $1.lastPathComponent }
+        let migrations = try Self.sqlFiles(in: root.appending(path: "sql"))
+        // Embedded as `functions/<name>.sql` (the tool names a file in a `functions` folder so).
+        let functions = try Self.sqlFiles(in: root.appending(path: "sql/functions"))
         let (commit, gitFiles) = Self.commit(root)
         let commitFile = context.pluginWorkDirectoryURL.appending(path: "build-commit")
         if (try? String(contentsOf: commitFile, encoding: .utf8)) != commit {
             try Data(commit.utf8).write(to: commitFile)
         }
-        let files = migrations + [root.appending(path: "docs/openapi.json"), commitFile]
+        let files = migrations + functions + [
+            root.appending(path: "sql/former-checksums"), root.appending(path: "docs/openapi.json"), commitFile,
+        ]
         let output = context.pluginWorkDirectoryURL.appending(path: "EmbeddedFiles.swift")
         return [
             .buildCommand(
@@ -30,6 +32,12 @@ struct EmbedResources: BuildToolPlugin {
                 outputFiles: [output]
             )
         ]
+    }
+
+    static func sqlFiles(in folder: URL) throws -> [URL] {
+        try FileManager.default.contentsOfDirectory(at: folder, includingPropertiesForKeys: nil)
+            .filter { $0.pathExtension == "sql" }
+            .sorted { $0.lastPathComponent < $1.lastPathComponent }
     }
 
     /// HEAD's commit, read from `.git` without running git, and the files it came from.

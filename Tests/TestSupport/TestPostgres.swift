@@ -1,3 +1,4 @@
+import BrokerCore
 import EmbeddedPostgres
 import Foundation
 import Locking
@@ -7,7 +8,7 @@ import Synchronization
 
 /// Throwaway PostgreSQL for tests: one cluster per test process, started on first use in a
 /// temporary directory and stopped and removed when the process exits, and a fresh database
-/// per test so tests running in parallel never see each other's rows.
+/// per test (a copy of a migrated template) so tests running in parallel never see each other's rows.
 public enum TestPostgres {
     private static let clusters = Lock<[EmbeddedPostgres]>([])
 
@@ -20,12 +21,35 @@ public enum TestPostgres {
     /// The process-wide cluster.
     public static func cluster() throws -> EmbeddedPostgres { try shared.get() }
 
-    /// A new, empty database in the shared cluster.
+    /// A new database in the shared cluster, migrated to this release: a copy (`CREATE DATABASE
+    /// … TEMPLATE`) of a template database migrated once per test process, so a test does not
+    /// run every migration again. `Migrations.apply` on it finds nothing pending.
     public static func freshDatabase() throws -> PostgresConfiguration {
+        try database(template: try migratedTemplate.get())
+    }
+
+    /// A new, empty database in the shared cluster (no schema, no `schema_migrations`): for
+    /// tests of the migrations themselves.
+    public static func emptyDatabase() throws -> PostgresConfiguration {
+        try database(template: nil)
+    }
+
+    private static let migratedTemplate: Result<String, any Error> = Result {
+        let name = "abk_template"
+        let configuration = try database(named: name, template: nil)
+        try Migrations.apply(configuration: configuration, logger: Logger(label: "test-postgres", sink: LogSink(level: .warning)))
+        return name
+    }
+
+    private static func database(template: String?) throws -> PostgresConfiguration {
+        try database(named: "t_" + UUID().uuidString.replacingOccurrences(of: "-", with: "").lowercased().prefix(16), template: template)
+    }
+
+    /// CREATE DATABASE waits (up to 5 s) for the template's last session, the migration's, to end.
+    private static func database(named name: String, template: String?) throws -> PostgresConfiguration {
         let cluster = try cluster()
-        let name = "t_" + UUID().uuidString.replacingOccurrences(of: "-", with: "").lowercased().prefix(16)
         let admin = try PostgresConnection(configuration: cluster.connectionConfiguration)
-        try admin.execute("CREATE DATABASE \(name)")
+        try admin.execute("CREATE DATABASE \(name)" + (template.map { " TEMPLATE \($0)" } ?? ""))
         return try PostgresConfiguration(
             connectionString: cluster.connectionConfiguration.connectionString.replacingOccurrences(
                 of: "dbname='postgres'", with: "dbname='\(name)'"))
