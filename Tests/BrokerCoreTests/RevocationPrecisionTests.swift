@@ -277,6 +277,30 @@ struct RevocationPrecisionTests {
         #expect(try event.decode(String.self, 0).contains(#""source": "apple""#))
     }
 
+    @Test("a sign-in after a revocation is a first authorization again: the user field's name is kept over the old one")
+    func reauthorizationKeepsUserField() throws {
+        let broker = try TestBroker()
+        let minted = try broker.mint()
+        let first = try broker.login(["identity_token": minted.idToken, "user": ["name": ["firstName": "Jane", "lastName": "Doe"]]])
+        let userID = try #require(UUID(uuidString: first.json["user_id"] as? String ?? ""))
+        var notification = NotificationRequest(
+            url: broker.baseURL + "/v1/apple/notifications", type: "consent-revoked", sub: minted.sub, clientID: TestBroker.clientID)
+        notification.eventTimeMilliseconds = Int64(Date().timeIntervalSince1970 - 5) * 1000
+        #expect(try broker.simulator.sendNotification(notification).status == 200)
+        let again = try broker.mint { $0.sub = minted.sub }
+        let login = try broker.login(["identity_token": again.idToken, "user": ["name": ["firstName": "Janet", "lastName": "Roe"]]])
+        #expect(login.status == 200, "\(login.bodyText)")
+        let user = try broker.get("/v1/users/\(userID.lowercasedString)", key: broker.key([.read])).json
+        let identity = (user["identities"] as? [[String: Any]])?.first
+        #expect(identity?["given_name"] as? String == "Janet")
+        #expect(identity?["family_name"] as? String == "Roe")
+        // A repeat sign-in while authorized keeps the stored name (Apple sends no user field then).
+        let third = try broker.mint { $0.sub = minted.sub }
+        _ = try broker.login(["identity_token": third.idToken, "user": ["name": ["firstName": "Mallory"]]])
+        let after = try broker.get("/v1/users/\(userID.lowercasedString)", key: broker.key([.read])).json
+        #expect(((after["identities"] as? [[String: Any]])?.first?["given_name"] as? String) == "Janet")
+    }
+
     // MARK: 8. Retry-After
 
     @Test("Apple's Retry-After reaches the caller, as seconds or an HTTP-date, not capped at 2 s")
