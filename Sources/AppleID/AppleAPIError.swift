@@ -6,24 +6,41 @@ public enum AppleAPIError: Error, Sendable, CustomStringConvertible {
     case invalidGrant(String?)
     /// `invalid_client`: Apple refused our client secret (key, key id, team id or client id wrong).
     case invalidClient
-    /// Another 4xx answer from Apple, with its `error` value.
-    case rejected(status: Int, error: String?)
+    /// Another 4xx answer from Apple, with its `error` and `error_description`.
+    case rejected(status: Int, error: String?, description: String? = nil)
     /// Apple could not be reached or kept failing (5xx, 429, timeouts) after the retries;
     /// `retryAfter` is the last `Retry-After` Apple sent, in seconds.
     case unavailable(String, retryAfter: Int? = nil)
     /// Apple answered something this client cannot read.
     case malformedResponse(String)
 
-    /// Whether Apple's answer to a refresh or revoke says the grant itself is dead: the user
-    /// revoked the app, deleted the account, or the token was revoked. Apple answers such a
-    /// refresh with `invalid_grant`, and also with `invalid_request` ("The user has revoked
-    /// authorization for the client", TN3107; forum thread 123909). Every other failure
-    /// (`invalid_client`, 5xx, timeouts) says nothing about the token and must not revoke it.
-    public var isGrantRevoked: Bool {
+    /// What an answer to the refresh-token grant says about the user's grant (protocol
+    /// reference §11; TN3107 lists the errors, TN3194 the daily validation).
+    public enum RefreshVerdict: String, Sendable {
+        /// The user revoked the app: `invalid_request` worded as a revocation (TN3107 "The user
+        /// has revoked authorization for the client"; forum thread 123909).
+        case revoked
+        /// `invalid_grant`: this refresh token is dead, which a password change also does while
+        /// the user's authorization stays (forum thread 651237): not a revoked consent.
+        case tokenInvalid = "token_invalid"
+        /// `invalid_request` without a revocation's wording: TN3107 lists request defects (content
+        /// type, a missing or malformed parameter, a body a proxy rewrote) under the same code.
+        case requestError = "request_error"
+        /// Anything else (`invalid_client`, 5xx, timeouts): nothing about the token.
+        case noVerdict = "no_verdict"
+    }
+
+    /// This answer's verdict on a refresh. Only Apple's own wording makes `invalid_request` a
+    /// revocation; Apple's exact text is unconfirmed, so any description naming a revoked
+    /// authorization counts.
+    public var refreshVerdict: RefreshVerdict {
         switch self {
-        case .invalidGrant: true
-        case .rejected(_, let error): error == "invalid_request"
-        default: false
+        case .invalidGrant: return .tokenInvalid
+        case .rejected(_, "invalid_request", let description):
+            let text = description?.lowercased() ?? ""
+            let revoked = text.contains("revoked") && (text.contains("authoriz") || text.contains("consent"))
+            return revoked ? .revoked : .requestError
+        default: return .noVerdict
         }
     }
 
@@ -32,17 +49,23 @@ public enum AppleAPIError: Error, Sendable, CustomStringConvertible {
         switch self {
         case .invalidGrant: "invalid_grant"
         case .invalidClient: "invalid_client"
-        case .rejected(_, let error): error == "invalid_request" ? "invalid_request" : "rejected"
+        case .rejected(_, let error, _): error == "invalid_request" ? "invalid_request" : "rejected"
         case .unavailable: "unavailable"
         case .malformedResponse: "malformed_response"
         }
+    }
+
+    /// Apple's `Retry-After` in seconds, when the failure carried one.
+    public var retryAfter: Int? {
+        if case .unavailable(_, let retryAfter) = self { return retryAfter }
+        return nil
     }
 
     public var description: String {
         switch self {
         case .invalidGrant(let detail): "invalid_grant\(detail.map { ": \($0)" } ?? "")"
         case .invalidClient: "invalid_client"
-        case .rejected(let status, let error): "rejected with \(status) \(error ?? "")"
+        case .rejected(let status, let error, let detail): "rejected with \(status) \(error ?? "")\(detail.map { ": \($0)" } ?? "")"
         case .unavailable(let reason, _): "unavailable: \(reason)"
         case .malformedResponse(let reason): "malformed response: \(reason)"
         }

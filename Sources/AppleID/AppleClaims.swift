@@ -16,7 +16,7 @@ package struct AppleClaims {
     /// The claims the broker reads.
     package enum Name: Int, CaseIterable {
         case iss, aud, exp, iat, nbf, sub, nonce, nonceSupported, email, emailVerified, isPrivateEmail, realUserStatus
-        case transferSub, jti, events
+        case transferSub, jti, events, cHash
 
         /// The claim's name in the JWT.
         package var text: StaticString {
@@ -36,6 +36,7 @@ package struct AppleClaims {
             case .transferSub: "transfer_sub"
             case .jti: "jti"
             case .events: "events"
+            case .cHash: "c_hash"
             }
         }
     }

@@ -56,15 +56,17 @@ public final class AppleClient: Sendable {
 
     /// The authorization-code grant. `redirectURI` only for codes from a web authorization
     /// request; native codes must be exchanged without one (protocol reference P9).
-    public func exchangeCode(_ code: String, clientID: String, redirectURI: String? = nil, retry: RetryPolicy = RetryPolicy())
-        throws -> AppleTokenResponse
-    {
+    ///
+    /// A code is sent once, never retried: a call whose answer was lost (timeout, 5xx) may
+    /// have consumed it, and the retry would only get `invalid_grant` "The code has already
+    /// been used." (protocol reference §11.4). Such a failure is `unavailable`.
+    public func exchangeCode(_ code: String, clientID: String, redirectURI: String? = nil) throws -> AppleTokenResponse {
         var fields = [
             ("client_id", clientID), ("client_secret", try secrets.secret(for: clientID)), ("code", code),
             ("grant_type", "authorization_code"),
         ]
         if let redirectURI { fields.append(("redirect_uri", redirectURI)) }
-        return try tokenCall("token", fields, retry: retry)
+        return try tokenCall("token", fields, retry: RetryPolicy(maximumAttempts: 1))
     }
 
     /// The refresh-token grant: succeeds while the user still authorizes the app.
@@ -144,8 +146,10 @@ public final class AppleClient: Sendable {
                 calls.increment(endpoint, String(response.status))
                 let retryable = response.status >= 500 || response.status == 429
                 if !retryable { return response }
-                let retryAfter = response.header("retry-after").flatMap { Int($0) }
-                if attempt >= retry.maximumAttempts {
+                let retryAfter = response.header("retry-after").flatMap(Self.retryAfterSeconds)
+                // A wait longer than the policy allows is the caller's to honour (503 with
+                // Retry-After, a rescheduled job), never shortened to fit a retry here.
+                if attempt >= retry.maximumAttempts || (retryAfter.map { Duration.seconds($0) > retry.maximumDelay } ?? false) {
                     throw AppleAPIError.unavailable(
                         "Apple answered \(response.status) to \(endpoint) \(attempt) times", retryAfter: retryAfter)
                 }
@@ -165,10 +169,24 @@ public final class AppleClient: Sendable {
     private static func error(_ response: HTTPClientResponse) -> AppleAPIError {
         let body = try? JSONValue.parseObject(response.body)
         let code = body?["error"]?.stringValue
+        // Bounded: the description only feeds a verdict and a log line.
+        let description = body?["error_description"]?.stringValue.map { String($0.prefix(200)) }
         switch code {
-        case "invalid_grant": return .invalidGrant(body?["error_description"]?.stringValue)
+        case "invalid_grant": return .invalidGrant(description)
         case "invalid_client": return .invalidClient
-        default: return .rejected(status: response.status, error: code)
+        default: return .rejected(status: response.status, error: code, description: description)
         }
+    }
+
+    /// `Retry-After` as delay-seconds or an HTTP-date (RFC 9110 §10.2.3), at most a day.
+    static func retryAfterSeconds(_ value: String) -> Int? {
+        let trimmed = value.trimmingCharacters(in: .whitespaces)
+        if let seconds = Int(trimmed) { return seconds >= 0 ? min(seconds, 86_400) : nil }
+        let formatter = DateFormatter()
+        formatter.locale = Locale(identifier: "en_US_POSIX")
+        formatter.timeZone = TimeZone(identifier: "GMT")
+        formatter.dateFormat = "EEE, dd MMM yyyy HH:mm:ss zzz"
+        guard let date = formatter.date(from: trimmed) else { return nil }
+        return min(max(0, Int(date.timeIntervalSinceNow.rounded(.up))), 86_400)
     }
 }

@@ -13,6 +13,20 @@ public protocol AppleKeyProvider: Sendable {
     /// - Throws: `AppleKeyError.unknownKey` when Apple does not publish it (after one
     ///   refetch); `.unavailable` when no key set could ever be fetched.
     func key(id keyID: String) throws -> JWK
+
+    /// The same, for a verification of this kind: a provider that budgets refetches keeps one
+    /// budget per source, so one source cannot spend another's.
+    func key(id keyID: String, source: AppleKeySource) throws -> JWK
+}
+
+extension AppleKeyProvider {
+    public func key(id keyID: String, source: AppleKeySource) throws -> JWK { try key(id: keyID) }
+}
+
+/// What a key is looked up for. Anyone may post to the public notification endpoint, so its
+/// unknown kids must not spend the refetch a real login's new kid then needs (issue 28).
+public enum AppleKeySource: String, Sendable, CaseIterable {
+    case login, notification
 }
 
 public enum AppleKeyError: Error, Sendable, Equatable {
@@ -29,14 +43,15 @@ public enum AppleKeyError: Error, Sendable, Equatable {
 /// - An unknown `kid` while the last fetch failed is `.unavailable` (503), not `.unknownKey`
 ///   (401): Apple may have rotated to a key we could not fetch.
 /// - An unknown `kid` triggers one refetch at once: one fetch in flight however many
-///   requests wait on it, and at most one refetch per `refetchInterval` (10 s), so a flood
-///   of forged kids cannot hammer Apple.
+///   requests wait on it, and at most one refetch per `refetchInterval` (10 s) and source
+///   (`AppleKeySource`), so a flood of forged kids cannot hammer Apple, and one posted to the
+///   public notification endpoint cannot suppress the refetch a login's new kid needs.
 public final class AppleKeyCache: AppleKeyProvider {
     private struct State {
         var keys: JWKSet?
         var fetchedAt: ContinuousClock.Instant?
-        /// The last refetch for an unknown kid (background refreshes do not count).
-        var lastRefetch: ContinuousClock.Instant?
+        /// The last refetch for an unknown kid, per source (background refreshes do not count).
+        var lastRefetch: [AppleKeySource: ContinuousClock.Instant] = [:]
         var inFlight: DispatchGroup?
         /// The last fetch failed (Apple unreachable, or a set with no usable key): an unknown
         /// kid then is "retry later", not a verdict on the token (§10.9).
@@ -89,9 +104,11 @@ public final class AppleKeyCache: AppleKeyProvider {
         worker.withLock { $0 }?.stop()
     }
 
-    public func key(id keyID: String) throws -> JWK {
+    public func key(id keyID: String) throws -> JWK { try key(id: keyID, source: .login) }
+
+    public func key(id keyID: String, source: AppleKeySource) throws -> JWK {
         if let key = state.withLock({ $0.keys?.verificationKey(keyID: keyID) }) { return key }
-        _ = refresh(force: false)
+        _ = refresh(force: false, source: source)
         let (keys, failing) = state.withLock { ($0.keys, $0.lastFetchFailed) }
         guard let keys else { throw AppleKeyError.unavailable }
         guard let key = keys.verificationKey(keyID: keyID) else {
@@ -106,18 +123,18 @@ public final class AppleKeyCache: AppleKeyProvider {
     }
 
     /// Fetches the set unless a fetch is in flight (then waits for it) or, for a
-    /// non-forced refetch, one was attempted within `refetchInterval`.
+    /// non-forced refetch, `source` attempted one within `refetchInterval`.
     /// - Returns: whether the cache now holds a set fetched by this or the joined attempt.
     @discardableResult
-    func refresh(force: Bool) -> Bool {
+    func refresh(force: Bool, source: AppleKeySource = .login) -> Bool {
         let now = ContinuousClock.now
         let (group, leader) = state.withLock { state -> (DispatchGroup?, Bool) in
             if let inFlight = state.inFlight { return (inFlight, false) }
-            if !force, let last = state.lastRefetch, now - last < refetchInterval { return (nil, false) }
+            if !force, let last = state.lastRefetch[source], now - last < refetchInterval { return (nil, false) }
             let group = DispatchGroup()
             group.enter()
             state.inFlight = group
-            if !force { state.lastRefetch = now }
+            if !force { state.lastRefetch[source] = now }
             return (group, true)
         }
         guard let group else { return false }

@@ -38,9 +38,14 @@ public struct TokenRejection: Error, Sendable, Equatable, CustomStringConvertibl
 /// object without duplicate names.
 public struct AppleTokenVerifier: Sendable {
     public let keys: any AppleKeyProvider
+    /// Whose refetch budget an unknown kid spends (`AppleKeySource`).
+    public var source: AppleKeySource = .login
     private let verifier = JWSVerifier(maximumBytes: 16 * 1024, allowedAlgorithms: [.rs256])
 
-    public init(keys: any AppleKeyProvider) { self.keys = keys }
+    public init(keys: any AppleKeyProvider, source: AppleKeySource = .login) {
+        self.keys = keys
+        self.source = source
+    }
 
     /// The verified claims.
     /// - Throws: `TokenRejection` (`token_malformed`, `token_signature_invalid`,
@@ -60,7 +65,7 @@ public struct AppleTokenVerifier: Sendable {
             return try read(verifier.verify(token) { header in
                 guard let keyID = header.keyID else { throw TokenRejection.malformed("the header has no kid") }
                 do {
-                    return try keys.key(id: keyID)
+                    return try keys.key(id: keyID, source: source)
                 } catch AppleKeyError.unknownKey {
                     throw TokenRejection(.unknownKey, "Apple publishes no key with this kid")
                 }

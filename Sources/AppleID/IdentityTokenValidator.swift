@@ -17,6 +17,16 @@ public struct AppleIdentity: Sendable, Equatable {
     public var transferSub: String?
     public var issuedAt: Date
     public var expiresAt: Date
+    /// OIDC `c_hash`: base64url of the left half of SHA-256 of the authorization code issued
+    /// with this token (most of Apple's native tokens carry it); nil when absent.
+    public var codeHash: String? = nil
+
+    /// Whether `code` can be the code issued with this token: true when the token has no
+    /// `c_hash` to compare with.
+    public func matches(code: String) -> Bool {
+        guard let codeHash else { return true }
+        return ConstantTime.equals(Array(codeHash.utf8), Array(Base64URL.encode(SHA256.hash(code).prefix(16)).utf8))
+    }
 }
 
 /// Checks an identity token against every rule of the protocol reference's checklist:
@@ -91,6 +101,6 @@ public struct IdentityTokenValidator: Sendable {
             isPrivateEmail: claims[.isPrivateEmail]?.lenientBoolValue ?? (email == nil ? nil : false),
             realUserStatus: realUserStatus, transferSub: claims[.transferSub]?.stringValue,
             issuedAt: Date(timeIntervalSince1970: TimeInterval(issuedAt)),
-            expiresAt: Date(timeIntervalSince1970: TimeInterval(expires)))
+            expiresAt: Date(timeIntervalSince1970: TimeInterval(expires)), codeHash: claims[.cHash]?.stringValue)
     }
 }

@@ -13,7 +13,8 @@ public struct RetryPolicy: Sendable {
         self.maximumDelay = maximumDelay
     }
 
-    /// Exponential backoff with full jitter, or the server's `Retry-After` (capped).
+    /// Exponential backoff with full jitter, or the server's `Retry-After` (`AppleClient` does not
+    /// retry here when Apple asks for longer than `maximumDelay`: the caller gets it).
     func delay(attempt: Int, retryAfter: Int?) -> Duration {
         if let retryAfter { return min(.seconds(retryAfter), maximumDelay) }
         let cap = min(baseDelay * (1 << min(attempt - 1, 16)), maximumDelay)

@@ -127,6 +127,9 @@ public struct User: Sendable, Decodable {
 /// Whether the user's Sign in with Apple authorization still holds.
 public enum CredentialState: String, Sendable, Decodable {
     case authorized, revoked, transferred, deleted
+    /// Still authorized at Apple, but the stored refresh token is dead (Apple's `invalid_grant`,
+    /// e.g. after a password change): ask the user to sign in again.
+    case tokenInvalid = "token_invalid"
     case notFound = "not_found"
 }
 

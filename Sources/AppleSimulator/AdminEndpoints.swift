@@ -138,6 +138,10 @@ enum AdminEndpoints {
                 "revoked": simulator.revokeConsent(teamID: revocation.teamID, sub: revocation.sub, clientID: revocation.clientID)
             ])
         }
+        router.post("/sim/users/password-change") { request in
+            let change = try request.decodeJSON(ConsentRevocation.self)
+            return .json(["dead_tokens": simulator.changePassword(teamID: change.teamID, sub: change.sub)])
+        }
         router.on(.put, "/sim/app-groups") { request in
             let groups = try request.decodeJSON([[String]].self)
             simulator.setAppGroups(groups)

@@ -78,6 +78,8 @@ extension AppleSimulator {
             Thread.sleep(forTimeInterval: Double(faults.latencyMilliseconds) / 1000)
         }
         if applies && faults.timeoutRate > 0 && Double.random(in: 0..<1) < faults.timeoutRate {
+            // Apple may finish the work and lose only the answer (a code is then used up).
+            if faults.timeoutAfterWork { _ = try answer() }
             Thread.sleep(forTimeInterval: Double(faults.timeoutMilliseconds) / 1000)
             return HTTPResponse(status: 504)
         }
@@ -85,7 +87,9 @@ extension AppleSimulator {
             let status = faults.errorStatuses.randomElement()
         {
             var headers: HTTPHeaders = ["Content-Type": "text/plain"]
-            if status == 429 || status == 503 { headers.set("Retry-After", String(faults.retryAfterSeconds)) }
+            if status == 429 || status == 503 {
+                headers.set("Retry-After", faults.retryAfterAsDate ? Self.httpDate(secondsFromNow: faults.retryAfterSeconds) : String(faults.retryAfterSeconds))
+            }
             if endpoint == "revoke" {
                 state.withLock {
                     $0.revocations.append(RevocationRecord(clientID: "", tokenTypeHint: nil, token: "", outcome: "fault", sub: nil))
@@ -94,6 +98,15 @@ extension AppleSimulator {
             return HTTPResponse(status: status, headers: headers, body: Array("simulated failure".utf8))
         }
         return try answer()
+    }
+
+    /// An IMF-fixdate `seconds` from now (RFC 9110 §5.6.7).
+    static func httpDate(secondsFromNow seconds: Int) -> String {
+        let formatter = DateFormatter()
+        formatter.locale = Locale(identifier: "en_US_POSIX")
+        formatter.timeZone = TimeZone(identifier: "GMT")
+        formatter.dateFormat = "EEE, dd MMM yyyy HH:mm:ss 'GMT'"
+        return formatter.string(from: Date().addingTimeInterval(TimeInterval(seconds)))
     }
 
     /// Parses a form body; Apple refuses anything else (a JSON body gets `invalid_client`).
@@ -136,11 +149,15 @@ extension AppleSimulator {
         return team
     }
 
+    /// TN3107's `invalid_request` for a defective request, worded as no revocation.
+    static let malformedRequest = AppleError("invalid_request", "Invalid request.")
+
     func token(_ request: HTTPRequest) -> HTTPResponse {
         do {
             let fields = try form(request)
             let team = try authenticateClient(fields)
             if faults.forceInvalidClient { throw AppleError("invalid_client") }
+            if faults.malformedRequest { throw Self.malformedRequest }
             let clientID = fields["client_id"]!
             switch fields["grant_type"] {
             case "authorization_code":
@@ -207,7 +224,9 @@ extension AppleSimulator {
             guard let grant = state.grants[refreshToken], grant.kind == "refresh_token",
                 grant.teamID == team.teamID, grant.clientID == clientID
             else { throw AppleError("invalid_grant", "The token has expired or has been revoked.") }
+            if faults.malformedRequestSubs.contains(grant.sub) { throw Self.malformedRequest }
             if grant.revoked { throw revokedAnswer }
+            if grant.dead { throw AppleError("invalid_grant", "The token has expired or has been revoked.") }
             return grant
         }
         guard let user = user(teamID: grant.teamID, sub: grant.sub) else { throw AppleError("invalid_grant") }
@@ -234,6 +253,8 @@ extension AppleSimulator {
             let fields = try form(request)
             _ = try authenticateClient(fields)
             let clientID = fields["client_id"]!
+            // TN3107: a defective request is invalid_request; revoked or invalid tokens get 200.
+            if faults.malformedRequest { throw Self.malformedRequest }
             guard let token = fields["token"], !token.isEmpty else { throw AppleError("invalid_request") }
             state.withLock { state in
                 var record = RevocationRecord(

@@ -46,6 +46,9 @@ public final class AppleSimulator: Sendable {
         var clientID: String
         var revoked: Bool
         var kind: String  // refresh_token, access_token, migration
+        /// Killed by a password change: refused with `invalid_grant` while the user's
+        /// authorization stays (forum thread 651237).
+        var dead = false
     }
 
     struct Transfer {
@@ -161,9 +164,11 @@ public final class AppleSimulator: Sendable {
 
     /// Creates a user in `teamID` (default team when nil) with a relay address unless `email` is given.
     @discardableResult
-    public func createUser(teamID: String? = nil, email: String? = nil, realUserStatus: Int = 2) -> SimulatedUser {
+    public func createUser(
+        teamID: String? = nil, email: String? = nil, realUserStatus: Int = 2, relayDomain: String = SimulatedUser.relayDomains[0]
+    ) -> SimulatedUser {
         let user = SimulatedUser(
-            teamID: teamID ?? defaultTeamID, sub: SimulatedUser.makeSub(), email: email ?? SimulatedUser.makeRelayEmail(),
+            teamID: teamID ?? defaultTeamID, sub: SimulatedUser.makeSub(), email: email ?? SimulatedUser.makeRelayEmail(domain: relayDomain),
             isPrivateEmail: email == nil, realUserStatus: realUserStatus)
         state.withLock { $0.users[user.teamID + "|" + user.sub] = user }
         return user
@@ -181,8 +186,11 @@ public final class AppleSimulator: Sendable {
         if let sub = request.sub, let existing = self.user(teamID: teamID, sub: sub) {
             user = existing
         } else {
+            // A managed account's address is the organisation's, never a relay.
+            let email = request.email ?? (request.managedAccount == true ? "m\(Int.random(in: 0..<1_000_000))@org.example" : nil)
             user = createUser(
-                teamID: teamID, email: request.email, realUserStatus: request.realUserStatus ?? 2)
+                teamID: teamID, email: email, realUserStatus: request.realUserStatus ?? 2,
+                relayDomain: request.relayDomain ?? SimulatedUser.relayDomains[0])
             if let sub = request.sub {
                 // Keep the caller's sub (tests address users by it).
                 state.withLock { state in
@@ -285,9 +293,31 @@ public final class AppleSimulator: Sendable {
         }
     }
 
+    /// A password change: the user's refresh tokens stop working (`invalid_grant`), their
+    /// authorization of the app stays (forum thread 651237; protocol reference §11.3).
+    /// Returns how many tokens died.
+    @discardableResult
+    public func changePassword(teamID: String? = nil, sub: String) -> Int {
+        let team = teamID ?? defaultTeamID
+        return state.withLock { state in
+            var count = 0
+            for (token, grant) in state.grants
+            where grant.teamID == team && grant.sub == sub && grant.kind == "refresh_token" && !grant.revoked && !grant.dead {
+                state.grants[token]?.dead = true
+                count += 1
+            }
+            return count
+        }
+    }
+
+    /// The refresh tokens issued to a user (for assertions: the broker keeps them encrypted).
+    public func refreshTokens(sub: String) -> [String] {
+        state.withLock { state in state.grants.filter { $0.value.sub == sub && $0.value.kind == "refresh_token" }.map(\.key) }
+    }
+
     /// Whether a refresh or access token is currently valid.
     public func isTokenValid(_ token: String) -> Bool {
-        state.withLock { $0.grants[token].map { !$0.revoked } ?? false }
+        state.withLock { $0.grants[token].map { !$0.revoked && !$0.dead } ?? false }
     }
 
     // MARK: Observations and knobs
@@ -375,9 +405,11 @@ public final class AppleSimulator: Sendable {
         claims["nonce_supported"] = .bool(request?.nonceSupported ?? true)
         if let code { claims["c_hash"] = .string(Self.halfHash(code)) }
         if let accessToken { claims["at_hash"] = .string(Self.halfHash(accessToken)) }
-        if request?.managedAccount == true {
-            // Apple documents an empty email and email_verified false for these accounts.
+        if request?.managedAccount == true || request?.schoolAccount == true {
             claims["org_id"] = .string("org.\(user.sub.prefix(8))")
+        }
+        if request?.schoolAccount == true {
+            // Apple School Manager: an empty email, email_verified false (§10.5, §11.7).
             claims["email"] = ""
             claims["email_verified"] = false
         } else if request?.omitEmail != true, let email = user.email {

@@ -27,10 +27,14 @@ public struct SimulatedUser: Sendable, Codable, Equatable {
         return "00" + String(format: "%04d", digits) + "." + Hex.encode(SecureRandom.bytes(16)) + "." + String(format: "%04d", tail)
     }
 
-    /// A fresh relay address.
-    static func makeRelayEmail() -> String {
+    /// Apple's relay domains: `privaterelay.appleid.com`, and `private.icloud.com` for
+    /// addresses made from 2026-06-15 (protocol reference §11.7).
+    public static let relayDomains = ["privaterelay.appleid.com", "private.icloud.com"]
+
+    /// A fresh relay address on `domain`.
+    static func makeRelayEmail(domain: String = relayDomains[0]) -> String {
         let alphabet = Array("abcdefghijklmnopqrstuvwxyz0123456789")
-        return String((0..<10).map { _ in alphabet.randomElement()! }) + "@privaterelay.appleid.com"
+        return String((0..<10).map { _ in alphabet.randomElement()! }) + "@" + domain
     }
 }
 
@@ -66,9 +70,15 @@ public struct TokenRequest: Sendable, Codable {
     public var issuer: String?
     /// Leave `real_user_status` out, as Apple does for web sign-ins.
     public var omitRealUserStatus: Bool?
-    /// A Managed Apple Account (Work & School, protocol reference §10.5): the token carries
-    /// `org_id`, and `email` empty with `email_verified` false, no `is_private_email`.
+    /// A Managed Apple Account (Work & School): the token carries `org_id` and the account's
+    /// **real** address, no `is_private_email` (protocol reference §11.7).
     public var managedAccount: Bool?
+    /// An Apple School Manager account: `org_id`, `email` empty, `email_verified` false
+    /// (protocol reference §10.5, narrowed by §11.7).
+    public var schoolAccount: Bool?
+    /// The relay domain of a new user's address: `privaterelay.appleid.com` (default) or
+    /// `private.icloud.com`.
+    public var relayDomain: String?
 
     public init(clientID: String) { self.clientID = clientID }
 
@@ -91,6 +101,8 @@ public struct TokenRequest: Sendable, Codable {
         case issuer = "iss"
         case omitRealUserStatus = "omit_real_user_status"
         case managedAccount = "managed_account"
+        case schoolAccount = "school_account"
+        case relayDomain = "relay_domain"
     }
 }
 
@@ -118,6 +130,8 @@ public struct FaultSettings: Sendable, Codable, Equatable {
     public var errorStatuses: [Int] = [500, 503, 429]
     /// `Retry-After` seconds sent with 429 and 503.
     public var retryAfterSeconds: Int = 1
+    /// Send that `Retry-After` as an HTTP-date (RFC 9110 allows both forms).
+    public var retryAfterAsDate: Bool = false
     /// Share of answers that stall for `timeoutMilliseconds` and then fail.
     public var timeoutRate: Double = 0
     public var timeoutMilliseconds: Int = 15_000
@@ -132,6 +146,16 @@ public struct FaultSettings: Sendable, Codable, Equatable {
     public var emptyKeySet: Bool = false
     /// Which endpoints the faults hit: `token`, `revoke`, `keys`, `migration`, `authorize`. Empty: all.
     public var endpoints: [String] = []
+    /// A stalled call did its work before its answer was lost, as Apple may: a code sent
+    /// with it is used up (protocol reference §11.4). Default true, as Apple; false: the
+    /// stall comes before the work.
+    public var timeoutAfterWork: Bool = true
+    /// Answer token and revoke calls as a malformed request: `invalid_request` without a
+    /// revocation's wording (TN3107: a wrong content type, a missing parameter, a body a
+    /// proxy rewrote), whatever the token.
+    public var malformedRequest: Bool = false
+    /// The same, only for refreshes of these users' tokens (one token's request defect).
+    public var malformedRequestSubs: [String] = []
 
     public init() {}
 
@@ -140,6 +164,7 @@ public struct FaultSettings: Sendable, Codable, Equatable {
         case errorRate = "error_rate"
         case errorStatuses = "error_statuses"
         case retryAfterSeconds = "retry_after"
+        case retryAfterAsDate = "retry_after_http_date"
         case timeoutRate = "timeout_rate"
         case timeoutMilliseconds = "timeout_ms"
         case forceInvalidGrant = "invalid_grant"
@@ -147,6 +172,9 @@ public struct FaultSettings: Sendable, Codable, Equatable {
         case forceInvalidClient = "invalid_client"
         case emptyKeySet = "empty_key_set"
         case endpoints
+        case timeoutAfterWork = "timeout_after_work"
+        case malformedRequest = "malformed_request"
+        case malformedRequestSubs = "malformed_request_subs"
     }
 
     public init(from decoder: any Decoder) throws {
@@ -155,6 +183,7 @@ public struct FaultSettings: Sendable, Codable, Equatable {
         errorRate = try container.decodeIfPresent(Double.self, forKey: .errorRate) ?? 0
         errorStatuses = try container.decodeIfPresent([Int].self, forKey: .errorStatuses) ?? [500, 503, 429]
         retryAfterSeconds = try container.decodeIfPresent(Int.self, forKey: .retryAfterSeconds) ?? 1
+        retryAfterAsDate = try container.decodeIfPresent(Bool.self, forKey: .retryAfterAsDate) ?? false
         timeoutRate = try container.decodeIfPresent(Double.self, forKey: .timeoutRate) ?? 0
         timeoutMilliseconds = try container.decodeIfPresent(Int.self, forKey: .timeoutMilliseconds) ?? 15_000
         forceInvalidGrant = try container.decodeIfPresent(Bool.self, forKey: .forceInvalidGrant) ?? false
@@ -162,6 +191,9 @@ public struct FaultSettings: Sendable, Codable, Equatable {
         forceInvalidClient = try container.decodeIfPresent(Bool.self, forKey: .forceInvalidClient) ?? false
         emptyKeySet = try container.decodeIfPresent(Bool.self, forKey: .emptyKeySet) ?? false
         endpoints = try container.decodeIfPresent([String].self, forKey: .endpoints) ?? []
+        timeoutAfterWork = try container.decodeIfPresent(Bool.self, forKey: .timeoutAfterWork) ?? true
+        malformedRequest = try container.decodeIfPresent(Bool.self, forKey: .malformedRequest) ?? false
+        malformedRequestSubs = try container.decodeIfPresent([String].self, forKey: .malformedRequestSubs) ?? []
     }
 }
 

@@ -133,7 +133,8 @@ struct AppleBehaviourTests {
         broker.simulator.faults = faults
         let before = broker.simulator.statistics.token
         try broker.pool.query("UPDATE apple_tokens SET next_validation_at = now()")
-        try waitUntil(seconds: 10) { try broker.get("/metrics").bodyText.contains("refresh_sweep_breaker_open 1") }
+        // The sample line: the gauge's HELP text contains "refresh_sweep_breaker_open 1" too.
+        try waitUntil(seconds: 10) { try broker.get("/metrics").bodyText.contains("\nrefresh_sweep_breaker_open 1") }
         Thread.sleep(forTimeInterval: 2.5)  // two more sweep intervals: nothing more is tried
         // Three tokens tried (each up to twice: RetryPolicy(maximumAttempts: 2) retries only 5xx).
         let calls = broker.simulator.statistics.token - before

@@ -122,18 +122,27 @@ struct LoginTests {
         #expect(unsupported.json["email"] is NSNull)
         #expect((unsupported.json["risk"] as? [String: Any])?["suggest_challenge"] as? Bool == false)
 
-        // A Managed Apple Account (§10.5): `email` empty, `email_verified` false, an `org_id`.
-        // An empty address is no address: neither answered nor stored as one.
-        let managed = try broker.mint { $0.managedAccount = true }
+        // An Apple School Manager account (§10.5, §11.7): `email` empty, `email_verified` false,
+        // an `org_id`. An empty address is no address: neither answered nor stored as one.
+        let managed = try broker.mint { $0.schoolAccount = true }
         let work = try broker.login(["identity_token": managed.idToken])
         #expect(work.status == 200, "\(work.bodyText)")
         #expect(work.json["email"] is NSNull, "\(work.bodyText)")
         #expect(work.json["email_verified"] as? Bool == false)
         #expect(work.json["is_private_email"] as? Bool == false)
         #expect(try broker.count("SELECT count(*) FROM apple_identities WHERE email = ''") == 0)
-        let again = try broker.login(["identity_token": try broker.mint { $0.sub = managed.sub; $0.managedAccount = true }.idToken])
+        let again = try broker.login(["identity_token": try broker.mint { $0.sub = managed.sub; $0.schoolAccount = true }.idToken])
         #expect(again.status == 200 && again.json["is_new_user"] as? Bool == false)
         #expect(try broker.count("SELECT count(*) FROM outbox_events WHERE type = 'identity.updated'") == 0)
+
+        // A Managed Apple Account (Work & School) carries a real address (§11.7), shown as one.
+        let work2 = try broker.login(["identity_token": try broker.mint { $0.managedAccount = true }.idToken])
+        #expect((work2.json["email"] as? String)?.hasSuffix("@org.example") == true, "\(work2.bodyText)")
+        #expect(work2.json["is_private_email"] as? Bool == false)
+        // Relay addresses on Apple's newer domain are private too.
+        let icloud = try broker.login(["identity_token": try broker.mint { $0.relayDomain = "private.icloud.com" }.idToken])
+        #expect((icloud.json["email"] as? String)?.hasSuffix("@private.icloud.com") == true)
+        #expect(icloud.json["is_private_email"] as? Bool == true)
     }
 
     @Test("the nonce must be the hex SHA-256 of raw_nonce; nonce_supported=false allows none")
@@ -267,25 +276,26 @@ struct LoginTests {
         #expect(mismatch.json["code"] as? String == "authorization_code_invalid")
     }
 
-    @Test("Apple failing the exchange with 5xx is retried, then 503 apple_unavailable")
+    @Test("Apple failing the exchange with 5xx is 503 apple_unavailable without sending the code again (it may be used up)")
     func appleDown() throws {
         let broker = try TestBroker(extra: ["APPLE_MAX_ATTEMPTS": "3"])
         let minted = try broker.mint { $0.withCode = true }
-        var faults = FaultSettings()
-        faults.errorRate = 1
-        faults.errorStatuses = [503]
-        faults.retryAfterSeconds = 0
-        faults.endpoints = ["token"]
-        broker.simulator.faults = faults
+        broker.setFaults(on: ["token"]) {
+            $0.errorRate = 1
+            $0.errorStatuses = [503]
+            $0.retryAfterSeconds = 0
+        }
         let response = try broker.login(["identity_token": minted.idToken, "authorization_code": minted.code!])
         #expect(response.status == 503)
         #expect(response.json["code"] as? String == "apple_unavailable")
         #expect(response.header("retry-after") != nil)
-        #expect(broker.simulator.statistics.token == 3)
-        // Once Apple is back, the retried login succeeds with the same code.
+        #expect(broker.simulator.statistics.token == 1, "a code goes to Apple once (protocol reference §11.4)")
+        // Once Apple is back, the retried login succeeds with the same code, without a token.
         broker.simulator.faults = FaultSettings()
         let retried = try broker.login(["identity_token": minted.idToken, "authorization_code": minted.code!])
         #expect(retried.status == 200, "\(retried.bodyText)")
+        #expect(retried.json["refresh_token_stored"] as? Bool == false)
+        #expect(broker.simulator.statistics.token == 1)
     }
 
     @Test("Apple unreachable with no cached keys is 503; a rotated key is fetched once; unknown kids do not hammer Apple")
@@ -402,7 +412,7 @@ struct LoginTests {
         #expect(try broker.count("SELECT count(*) FROM apple_identities") == 2)
     }
 
-    @Test("the sweep turns Apple's invalid_grant into a consent revocation and a consent.revoked event")
+    @Test("the sweep turns Apple's revocation answer (invalid_request, TN3107's wording) into a consent revocation and a consent.revoked event")
     func refreshSweep() throws {
         let broker = try TestBroker(extra: ["BROKER_SWEEP_INTERVAL_SECONDS": "1"])
         let kept = try broker.mint { $0.withCode = true }
@@ -410,6 +420,10 @@ struct LoginTests {
         for minted in [kept, revoked] {
             #expect(try broker.login(["identity_token": minted.idToken, "authorization_code": minted.code!]).status == 200)
         }
+        // invalid_grant alone says only that the token is dead (RevocationPrecisionTests).
+        var faults = FaultSettings()
+        faults.revokedGrantError = "invalid_request"
+        broker.simulator.faults = faults
         // The user stops using Sign in with Apple; Apple's notification never arrives.
         #expect(broker.simulator.revokeConsent(teamID: TestBroker.teamID, sub: revoked.sub) > 0)
         try broker.pool.query("UPDATE apple_tokens SET next_validation_at = now()")

@@ -149,7 +149,10 @@ struct BrokerParts: Sendable {
                 store: deletionStore, wake: wakeDeletions,
                 codes: .init(
                     tokenKeys: tokenKeys, clientIDs: Set(appleSettings.clientIDs), redirectURIs: appleSettings.redirectURIs,
-                    webCallbackURL: configuration.web?.callbackURL)),
+                    webCallbackURL: configuration.web?.callbackURL),
+                exchangeCode: { [handedOver = HandedOverCode(store: deletionStore, apple: apple, tokenKeys: tokenKeys, validator: validator)] in
+                    try handedOver.exchange(deletionID: $0, userID: $1, inRequest: true)
+                }),
             keys: apiKeys)
         WebSignInRoutes.register(
             on: &router,
@@ -165,7 +168,8 @@ struct BrokerParts: Sendable {
         on router: inout Router, wakeDeletions: @escaping @Sendable () -> Void, eventsWritten: @escaping @Sendable () -> Void
     ) {
         let receiver = NotificationReceiver(
-            verifier: verifier, clientIDs: Set(appleSettings.clientIDs), groups: appleSettings.appGroups,
+            verifier: AppleTokenVerifier(keys: verifier.keys, source: .notification), clientIDs: Set(appleSettings.clientIDs),
+            groups: appleSettings.appGroups,
             teamID: appleSettings.teamID, hasher: SubjectHasher(keys: tokenKeys),
             leeway: TimeInterval(configuration.login.tokenLeewaySeconds),
             retentionSeconds: configuration.dispatch.notificationRetentionSeconds, pool: pool, metrics: metrics,

@@ -9,12 +9,12 @@ import PostgresClient
 /// or `failed` after `maximumAttempts`.
 ///
 /// - **Revoke**: each of the user's refresh tokens at Apple's `/auth/revoke` with the client
-///   id it was issued to; 200 and a dead grant (`invalid_grant`, `invalid_request`) both count
-///   as revoked; 5xx, 429 (honouring
+///   id it was issued to; 200 counts as revoked, `invalid_grant` as already invalid, and
+///   `invalid_request` is a request error (TN3107), never success; 5xx, 429 (honouring
 ///   `Retry-After`) and timeouts are retried with exponential backoff and jitter. Every call's
 ///   outcome is a step of the request. Apple-initiated deletions skip this (the tokens are
 ///   already dead). A fresh authorization code handed over with the request is exchanged
-///   first (its `id_token` must name the user being deleted) and what it yields is revoked
+///   first, normally in the API request itself (`HandedOverCode`), and what it yields is revoked
 ///   too; the access token of a code exchange is revoked while it is valid. With no token
 ///   and no code the deletion still completes, as `manual_required`: Apple keeps the app
 ///   under the user's Sign in with Apple apps until they stop using it in Settings (TN3194).
@@ -109,7 +109,9 @@ package final class DeletionJob: Sendable {
             }
             return
         }
-        try exchangeHandedOverCode(request)
+        // Usually done already, in the API request (HandedOverCode).
+        try HandedOverCode(store: store, apple: apple, tokenKeys: tokenKeys, validator: validator)
+            .exchange(deletionID: request.id, userID: request.userID)
         let tokens = try store.liveTokens(of: request.userID)
         if tokens.isEmpty {
             if try !store.hasSteps(request.id, named: .revoke), try !store.hasSteps(request.id, named: .nothingToRevoke) {
@@ -146,8 +148,11 @@ package final class DeletionJob: Sendable {
         }
     }
 
-    /// One revoke call and its step. A dead grant (`invalid_grant`, `invalid_request`) counts
-    /// as revoked; Apple unavailable is retried later; anything else too, as an error.
+    /// One revoke call and its step. Apple answers 200 for a revoked or already invalid token
+    /// (protocol reference §10.3), so `invalid_grant` counts as `already_invalid`; but
+    /// `invalid_request` there is always a defect of the request (TN3107, §11.2) and the grant
+    /// may be live: an error of the step, retried and then dead-lettered, like any other
+    /// refusal. Apple unavailable is retried later, after at least its `Retry-After`.
     private func revoke(
         _ token: String, hint: String, step: DeletionStep, token tokenID: UUID? = nil, accessTokenOf: UUID? = nil, clientID: String,
         request: DeletionStore.Claimed
@@ -156,7 +161,7 @@ package final class DeletionJob: Sendable {
             try apple.revoke(token, clientID: clientID, hint: hint, retry: RetryPolicy(maximumAttempts: 3))
             try store.addStep(
                 request.id, step: step, clientID: clientID, outcome: .revoked, tokenID: tokenID, accessTokenOf: accessTokenOf)
-        } catch let error as AppleAPIError where error.isGrantRevoked {
+        } catch AppleAPIError.invalidGrant {
             try store.addStep(
                 request.id, step: step, clientID: clientID, outcome: .alreadyInvalid, tokenID: tokenID,
                 accessTokenOf: accessTokenOf)
@@ -164,56 +169,11 @@ package final class DeletionJob: Sendable {
             try store.addStep(request.id, step: step, clientID: clientID, outcome: .retry, detail: reason)
             throw Setback(reason: reason, retryAfter: retryAfter)
         } catch let error as AppleAPIError {
-            try store.addStep(request.id, step: step, clientID: clientID, outcome: .error, detail: "\(error)")
+            try store.addStep(
+                request.id, step: step, clientID: clientID, outcome: error.kind == "invalid_request" ? .requestError : .error,
+                detail: "\(error)")
             throw Setback(reason: "\(error)")
         }
-    }
-
-    /// Exchanges the authorization code handed over with the request (the app re-authenticated
-    /// the user to delete the account), checks that Apple's `id_token` names the user being
-    /// deleted, and keeps the tokens it yields for the revoke below. A code Apple refuses, or
-    /// one of another user, is dropped (recorded as a step); Apple unavailable keeps it for
-    /// the retry.
-    private func exchangeHandedOverCode(_ request: DeletionStore.Claimed) throws {
-        guard let code = try store.pendingCode(request.id) else { return }
-        func drop(_ outcome: DeletionStepOutcome, _ detail: String, clientID: String? = nil) throws {
-            try store.clearCode(request.id)
-            try store.addStep(request.id, step: .codeExchange, clientID: clientID, outcome: outcome, detail: detail)
-        }
-        guard let plain = try? tokenKeys.open(
-            code.sealed, keyID: code.keyID, associatedData: DeletionStore.SealedCode.associatedData(userID: request.userID))
-        else { return try drop(.undecryptable, "the handed-over code cannot be decrypted") }
-        let identities = try store.identities(of: request.userID)
-        guard let clientID = code.clientID ?? identities.first?.clientID else {
-            return try drop(.noIdentity, "the user has no identity in this team")
-        }
-        let tokens: AppleTokenResponse
-        do {
-            tokens = try apple.exchangeCode(
-                String(decoding: plain, as: UTF8.self), clientID: clientID, redirectURI: code.redirectURI,
-                retry: RetryPolicy(maximumAttempts: 3))
-        } catch AppleAPIError.unavailable(let reason, let retryAfter) {
-            try store.addStep(request.id, step: .codeExchange, clientID: clientID, outcome: .retry, detail: reason)
-            throw Setback(reason: reason, retryAfter: retryAfter)
-        } catch let error as AppleAPIError {
-            return try drop(.codeInvalid, "Apple refused the code: \(error.kind)", clientID: clientID)
-        }
-        guard let refreshToken = tokens.refreshToken, let idToken = tokens.idToken,
-            let returned = try? validator.validate(idToken, rawNonce: nil, clientIDHint: clientID, checkAge: false)
-        else { return try drop(.idTokenInvalid, "Apple's answer lacked a refresh token or a verifiable id_token", clientID: clientID) }
-        guard let identity = identities.first(where: { $0.sub == returned.sub }) else {
-            // Another user's code: their grant is none of this deletion's business.
-            return try drop(.wrongUser, "the code belongs to another user than the one being deleted", clientID: clientID)
-        }
-        let owner = SealedAppleToken.Owner(teamID: store.teamID, sub: identity.sub, clientID: clientID)
-        let sealedRefresh = try SealedAppleToken(sealing: refreshToken, as: .refresh, for: owner, keys: tokenKeys)
-        let sealedAccess = try SealedAppleToken(sealing: tokens.accessToken, as: .access, for: owner, keys: tokenKeys)
-        try store.keepExchangedTokens(
-            identityID: identity.id, userID: request.userID, clientID: clientID,
-            refresh: (sealedRefresh.sealed, sealedRefresh.keyID),
-            access: (sealedAccess.sealed, sealedAccess.keyID, tokens.expiresIn ?? 3600))
-        try store.clearCode(request.id)
-        try store.addStep(request.id, step: .codeExchange, clientID: clientID, outcome: .exchanged)
     }
 
     /// Schedules the next attempt with exponential backoff and jitter (at least Apple's

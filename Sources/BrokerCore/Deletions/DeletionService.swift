@@ -12,10 +12,18 @@ package struct DeletionService: Sendable {
     /// refuses requests carrying one.
     package var codes: CodeIntake?
 
-    package init(store: DeletionStore, wake: @escaping @Sendable () -> Void = {}, codes: CodeIntake? = nil) {
+    /// Exchanges a new request's code at once (deletion id, user id), before the job is woken:
+    /// Apple's codes live five minutes, the queue may be slower. nil: the job does it.
+    package var exchangeCode: (@Sendable (UUID, UUID) throws -> Void)?
+
+    package init(
+        store: DeletionStore, wake: @escaping @Sendable () -> Void = {}, codes: CodeIntake? = nil,
+        exchangeCode: (@Sendable (UUID, UUID) throws -> Void)? = nil
+    ) {
         self.store = store
         self.wake = wake
         self.codes = codes
+        self.exchangeCode = exchangeCode
     }
 
     /// Checks and seals the authorization code a request may carry (§10.3).
@@ -151,6 +159,10 @@ package struct DeletionService: Sendable {
                 guard let opened = try store.request(
                     userID: userID, source: source, reason: request.reason, requestedBy: request.requestedBy, code: code)
                 else { continue }  // Purged between the two queries: resolve again.
+                if opened.created, code != nil, let exchangeCode {
+                    // A failure here (the database) leaves the code to the job.
+                    try? exchangeCode(opened.id, userID)
+                }
                 if opened.created { wake() }
                 let state = try store.record(opened.id)?.state ?? .requested
                 return (opened.id, state, opened.created)

@@ -42,6 +42,9 @@ public enum DeletionStepOutcome: String, Sendable, CaseIterable, PostgresDecodab
     case alreadyInvalid = "already_invalid"
     /// Apple unavailable: tried again later. `error`: Apple refused otherwise; also retried.
     case retry, error
+    /// Apple's revoke answered `invalid_request`: a defect of the request (TN3107), never a
+    /// success; retried, then dead-lettered.
+    case requestError = "request_error"
     case undecryptable
     case skipped
     case manualRevocationRequired = "manual_revocation_required"
@@ -51,6 +54,9 @@ public enum DeletionStepOutcome: String, Sendable, CaseIterable, PostgresDecodab
     case idTokenInvalid = "id_token_invalid"
     case wrongUser = "wrong_user"
     case noIdentity = "no_identity"
+    /// The code went to Apple and no usable answer came back: it may be used up, so it is
+    /// not sent again (protocol reference §11.4).
+    case answerLost = "answer_lost"
     /// The purge ran (`broker_purge_user`).
     case done
 
@@ -338,12 +344,24 @@ package struct DeletionStore: Sendable {
         }
     }
 
-    /// The code handed over with a request, if it has not been exchanged yet.
-    package func pendingCode(_ id: UUID) throws -> SealedCode? {
+    /// Takes the request's code: returns it and clears it in one statement, so that of two
+    /// takers (the API request, the job) only one ever sends it to Apple. With `leaseSeconds`
+    /// (the API request), only from a request no job has claimed yet, which is then held
+    /// back from the job for that long, until `releaseLease`: the job must not revoke before
+    /// the exchange has stored what it yields.
+    package func takeCode(_ id: UUID, leaseSeconds: Int? = nil) throws -> SealedCode? {
+        let lease = leaseSeconds.map { String($0) + " seconds" }
         guard let row = try pool.query(
             """
-            SELECT authorization_code, code_key_id, code_client_id, code_redirect_uri FROM deletion_requests
-            WHERE id = \(id) AND authorization_code IS NOT NULL
+            WITH taken AS (
+                SELECT id, authorization_code, code_key_id, code_client_id, code_redirect_uri FROM deletion_requests
+                WHERE id = \(id) AND authorization_code IS NOT NULL AND (\(lease)::interval IS NULL OR state = 'requested')
+                FOR UPDATE)
+            UPDATE deletion_requests d
+            SET authorization_code = NULL, code_key_id = NULL, code_client_id = NULL, code_redirect_uri = NULL,
+                next_attempt_at = COALESCE(now() + \(lease)::interval, d.next_attempt_at)
+            FROM taken WHERE d.id = taken.id
+            RETURNING taken.authorization_code, taken.code_key_id, taken.code_client_id, taken.code_redirect_uri
             """
         ).first else { return nil }
         return SealedCode(
@@ -351,14 +369,9 @@ package struct DeletionStore: Sendable {
             clientID: try row.decode(String?.self, "code_client_id"), redirectURI: try row.decode(String?.self, "code_redirect_uri"))
     }
 
-    /// Forgets the code (exchanged, or refused by Apple: either way it cannot be used again).
-    package func clearCode(_ id: UUID) throws {
-        try pool.query(
-            """
-            UPDATE deletion_requests
-            SET authorization_code = NULL, code_key_id = NULL, code_client_id = NULL, code_redirect_uri = NULL
-            WHERE id = \(id)
-            """)
+    /// Hands a request held by `takeCode(_:leaseSeconds:)` back to the job.
+    package func releaseLease(_ id: UUID) throws {
+        try pool.query("UPDATE deletion_requests SET next_attempt_at = now() WHERE id = \(id) AND state = 'requested'")
     }
 
     /// The identities of the user in this team: sub, client id used last, identity id.

@@ -103,8 +103,9 @@ public struct BrokerError: Error, Sendable, Equatable, CustomStringConvertible {
                 "Apple answered invalid_client: check APPLE_TEAM_ID, APPLE_KEY_ID, the .p8 key and APPLE_CLIENT_IDS")
         case .rejected, .malformedResponse:
             self.init(.appleResponseInvalid, "\(error)")
-        case .unavailable:
-            self = .appleUnavailable("Apple did not answer after retries")
+        case .unavailable(_, let retryAfter):
+            // Apple's own Retry-After reaches the caller (at least our 5 s default).
+            self.init(.appleUnavailable, "Apple did not answer after retries", retryAfterSeconds: max(retryAfter ?? 5, 1))
         }
     }
 }

@@ -12,6 +12,7 @@ public enum EventTopics {
     public static let all: [String] = [
         "user.created", "user.deletion_requested", "user.deleted", "identity.updated", "identity.linked",
         "consent.revoked", "consent.restored", "email.forwarding_disabled", "email.forwarding_enabled",
+        "token.invalidated",
     ]
 }
 

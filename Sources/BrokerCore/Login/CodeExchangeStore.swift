@@ -20,6 +20,10 @@ struct CodeExchangeStore: Sendable {
         case claimed
         /// Another request exchanged it and stored the refresh token.
         case alreadyExchanged
+        /// An earlier exchange sent the code and got no usable answer: Apple may have consumed
+        /// it, so it is never sent again (protocol reference §11.4); the login goes on without
+        /// a token.
+        case spent
     }
 
     func claim(_ code: String, clientID: String) throws -> Claim {
@@ -46,16 +50,24 @@ struct CodeExchangeStore: Sendable {
                 return .alreadyExchanged
             case .failed:
                 let code = try row.decode(String?.self, "error_code").flatMap(BrokerError.Code.init(rawValue:))
+                if code == .appleUnavailable { return .spent }
                 throw BrokerError(code ?? .authorizationCodeInvalid, "the code was refused")
             case .exchanging, nil:
                 if try row.decode(Bool.self, "abandoned") {
-                    // Its exchanger died mid-way; Apple has likely consumed the code.
-                    throw BrokerError(.authorizationCodeInvalid, "the code's exchange did not finish")
+                    // Its exchanger died mid-way; Apple has likely consumed the code: not our
+                    // code's fault, so no authorization_code_invalid, and not sent again.
+                    return .spent
                 }
                 Thread.sleep(forTimeInterval: 0.05)
             }
         }
         throw BrokerError.appleUnavailable("the code is still being exchanged by another request")
+    }
+
+    /// Records that the code went to Apple and no usable answer came back (a timeout, 5xx,
+    /// or a failure after the exchange): a retry gets `.spent`, never a second call.
+    func finishSpent(_ code: String) {
+        finish(code, succeeded: false, errorCode: .appleUnavailable)
     }
 
     func finish(_ code: String, succeeded: Bool, errorCode: BrokerError.Code? = nil) {

@@ -24,6 +24,7 @@ public final class LoginService: Sendable {
     private let outcomes: CounterFamily
     private let successes: CounterFamily
     private let newUsers: CounterFamily
+    private let codeOutcomes: CounterFamily
 
     package init(
         validator: IdentityTokenValidator, apple: AppleClient, pool: PostgresPool, tokenKeys: TokenKeyRing, teamID: String,
@@ -51,6 +52,10 @@ public final class LoginService: Sendable {
         newUsers = metrics.counter(
             "login_new_users_total", help: "Users created by a login, by whether their e-mail is an Apple relay (Hide My Email).",
             labels: ["private_email"])
+        codeOutcomes = metrics.counter(
+            "login_code_unsendable_total",
+            help: "Codes not sent to Apple again: answer_lost (a code grant got no usable answer), spent (a retry of such a code).",
+            labels: ["outcome"])
     }
 
     public func login(_ request: LoginRequest) throws -> LoginResponse {
@@ -104,6 +109,16 @@ public final class LoginService: Sendable {
                 .redirectURINotRegistered,
                 "redirect_uri is not one of the Return URLs registered for this client id (APPLE_REDIRECT_URIS)")
         }
+        // A code that is not the one issued with this token (its c_hash) never reaches Apple:
+        // a login key plus one valid token must not buy calls to Apple with arbitrary codes.
+        if let code = request.authorizationCode, !identity.matches(code: code) {
+            throw BrokerError(.authorizationCodeInvalid, "the authorization code does not match the identity token's c_hash")
+        }
+        // An identity token from before a consent-revoked never restores the consent (nor is its
+        // code sent): the user must sign in again (protocol reference §11.5).
+        if try store.predatesRevocation(identity) {
+            throw TokenRejection(.tokenTooOld, "the token was issued before the user revoked this app's consent: sign in again")
+        }
         // A user whose deletion is pending is refused before the code is exchanged: the refresh
         // token it would yield would be thrown away, yet live at Apple.
         if request.authorizationCode != nil, try store.deletionPending(sub: identity.sub) {
@@ -116,6 +131,10 @@ public final class LoginService: Sendable {
             switch try ledger.claim(code, clientID: identity.clientID) {
             case .alreadyExchanged:
                 break
+            case .spent:
+                // The first attempt's answer was lost: the login goes on without a token
+                // (refresh_token_stored false) rather than send the code twice.
+                codeOutcomes.increment("spent")
             case .claimed:
                 claimedCode = code
                 do {
@@ -126,8 +145,13 @@ public final class LoginService: Sendable {
                     // Kept until it expires: Apple's revoke accepts it as well (§10.3).
                     let access = try SealedAppleToken(sealing: tokens.accessToken, as: .access, for: owner, keys: tokenKeys)
                     sealedAccess = (access.keyID, access.sealed, tokens.expiresIn)
+                } catch let error as BrokerError where error.code == .appleUnavailable || error.code == .appleResponseInvalid {
+                    // Sent, and no usable answer: Apple may have consumed the code (§11.4).
+                    codeOutcomes.increment("answer_lost")
+                    ledger.finishSpent(code)
+                    throw error
                 } catch let error as BrokerError {
-                    // A refusal is remembered for a retry with the same code; an outage is not.
+                    // A refusal is remembered for a retry with the same code.
                     ledger.finish(code, succeeded: false, errorCode: error.code.isRefusal ? error.code : nil)
                     throw error
                 } catch {
@@ -140,9 +164,17 @@ public final class LoginService: Sendable {
         let record: LoginStore.Record
         do {
             let jitter = Int.random(in: 0...max(1, validationIntervalSeconds / 10))
-            record = try store.login(identity, user: request.user, sealedRefreshToken: sealed, validationJitterSeconds: jitter)
+            // broker_login schedules the first validation at "1 day + p_validation_jitter"; the
+            // offset makes it BROKER_REFRESH_VALIDATION_SECONDS (+ jitter) without a new version
+            // of the function (the previous release calls the same one).
+            record = try store.login(
+                identity, user: request.user, sealedRefreshToken: sealed,
+                validationJitterSeconds: validationIntervalSeconds - 86_400 + jitter)
         } catch {
-            if let claimedCode { ledger.finish(claimedCode, succeeded: false) }
+            // The code was exchanged: sending it again could only be refused.
+            if let claimedCode, sealed != nil { ledger.finishSpent(claimedCode) } else if let claimedCode {
+                ledger.finish(claimedCode, succeeded: false)
+            }
             throw error
         }
         if let claimedCode { ledger.finish(claimedCode, succeeded: record.outcome == .ok) }
@@ -174,7 +206,7 @@ public final class LoginService: Sendable {
     {
         let tokens: AppleTokenResponse
         do {
-            tokens = try apple.exchangeCode(code, clientID: identity.clientID, redirectURI: redirectURI, retry: retry)
+            tokens = try apple.exchangeCode(code, clientID: identity.clientID, redirectURI: redirectURI)
         } catch let error as AppleAPIError {
             throw BrokerError(error)
         }

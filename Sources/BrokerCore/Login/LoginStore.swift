@@ -46,7 +46,14 @@ struct LoginStore: Sendable {
     ) throws -> Record {
         if sealedRefreshToken == nil, let record = try unchangedRepeatLogin(identity, user: user) { return record }
         guard let transferSub = identity.transferSub else {
-            return try upsert(pool, identity, user: user, sealedRefreshToken: sealedRefreshToken, validationJitterSeconds: validationJitterSeconds)
+            guard user?.name != nil else {
+                return try upsert(pool, identity, user: user, sealedRefreshToken: sealedRefreshToken, validationJitterSeconds: validationJitterSeconds)
+            }
+            return try pool.withTransaction { connection in
+                try keepReauthorizationName(connection, identity, user: user)
+                return try upsert(
+                    connection, identity, user: user, sealedRefreshToken: sealedRefreshToken, validationJitterSeconds: validationJitterSeconds)
+            }
         }
         // A token carrying transfer_sub (the 60 days after a team transfer): the login joins the
         // user of the old sub and, in the same transaction, retires the old team's identity and
@@ -81,6 +88,36 @@ struct LoginStore: Sendable {
             emailVerified: try row.decode(Bool?.self, "r_email_verified") ?? false, isPrivateEmail: try row.decode(Bool?.self, "r_is_private_email") ?? false,
             realUserStatus: try row.decode(RealUserStatus?.self, "r_real_user_status"), refreshTokenStored: try row.decode(Bool.self, "r_refresh_token_stored"),
             unverifiedEmail: try row.decode(String?.self, "r_unverified_email"))
+    }
+
+    /// Whether the identity's consent for this token's app group was revoked after the token
+    /// was issued: such a token proves nothing about consent after the revocation (protocol
+    /// reference §11.5) and must not restore it. `iat` has whole seconds: a token of the
+    /// revocation's own second is given the benefit of the doubt.
+    func predatesRevocation(_ identity: AppleIdentity) throws -> Bool {
+        try !pool.query(
+            """
+            SELECT 1 FROM apple_identities i JOIN apple_grants g ON g.identity_id = i.id
+            WHERE i.team_id = \(teamID) AND i.sub = \(identity.sub) AND g.app_id = \(groups.group(of: identity.clientID).primary)
+              AND g.consent = 'revoked' AND g.consent_at >= \(identity.issuedAt)::timestamptz + interval '1 second'
+            """
+        ).isEmpty
+    }
+
+    /// A sign-in after the user revoked this app group's consent is a first authorization again:
+    /// Apple sends the `user` field (name) once more, and it is kept over the old one, which
+    /// broker_login would otherwise prefer (it keeps a stored name). Runs before broker_login,
+    /// in its transaction, only while the group's consent is still revoked.
+    private func keepReauthorizationName(_ connection: some PostgresQuerying, _ identity: AppleIdentity, user: AppleUserField?) throws {
+        guard let name = user?.name, name.firstName != nil || name.lastName != nil else { return }
+        try connection.query(
+            """
+            UPDATE apple_identities i SET given_name = COALESCE(\(name.firstName), i.given_name),
+                family_name = COALESCE(\(name.lastName), i.family_name)
+            FROM apple_grants g
+            WHERE i.team_id = \(teamID) AND i.sub = \(identity.sub) AND g.identity_id = i.id
+              AND g.app_id = \(groups.group(of: identity.clientID).primary) AND g.consent = 'revoked'
+            """)
     }
 
     /// Whether the user of this sub has a deletion pending.

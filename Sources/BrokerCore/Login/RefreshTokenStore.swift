@@ -17,6 +17,8 @@ struct RefreshTokenStore: Sendable {
         var teamID: String
         var sub: String
         var failures: Int
+        /// The kind of its last failed validation (`apple_tokens.last_validation_error`).
+        var lastError: String?
     }
 
     /// Claims up to `limit` due tokens of active users with `FOR UPDATE SKIP LOCKED` and leases
@@ -35,14 +37,16 @@ struct RefreshTokenStore: Sendable {
             UPDATE apple_tokens t SET next_validation_at = now() + interval '10 minutes'
             FROM due, apple_identities i
             WHERE t.id = due.id AND i.id = t.identity_id
-            RETURNING t.id, t.identity_id, t.client_id, t.refresh_token, t.key_id, i.team_id, i.sub, t.validation_failures
+            RETURNING t.id, t.identity_id, t.client_id, t.refresh_token, t.key_id, i.team_id, i.sub, t.validation_failures,
+                t.last_validation_error
             """
         ).map { row in
             DueToken(
                 id: try row.decode(UUID.self, "id"), identityID: try row.decode(UUID.self, "identity_id"),
                 clientID: try row.decode(String.self, "client_id"), sealed: try row.decode([UInt8].self, "refresh_token"),
                 keyID: try row.decode(String.self, "key_id"), teamID: try row.decode(String.self, "team_id"),
-                sub: try row.decode(String.self, "sub"), failures: try row.decode(Int.self, "validation_failures"))
+                sub: try row.decode(String.self, "sub"), failures: try row.decode(Int.self, "validation_failures"),
+                lastError: try row.decode(String?.self, "last_validation_error"))
         }
     }
 
@@ -56,23 +60,29 @@ struct RefreshTokenStore: Sendable {
     func recordValid(_ id: UUID, nextSeconds: Int) throws {
         try pool.query(
             """
-            UPDATE apple_tokens SET last_validated_at = now(), validation_failures = 0,
+            UPDATE apple_tokens SET last_validated_at = now(), validation_failures = 0, last_validation_error = NULL,
                 next_validation_at = now() + \(String(nextSeconds) + " seconds")::interval
             WHERE id = \(id)
             """)
     }
 
-    /// One more consecutive failure: `failures` in a row, next try in `delaySeconds`.
-    func backOff(_ id: UUID, failures: Int, delaySeconds: Int) throws {
+    /// One more consecutive failure (of this `kind`): `failures` in a row, next try in `delaySeconds`.
+    func backOff(_ id: UUID, failures: Int, kind: String, delaySeconds: Int) throws {
         try pool.query(
             """
-            UPDATE apple_tokens SET validation_failures = \(failures),
+            UPDATE apple_tokens SET validation_failures = \(failures), last_validation_error = \(kind),
                 next_validation_at = now() + \(String(delaySeconds) + " seconds")::interval
             WHERE id = \(id)
             """)
     }
 
-    /// Apple refused the grant: the consent of the token's app group is revoked (sql
+    /// Apple called the token dead (`invalid_grant`): it stops being live, the consent stays
+    /// (sql `broker_invalidate_token`, with its `token.invalidated` event).
+    func invalidateToken(_ id: UUID, group: AppGroups.Group, appleError: String) throws {
+        try pool.query("SELECT broker_invalidate_token(\(id), \(group.primary), 'refresh_sweep', \(appleError))")
+    }
+
+    /// Apple said the user revoked the grant: the consent of the token's app group is revoked (sql
     /// `broker_revoke_consent`, with its `consent.revoked` event).
     func revokeConsent(identityID: UUID, group: AppGroups.Group) throws {
         try pool.query(

@@ -8,9 +8,17 @@ import Synchronization
 
 /// Re-validates stored refresh tokens with Apple's refresh grant, each at most once per
 /// `validationIntervalSeconds` (daily by default, with jitter), so a revocation is caught
-/// even when Apple's `consent-revoked` notification never arrives. A revoked grant
-/// (`invalid_grant`, or `invalid_request`: see `AppleAPIError.isGrantRevoked`) revokes the
-/// consent of that token's app group, not the user's other apps, with a `consent.revoked` event.
+/// even when Apple's `consent-revoked` notification never arrives. Apple's answer decides
+/// (`AppleAPIError.refreshVerdict`, protocol reference §11):
+/// - `invalid_request` worded as a revocation (TN3107) revokes the consent of that token's
+///   app group, not the user's other apps, with a `consent.revoked` event;
+/// - `invalid_grant` says only that this token is dead (a password change, forum thread
+///   651237): the token stops being live (`token_invalid`), the consent stays, and
+///   `token.invalidated` asks the app for a fresh sign-in;
+/// - an unworded `invalid_request` is a request defect (TN3107): counted (`request_error`),
+///   logged, backed off, nothing revoked; only when it repeats for the same token while
+///   another token of the same batch refreshes fine is it taken as a revocation
+///   (`revoked_repeated_invalid_request`); a systemic one trips the breaker below.
 ///
 /// Any other failure is no verdict on the token, and Apple asks for at most one refresh a
 /// day and throttles (TN3194), so nothing is hammered:
@@ -82,8 +90,12 @@ package final class RefreshTokenSweep: Sendable {
     enum Verdict: Equatable {
         case valid
         case revoked
+        /// Apple called the token dead (`invalid_grant`); the consent stays.
+        case tokenInvalid
         /// No verdict on the token; `kind` names the error (bounded).
         case failed(kind: String)
+        /// An unworded `invalid_request` that this token also got last time.
+        case repeatedRequestError
     }
 
     /// Whether the breaker holds the sweep now.
@@ -96,18 +108,33 @@ package final class RefreshTokenSweep: Sendable {
         guard !due.isEmpty else { return false }
         var run: (kind: String, count: Int)?
         var anyVerdict = false
+        var anyValid = false
+        var repeated: [DueToken] = []
         for (index, token) in due.enumerated() {
-            switch validate(token) {
-            case .valid, .revoked:
+            let verdict = validate(token)
+            switch verdict {
+            case .valid, .revoked, .tokenInvalid:
                 anyVerdict = true
+                anyValid = anyValid || verdict == .valid
                 run = nil
             case .failed(let kind):
                 run = run?.kind == kind ? (kind, run!.count + 1) : (kind, 1)
+            case .repeatedRequestError:
+                repeated.append(token)
+                run = run?.kind == "invalid_request" ? ("invalid_request", run!.count + 1) : ("invalid_request", 1)
             }
             if !anyVerdict, let run, run.count >= breakerThreshold {
                 openBreaker(kind: run.kind, untouched: due[(index + 1)...].map(\.id))
                 return false
             }
+        }
+        // TN3107's second signal (protocol reference §11.1): the same token's request was
+        // "invalid" twice while another token's identical request went through, so the
+        // defect is this grant's, not ours. Without such a success nothing is concluded.
+        if anyValid {
+            for token in repeated { revokeConsent(token, outcome: "revoked_repeated_invalid_request", appleError: "invalid_request") }
+        } else if !repeated.isEmpty {
+            outcomes.increment("request_error_unconfirmed", by: Double(repeated.count))
         }
         return due.count == batchSize
     }
@@ -138,7 +165,7 @@ package final class RefreshTokenSweep: Sendable {
         } catch {
             outcomes.increment("undecryptable")
             logger.error("a stored refresh token cannot be decrypted", [("token_id", token.id.lowercasedString)])
-            recordFailure(token)
+            recordFailure(token, kind: "undecryptable")
             return .failed(kind: "undecryptable")
         }
         do {
@@ -147,33 +174,60 @@ package final class RefreshTokenSweep: Sendable {
             try store.recordValid(token.id, nextSeconds: next)
             outcomes.increment("valid")
             return .valid
-        } catch let error as AppleAPIError where error.isGrantRevoked {
+        } catch let error as AppleAPIError where error.refreshVerdict == .revoked {
+            revokeConsent(token, outcome: "revoked", appleError: error.kind)
+            return .revoked
+        } catch let error as AppleAPIError where error.refreshVerdict == .tokenInvalid {
+            // invalid_grant: this token is dead, the user's authorization may well stay
+            // (a password change; forum thread 651237, protocol reference §11.3).
             let group = groups.group(of: token.clientID)
             do {
-                try store.revokeConsent(identityID: token.identityID, group: group)
-                outcomes.increment("revoked")
+                try store.invalidateToken(token.id, group: group, appleError: error.kind)
+                outcomes.increment("token_invalid")
                 logger.info(
-                    "refresh token no longer valid: the app group's consent is revoked",
-                    [("identity_id", token.identityID.lowercasedString), ("client_id", group.primary), ("apple_error", error.kind)])
+                    "refresh token dead (invalid_grant): consent kept, a fresh sign-in is needed to store a new token",
+                    [("identity_id", token.identityID.lowercasedString), ("client_id", group.primary)])
             } catch {
                 outcomes.increment("error")
             }
-            return .revoked
+            return .tokenInvalid
+        } catch let error as AppleAPIError where error.refreshVerdict == .requestError {
+            // A request defect (TN3107), not a verdict: alert, back off, revoke nothing.
+            outcomes.increment("request_error")
+            logger.error(
+                "Apple answered invalid_request to a refresh without saying the user revoked: a request defect (proxy, content type, parameters)",
+                [("token_id", token.id.lowercasedString), ("apple_error", "\(error)")])
+            recordFailure(token, kind: error.kind)
+            return token.lastError == error.kind ? .repeatedRequestError : .failed(kind: error.kind)
         } catch {
             // Apple unavailable or refusing our client: no verdict on the token. Back off.
             let kind = (error as? AppleAPIError)?.kind ?? "error"
             outcomes.increment("error")
             logger.warning("refresh-token validation failed", [("error", kind)])
-            recordFailure(token)
+            recordFailure(token, kind: kind)
             return .failed(kind: kind)
         }
     }
 
+    /// Revokes the consent of the token's app group (`consent.revoked`, source `refresh_sweep`).
+    private func revokeConsent(_ token: DueToken, outcome: String, appleError: String) {
+        let group = groups.group(of: token.clientID)
+        do {
+            try store.revokeConsent(identityID: token.identityID, group: group)
+            outcomes.increment(outcome)
+            logger.info(
+                "Apple says the user revoked the app: the app group's consent is revoked",
+                [("identity_id", token.identityID.lowercasedString), ("client_id", group.primary), ("apple_error", appleError)])
+        } catch {
+            outcomes.increment("error")
+        }
+    }
+
     /// One more consecutive failure: the token is next tried after its backoff (jittered).
-    private func recordFailure(_ token: DueToken) {
+    private func recordFailure(_ token: DueToken, kind: String) {
         let failures = token.failures + 1
         let delay = Self.backoffSeconds(failures: failures, validationIntervalSeconds: settings.validationIntervalSeconds)
         let jittered = delay + Int.random(in: 0...max(1, delay / 10))
-        try? store.backOff(token.id, failures: failures, delaySeconds: jittered)
+        try? store.backOff(token.id, failures: failures, kind: kind, delaySeconds: jittered)
     }
 }

@@ -15,6 +15,9 @@ public struct AppleNotification: Sendable, Equatable {
     public var eventTime: Date
     /// The `aud` that matched one of ours: the group's primary App ID in Apple's notifications.
     public var audience: String
+    /// Email events' `email` and `is_private_email` (string or boolean), when sent.
+    public var email: String? = nil
+    public var isPrivateEmail: Bool? = nil
 }
 
 /// Apple's server-to-server notifications (`POST /v1/apple/notifications`), verified before
@@ -185,8 +188,11 @@ public final class NotificationReceiver: Sendable {
             }
             eventTime = number > 100_000_000_000 ? number / 1000 : number
         }
+        // Email events carry the address and whether it is a relay; bounded like any input.
+        let email = event["email"]?.stringValue.flatMap { $0.isEmpty || $0.utf8.count > 320 ? nil : $0 }
         return AppleNotification(
-            jti: jti, type: type, sub: sub, eventTime: Date(timeIntervalSince1970: eventTime), audience: audience)
+            jti: jti, type: type, sub: sub, eventTime: Date(timeIntervalSince1970: eventTime), audience: audience,
+            email: email, isPrivateEmail: event["is_private_email"]?.lenientBoolValue)
     }
 
     static func malformed(_ detail: String) -> BrokerError { BrokerError(.notificationMalformed, detail) }

@@ -9,16 +9,47 @@ struct NotificationStore: Sendable {
 
     /// Applies a verified notification to the group of its audience; the answer is the SQL
     /// function's. A concurrent delivery of the same `jti` surfaces as a unique violation.
+    /// An applied email event's address is applied too (`applyEmail`), in the same transaction.
     func apply(
         _ notification: AppleNotification, teamID: String, group: AppGroups.Group, subjectHash: String
     ) throws -> NotificationReceiver.Outcome {
-        try pool.query(
+        try pool.withTransaction { connection in
+            let outcome = try connection.query(
+                """
+                SELECT broker_apply_notification(\(notification.jti), \(notification.type), \(teamID),
+                    \(notification.sub), \(notification.eventTime), \(group.primary), \(PostgresTextArray(group.clientIDs)),
+                    \(subjectHash))
+                """
+            ).single().decode(NotificationReceiver.Outcome.self, "broker_apply_notification")
+            if outcome == .applied { try Self.applyEmail(notification, teamID: teamID, connection) }
+            return outcome
+        }
+    }
+
+    /// What the user sees follows Apple's email events (Apple news j5j9ep1b, 2025-10-09;
+    /// protocol reference §11.8): their `email` and `is_private_email` replace the identity's,
+    /// unless a sign-in verified a newer state (a second's grace: event times may come in whole
+    /// seconds), with `identity.updated` (source `apple`).
+    private static func applyEmail(_ notification: AppleNotification, teamID: String, _ connection: some PostgresQuerying) throws {
+        guard notification.type.hasPrefix("email-"), let email = notification.email else { return }
+        let isPrivate = notification.isPrivateEmail ?? false
+        guard let row = try connection.query(
             """
-            SELECT broker_apply_notification(\(notification.jti), \(notification.type), \(teamID),
-                \(notification.sub), \(notification.eventTime), \(group.primary), \(PostgresTextArray(group.clientIDs)),
-                \(subjectHash))
+            UPDATE apple_identities SET email = \(email), is_private_email = \(isPrivate)
+            WHERE team_id = \(teamID) AND sub = \(notification.sub)
+              AND (last_verified_at IS NULL OR last_verified_at < \(notification.eventTime)::timestamptz + interval '1 second')
+              AND (email IS DISTINCT FROM \(email) OR is_private_email IS DISTINCT FROM \(isPrivate))
+            RETURNING user_id, email_verified
             """
-        ).single().decode(NotificationReceiver.Outcome.self, "broker_apply_notification")
+        ).first else { return }
+        let userID = try row.decode(UUID.self, "user_id")
+        try connection.query(
+            """
+            SELECT broker_emit_event('identity.updated', \(userID), jsonb_build_object(
+                'user_id', \(userID)::uuid, 'changed', jsonb_build_array('email'),
+                'email_verified', \(try row.decode(Bool.self, "email_verified"))::boolean,
+                'is_private_email', \(isPrivate)::boolean, 'source', 'apple'))
+            """)
     }
 
     /// Notifications received longer ago than the retention.

@@ -154,8 +154,23 @@ package struct UserDirectory: Sendable {
         try pool.query("SELECT deletion_id FROM tombstones WHERE user_id = \(id) LIMIT 1").first?.decode(UUID.self, "deletion_id")
     }
 
-    /// The server-side twin of `getCredentialState`: `authorized`, `revoked`, `transferred`,
-    /// `deleted` or `not_found`. The identity used last decides. With `clientID`, the answer
+    /// Whether the identity's refresh tokens (of these client ids, or all) died with Apple's
+    /// `invalid_grant` and no live one is stored: the consent stands, but the broker can
+    /// neither check nor revoke it until the user signs in again (protocol reference §11.3).
+    private func tokenInvalid(_ identity: UUID, clientIDs: [String]?) throws -> Bool {
+        let scope = clientIDs.map { PostgresTextArray($0) }
+        let row = try pool.query(
+            """
+            SELECT bool_or(revoked_at IS NULL) AS live, bool_or(revoked_at IS NOT NULL AND revoked_reason = 'token_invalid') AS dead
+            FROM apple_tokens WHERE identity_id = \(identity) AND (\(scope)::text[] IS NULL OR client_id = ANY (\(scope)::text[]))
+            """
+        ).single()
+        return try !(row.decode(Bool?.self, "live") ?? false) && (row.decode(Bool?.self, "dead") ?? false)
+    }
+
+    /// The server-side twin of `getCredentialState`: `authorized`, `revoked`, `token_invalid`
+    /// (authorized at Apple, but the stored refresh token is dead: a fresh sign-in is needed),
+    /// `transferred`, `deleted` or `not_found`. The identity used last decides. With `clientID`, the answer
     /// is for that client id's app group (`revoked` once Apple revoked that group's consent);
     /// without, `authorized` while any group the identity is known in is authorized.
     package func credentialState(_ id: UUID, clientID: String? = nil) throws -> CredentialState {
@@ -172,10 +187,12 @@ package struct UserDirectory: Sendable {
             let apps = (try appGrants(ofUser: id)[identity] ?? KnownGrants())
                 .apps(including: groups.group(of: try row.decode(String.self, "client_id")).primary)
             if let clientID {
-                let primary = groups.group(of: clientID).primary
-                return apps.first { $0.clientID == primary }?.consent == .revoked ? .revoked : .authorized
+                let group = groups.group(of: clientID)
+                if apps.first(where: { $0.clientID == group.primary })?.consent == .revoked { return .revoked }
+                return try tokenInvalid(identity, clientIDs: group.clientIDs) ? .tokenInvalid : .authorized
             }
-            return apps.contains { $0.consent == .active } ? .authorized : .revoked
+            guard apps.contains(where: { $0.consent == .active }) else { return .revoked }
+            return try tokenInvalid(identity, clientIDs: nil) ? .tokenInvalid : .authorized
         }
         return try deletion(ofPurgedUser: id) != nil ? .deleted : .notFound
     }

@@ -255,7 +255,7 @@ package struct TeamTransfer: Sendable {
         switch error {
         case .invalidGrant: "Apple answered invalid_grant"
         case .invalidClient: "Apple refused the client credentials (invalid_client)"
-        case .rejected(let status, let code): "Apple refused it (\(status) \(code ?? "no error code"))"
+        case .rejected(let status, let code, _): "Apple refused it (\(status) \(code ?? "no error code"))"
         case .unavailable(let reason, _): "Apple unavailable: \(reason)"
         case .malformedResponse(let reason): "Apple's answer was unreadable: \(reason)"
         }

@@ -25,6 +25,9 @@ public enum EmailForwarding: String, Sendable, CaseIterable, PostgresDecodable, 
 /// The server-side twin of Apple's `getCredentialState` (`GET /v1/users/{id}/credential-state`).
 package enum CredentialState: String, Sendable, CaseIterable {
     case authorized, revoked, transferred, deleted
+    /// Authorized at Apple, but the stored refresh token is dead (Apple's `invalid_grant`):
+    /// a fresh sign-in is needed to store a new one.
+    case tokenInvalid = "token_invalid"
     case notFound = "not_found"
 }
 

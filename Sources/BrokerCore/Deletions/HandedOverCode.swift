@@ -1,0 +1,62 @@
+import AppleID
+import BrokerCrypto
+import Foundation
+import PostgresClient
+
+/// Exchanges the authorization code handed over with a deletion request (the app
+/// re-authenticated the user to delete the account, TN3194), checks that Apple's `id_token`
+/// names the user being deleted, and keeps the tokens it yields for the revoke.
+///
+/// Apple's codes live five minutes, so the compliance API runs this in the request, before
+/// it answers (a queue can be slower than that); the deletion job runs it too, for a code the
+/// request could not get to. The code is taken from the request atomically first: it goes
+/// to Apple at most once (protocol reference §11.4), also when its answer is lost.
+struct HandedOverCode: Sendable {
+    let store: DeletionStore
+    let apple: AppleClient
+    let tokenKeys: TokenKeyRing
+    let validator: IdentityTokenValidator
+
+    /// Every outcome is a `code_exchange` step: `exchanged`, `code_invalid`, `answer_lost`,
+    /// `wrong_user`, `id_token_invalid`, `undecryptable`, `no_identity`.
+    /// - Parameter inRequest: called by the API: only while no job has claimed the request,
+    ///   which is held back from the job until the exchange is over.
+    func exchange(deletionID: UUID, userID: UUID, inRequest: Bool = false) throws {
+        guard let code = try store.takeCode(deletionID, leaseSeconds: inRequest ? 60 : nil) else { return }
+        defer { if inRequest { try? store.releaseLease(deletionID) } }
+        func step(_ outcome: DeletionStepOutcome, _ detail: String? = nil, clientID: String? = nil) throws {
+            try store.addStep(deletionID, step: .codeExchange, clientID: clientID, outcome: outcome, detail: detail)
+        }
+        guard let plain = try? tokenKeys.open(
+            code.sealed, keyID: code.keyID, associatedData: DeletionStore.SealedCode.associatedData(userID: userID))
+        else { return try step(.undecryptable, "the handed-over code cannot be decrypted") }
+        let identities = try store.identities(of: userID)
+        guard let clientID = code.clientID ?? identities.first?.clientID else {
+            return try step(.noIdentity, "the user has no identity in this team")
+        }
+        let tokens: AppleTokenResponse
+        do {
+            tokens = try apple.exchangeCode(String(decoding: plain, as: UTF8.self), clientID: clientID, redirectURI: code.redirectURI)
+        } catch AppleAPIError.unavailable(let reason, _) {
+            // Sent once and no answer: Apple may have used it up; it is not sent again.
+            return try step(.answerLost, reason, clientID: clientID)
+        } catch let error as AppleAPIError {
+            return try step(.codeInvalid, "Apple refused the code: \(error.kind)", clientID: clientID)
+        }
+        guard let refreshToken = tokens.refreshToken, let idToken = tokens.idToken,
+            let returned = try? validator.validate(idToken, rawNonce: nil, clientIDHint: clientID, checkAge: false)
+        else { return try step(.idTokenInvalid, "Apple's answer lacked a refresh token or a verifiable id_token", clientID: clientID) }
+        guard let identity = identities.first(where: { $0.sub == returned.sub }) else {
+            // Another user's code: their grant is none of this deletion's business.
+            return try step(.wrongUser, "the code belongs to another user than the one being deleted", clientID: clientID)
+        }
+        let owner = SealedAppleToken.Owner(teamID: store.teamID, sub: identity.sub, clientID: clientID)
+        let sealedRefresh = try SealedAppleToken(sealing: refreshToken, as: .refresh, for: owner, keys: tokenKeys)
+        let sealedAccess = try SealedAppleToken(sealing: tokens.accessToken, as: .access, for: owner, keys: tokenKeys)
+        try store.keepExchangedTokens(
+            identityID: identity.id, userID: userID, clientID: clientID,
+            refresh: (sealedRefresh.sealed, sealedRefresh.keyID),
+            access: (sealedAccess.sealed, sealedAccess.keyID, tokens.expiresIn ?? 3600))
+        try step(.exchanged, clientID: clientID)
+    }
+}
