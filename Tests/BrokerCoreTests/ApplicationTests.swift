@@ -281,22 +281,27 @@ struct EmbeddedShutdownTests {
     func failedStartStopsTheCluster() throws {
         var (environment, dataDirectory) = try Self.embeddedEnvironment()
         defer { try? FileManager.default.removeItem(atPath: dataDirectory) }
-        let (holder, port) = try Self.serve([], environment: environment, log: dataDirectory + "/holder.log")
+        let (holder, _) = try Self.serve([], environment: environment, log: dataDirectory + "/holder.log")
         holder.send(SIGTERM)
         #expect(holder.wait() == 0)
         #expect(Self.postmaster(dataDirectory) == nil)
-        // Something else takes the port; the broker starts its cluster, then cannot listen.
+        // Something else takes a port; the broker starts its cluster, then cannot listen. The
+        // port is the kernel's pick, held from the start: a port looked up free and bound later
+        // can be taken in between by a test running beside this one.
         let taken = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         defer { close(taken) }
         var address = sockaddr_in()
         address.sin_family = sa_family_t(AF_INET)
-        address.sin_port = in_port_t(UInt16(port).bigEndian)
+        address.sin_port = 0
         address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        let bound = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(taken, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let bound = withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                bind(taken, $0, length) == 0 && getsockname(taken, $0, &length) == 0
+            }
         }
-        #expect(bound == 0 && listen(taken, 1) == 0)
-        environment["BROKER_LISTEN"] = "127.0.0.1:\(port)"
+        #expect(bound && listen(taken, 1) == 0)
+        environment["BROKER_LISTEN"] = "127.0.0.1:\(UInt16(bigEndian: address.sin_port))"
         let log = dataDirectory + "/failed.log"
         let failed = try ChildProcess.start(BrokerExecutable.path, ["serve"], environment: environment, output: .file(log))
         #expect(failed.wait() == 1)

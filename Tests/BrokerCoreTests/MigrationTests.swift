@@ -157,13 +157,24 @@ struct MigrationTests {
     func lockAcrossReleases() throws {
         let database = try TestPostgres.emptyDatabase()
         let logger = self.logger
+        // The new starter begins only once the old one holds the lock: started together, it
+        // could finish first, and the holder would wait for a waiter that never comes.
+        let held = DispatchSemaphore(value: 0)
         let results = onThreads(2) { index -> Bool in
             guard index == 0 else {
+                held.wait()
                 try Migrations.apply(configuration: database, logger: logger)
                 return true
             }
-            let holder = try PostgresConnection(configuration: database)
-            try holder.execute("SELECT pg_advisory_lock(\(0x6162_6B6D))")
+            let holder: PostgresConnection
+            do {
+                holder = try PostgresConnection(configuration: database)
+                try holder.execute("SELECT pg_advisory_lock(\(0x6162_6B6D))")
+            } catch {
+                held.signal()
+                throw error
+            }
+            held.signal()
             // Until the other starter waits on the lock, then let it go.
             while try holder.query(
                 """

@@ -43,14 +43,16 @@ struct PgBouncerTests {
         #expect(notification.status == 200)
         #expect(try broker.count("SELECT count(*) FROM apple_grants WHERE consent = 'revoked'") == 1)
 
-        // The sweep: a third user's consent withdrawn at Apple only, found by the refresh.
+        // The sweep: a third user's refresh token dies at Apple (a password change), found by
+        // the refresh and recorded as a dead token, the consent kept (protocol reference §11.3).
         let (_, sweptSub) = try broker.signIn()
-        #expect(broker.simulator.revokeConsent(teamID: TestBroker.teamID, sub: sweptSub) > 0)
+        #expect(broker.simulator.changePassword(teamID: TestBroker.teamID, sub: sweptSub) == 1)
         try broker.pool.query("UPDATE apple_tokens SET next_validation_at = now()")
-        for _ in 0..<100 where try broker.count("SELECT count(*) FROM apple_grants WHERE consent = 'revoked'") < 2 {
+        for _ in 0..<100 where try broker.count("SELECT count(*) FROM apple_tokens WHERE revoked_reason = 'token_invalid'") < 1 {
             Thread.sleep(forTimeInterval: 0.1)
         }
-        #expect(try broker.count("SELECT count(*) FROM apple_grants WHERE consent = 'revoked'") == 2)
+        #expect(try broker.count("SELECT count(*) FROM apple_tokens WHERE revoked_reason = 'token_invalid'") == 1)
+        #expect(try broker.count("SELECT count(*) FROM apple_grants WHERE consent = 'revoked'") == 1)
 
         // A deletion, revoked at Apple and purged by the deletion worker.
         let body = try JSONSerialization.data(withJSONObject: ["user_id": userID.lowercasedString, "reason": "asked", "requested_by": "support"])

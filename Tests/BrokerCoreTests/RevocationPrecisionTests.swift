@@ -9,7 +9,7 @@ import Testing
 
 /// Issue 28: no false revocations and no false successes, against a simulator as strict as
 /// Apple (protocol reference §11). Each test fails on the code before it.
-@Suite("Revocation you can trust")
+@Suite("Revocation you can trust", .offPool)
 struct RevocationPrecisionTests {
     static let sweep = ["BROKER_SWEEP_INTERVAL_SECONDS": "1", "BROKER_SWEEP_CONCURRENCY": "1"]
     static let fastDeletions = [

@@ -11,17 +11,24 @@ import PostgresClient
 /// it answers (a queue can be slower than that); the deletion job runs it too, for a code the
 /// request could not get to. The code is taken from the request atomically first: it goes
 /// to Apple at most once (protocol reference §11.4), also when its answer is lost.
-struct HandedOverCode: Sendable {
+package struct HandedOverCode: Sendable {
     let store: DeletionStore
     let apple: AppleClient
     let tokenKeys: TokenKeyRing
     let validator: IdentityTokenValidator
 
+    package init(store: DeletionStore, apple: AppleClient, tokenKeys: TokenKeyRing, validator: IdentityTokenValidator) {
+        self.store = store
+        self.apple = apple
+        self.tokenKeys = tokenKeys
+        self.validator = validator
+    }
+
     /// Every outcome is a `code_exchange` step: `exchanged`, `code_invalid`, `answer_lost`,
     /// `wrong_user`, `id_token_invalid`, `undecryptable`, `no_identity`.
     /// - Parameter inRequest: called by the API: only while no job has claimed the request,
     ///   which is held back from the job until the exchange is over.
-    func exchange(deletionID: UUID, userID: UUID, inRequest: Bool = false) throws {
+    package func exchange(deletionID: UUID, userID: UUID, inRequest: Bool = false) throws {
         guard let code = try store.takeCode(deletionID, leaseSeconds: inRequest ? 60 : nil) else { return }
         defer { if inRequest { try? store.releaseLease(deletionID) } }
         func step(_ outcome: DeletionStepOutcome, _ detail: String? = nil, clientID: String? = nil) throws {
