@@ -24,7 +24,10 @@ final class WebhookDispatcher: Sendable {
         var retryBase: Duration = .seconds(1)
         var retryMaximum: Duration = .seconds(3600)
         var maximumAge: Duration = .seconds(86_400)
+        /// Longer than `dnsTimeout` + `timeout` (checked at configuration load), or a slow
+        /// delivery's lease ends mid-flight and another lane sends it again.
         var lease: Duration = .seconds(60)
+        var dnsTimeout: Duration = .seconds(2)
     }
 
     let deliveries: WebhookDeliveryStore
@@ -32,6 +35,7 @@ final class WebhookDispatcher: Sendable {
     let transport: any HTTPTransport
     let settings: Settings
     let logger: Logger
+    let resolver: ReceiverResolver
     private let outcomes: CounterFamily
     private let latency: HistogramFamily
 
@@ -44,6 +48,7 @@ final class WebhookDispatcher: Sendable {
         self.transport = transport
         self.settings = settings
         self.logger = logger
+        resolver = ReceiverResolver(timeout: settings.dnsTimeout)
         outcomes = metrics.counter(
             "webhook_deliveries_total", help: "Webhook delivery attempts by outcome: delivered, retry, failed.",
             labels: ["outcome"])
@@ -105,6 +110,10 @@ final class WebhookDispatcher: Sendable {
 
     /// What `last_error` says about a failed attempt: a category, never connect details
     /// (addresses, ports, TLS or resolver messages would make deliveries a scanner's oracle).
+    /// With private networks refused, a host that does not resolve, resolves too slowly or
+    /// resolves to a private address is one category, `address_not_allowed`: telling them
+    /// apart would let a subscriber map the internal DNS (which names exist inside).
+    /// `dns_failed` is no longer written (rows from earlier releases may hold it).
     enum Failure: String, Error {
         case addressNotAllowed = "address_not_allowed"
         case dnsFailed = "dns_failed"
@@ -142,9 +151,11 @@ final class WebhookDispatcher: Sendable {
                 // Resolved here, every time, and the connection pinned to what was checked.
                 guard let parts = URLParts(delivery.url) else { throw Failure.invalidURL }
                 do {
-                    request.pinnedAddresses = try OutboundAddress.publicAddresses(of: parts.host)
-                } catch let refusal as OutboundAddress.Refusal {
-                    throw refusal.unresolvable ? Failure.dnsFailed : Failure.addressNotAllowed
+                    request.pinnedAddresses = try resolver.publicAddresses(of: parts.host)
+                } catch is OutboundAddress.Refusal {
+                    throw Failure.addressNotAllowed
+                } catch is ReceiverResolver.Failure {
+                    throw Failure.addressNotAllowed
                 }
             }
             status = try transport.send(request).status

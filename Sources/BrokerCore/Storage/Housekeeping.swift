@@ -7,13 +7,15 @@ struct Housekeeping: Sendable {
     let pool: PostgresPool
     /// `BROKER_EVENT_RETENTION_SECONDS`: delivered events and deliveries.
     let eventRetentionSeconds: Int
+    /// `BROKER_WEBHOOK_DEAD_LETTER_RETENTION_SECONDS`: failed and parked deliveries.
+    let deadLetterRetentionSeconds: Int
     /// `BROKER_NOTIFICATION_RETENTION_SECONDS`: the inbox of Apple's notifications.
     let notificationRetentionSeconds: Int
 
     /// One round; never more to do at once (the worker waits for its interval).
     func step() throws -> Bool {
         try CodeExchangeStore.prune(pool)
-        try EventRetention.prune(pool, retentionSeconds: eventRetentionSeconds)
+        try EventRetention.prune(pool, retentionSeconds: eventRetentionSeconds, deadLetterRetentionSeconds: deadLetterRetentionSeconds)
         try WebSignInStore.prune(pool)
         try NotificationReceiver.prune(pool, retentionSeconds: notificationRetentionSeconds)
         return false
