@@ -23,6 +23,15 @@ struct DeletionTests {
         return try broker.post("/v1/deletions", json: String(decoding: data, as: UTF8.self), key: broker.key([.compliance]))
     }
 
+    /// Makes the simulator answer every revoke with 500, so deletions dead-letter.
+    private func failEveryRevoke(_ broker: TestBroker) {
+        var faults = FaultSettings()
+        faults.errorRate = 1
+        faults.errorStatuses = [500]
+        faults.endpoints = ["revoke"]
+        broker.simulator.faults = faults
+    }
+
     /// Waits until every deletion request is done or failed (or the time is up).
     private func waitForDeletions(_ broker: TestBroker, seconds: Double = 30) throws {
         let deadline = Date().addingTimeInterval(seconds)
@@ -176,11 +185,7 @@ struct DeletionTests {
         try waitForDeletions(broker)
         #expect(try broker.count("SELECT count(*) FROM deletion_steps WHERE step = 'nothing_to_revoke'") == 1)
 
-        var faults = FaultSettings()
-        faults.errorRate = 1
-        faults.errorStatuses = [500]
-        faults.endpoints = ["revoke"]
-        broker.simulator.faults = faults
+        failEveryRevoke(broker)
         let (stuckID, _) = try user(broker)
         let deletionID = try requestDeletion(broker, ["user_id": stuckID.lowercasedString, "reason": "r", "requested_by": "q"]).json["deletion_id"] as! String
         try waitForDeletions(broker)
@@ -202,11 +207,7 @@ struct DeletionTests {
     @Test("a dead-lettered deletion is returned by a second request, not reopened; the retry re-drives it to one user.deleted")
     func deadLetterIsRedrivenNotReopened() throws {
         let broker = try TestBroker(extra: Self.fast.merging(["BROKER_DELETION_MAX_ATTEMPTS": "2"]) { $1 })
-        var faults = FaultSettings()
-        faults.errorRate = 1
-        faults.errorStatuses = [500]
-        faults.endpoints = ["revoke"]
-        broker.simulator.faults = faults
+        failEveryRevoke(broker)
         let (userID, _) = try user(broker)
         let body: [String: Any] = ["user_id": userID.lowercasedString, "reason": "r", "requested_by": "q"]
         let first = try requestDeletion(broker, body)

@@ -182,7 +182,7 @@ final class WebhookDispatcher: Sendable {
                 outcomes.increment("delivered")
             }
             if failure == .addressNotAllowed {
-                logger.warning("webhook receiver refused: not a public address", [("subscription", delivery.subscriptionID.lowercasedString)])
+                logger.warning("webhook receiver refused: its host is not, or does not resolve (in time) to, a public address", [("subscription", delivery.subscriptionID.lowercasedString)])
             }
         } catch {
             // The lease brings the delivery back; the receiver may see it twice (at least once).
