@@ -22,10 +22,22 @@ public final class CurlTransport: HTTPTransport {
     }
 
     public func send(_ request: HTTPClientRequest) throws -> HTTPClientResponse {
-        let handle = try idleHandles.withLock { $0.popLast() } ?? EasyHandle()
+        let key = EasyHandle.pinKey(request)
+        // A handle keeps what CURLOPT_RESOLVE put in its DNS cache, and its connections, after
+        // the transfer (curl_easy_reset clears neither): it serves only requests that pin
+        // every host:port it has pinned the same way (or pin nothing it has pinned), so no
+        // pin is ever used by a request that did not ask for it, and keep-alive survives
+        // deliveries to a receiver whose addresses did not change.
+        let pooled = idleHandles.withLock { handles -> EasyHandle? in
+            guard let index = handles.lastIndex(where: { $0.pins[key.hostPort] == key.addresses }) else { return nil }
+            return handles.remove(at: index)
+        }
+        let handle = try pooled ?? EasyHandle()
         defer {
             idleHandles.withLock { handles in
-                if handles.count < maximumIdleHandles { handles.append(handle) }
+                // The oldest goes: a handle whose pins no longer match anything would stay idle for ever.
+                if handles.count >= maximumIdleHandles { handles.removeFirst() }
+                handles.append(handle)
             }
         }
         return try handle.perform(request, maximumResponseBytes: maximumResponseBytes, caCertificatesPath: caCertificatesPath)
@@ -40,6 +52,16 @@ enum CurlGlobal {
 /// Owns one `CURL` easy handle (libcurl: not thread-safe, one transfer at a time).
 final class EasyHandle: @unchecked Sendable {
     private let handle: UnsafeMutableRawPointer
+    /// host:port → the addresses pinned for it (as given to CURLOPT_RESOLVE), for every
+    /// host:port this handle ever pinned: its DNS cache and connections remember them.
+    private(set) var pins: [String: String] = [:]
+
+    /// The host:port a request goes to and the addresses it pins (nil: none).
+    static func pinKey(_ request: HTTPClientRequest) -> (hostPort: String, addresses: String?) {
+        guard let url = URLParts(request.url) else { return ("", nil) }
+        let addresses = request.pinnedAddresses.map { pinned in pinned.map { $0.contains(":") ? "[\($0)]" : $0 }.joined(separator: ",") }
+        return ("\(url.host):\(url.port)", addresses)
+    }
 
     init() throws {
         guard let handle = curl_easy_init() else {
@@ -84,9 +106,12 @@ final class EasyHandle: @unchecked Sendable {
         if let pinned = request.pinnedAddresses {
             // host:port:address,… (IPv6 in brackets) replaces whatever the handle's DNS cache
             // holds for host:port; TLS still verifies the certificate against the host name.
-            guard let url = URLParts(request.url), !pinned.isEmpty else { throw HTTPClientError(.invalidURL, "unusable URL") }
-            let addresses = pinned.map { $0.contains(":") ? "[\($0)]" : $0 }.joined(separator: ",")
-            resolveList = curl_slist_append(resolveList, "\(url.host):\(url.port):\(addresses)")
+            let key = Self.pinKey(request)
+            guard !pinned.isEmpty, !key.hostPort.isEmpty, let addresses = key.addresses else {
+                throw HTTPClientError(.invalidURL, "unusable URL")
+            }
+            pins[key.hostPort] = addresses
+            resolveList = curl_slist_append(resolveList, "\(key.hostPort):\(addresses)")
             _ = cbroker_curl_setopt_ptr(handle, CURLOPT_RESOLVE, UnsafeMutableRawPointer(resolveList))
             // Nothing but the pinned addresses: no proxy from the environment either.
             _ = cbroker_curl_setopt_string(handle, CURLOPT_NOPROXY, "*")

@@ -24,6 +24,15 @@ struct DeletionTests {
         return try broker.post("/v1/deletions", json: String(decoding: data, as: UTF8.self), key: broker.key([.compliance]))
     }
 
+    /// Makes the simulator answer every revoke with 500, so deletions dead-letter.
+    private func failEveryRevoke(_ broker: TestBroker) {
+        var faults = FaultSettings()
+        faults.errorRate = 1
+        faults.errorStatuses = [500]
+        faults.endpoints = ["revoke"]
+        broker.simulator.faults = faults
+    }
+
     /// Waits until every deletion request is done or failed (or the time is up).
     private func waitForDeletions(_ broker: TestBroker, seconds: Double = 30) throws {
         let deadline = Date().addingTimeInterval(seconds)
@@ -177,11 +186,7 @@ struct DeletionTests {
         try waitForDeletions(broker)
         #expect(try broker.count("SELECT count(*) FROM deletion_steps WHERE step = 'nothing_to_revoke'") == 1)
 
-        var faults = FaultSettings()
-        faults.errorRate = 1
-        faults.errorStatuses = [500]
-        faults.endpoints = ["revoke"]
-        broker.simulator.faults = faults
+        failEveryRevoke(broker)
         let (stuckID, _) = try user(broker)
         let deletionID = try requestDeletion(broker, ["user_id": stuckID.lowercasedString, "reason": "r", "requested_by": "q"]).json["deletion_id"] as! String
         try waitForDeletions(broker)
@@ -198,6 +203,75 @@ struct DeletionTests {
         try waitForDeletions(broker)
         #expect(try broker.get("/v1/deletions/\(deletionID)", key: broker.key([.compliance])).json["state"] as? String == "done")
         #expect(try broker.post("/v1/deletions/\(deletionID)/retry", json: "{}", key: broker.key([.compliance])).status == 409)
+    }
+
+    @Test("a dead-lettered deletion is returned by a second request, not reopened; the retry re-drives it to one user.deleted")
+    func deadLetterIsRedrivenNotReopened() throws {
+        let broker = try TestBroker(extra: Self.fast.merging(["BROKER_DELETION_MAX_ATTEMPTS": "2"]) { $1 })
+        failEveryRevoke(broker)
+        let (userID, _) = try user(broker)
+        let body: [String: Any] = ["user_id": userID.lowercasedString, "reason": "r", "requested_by": "q"]
+        let first = try requestDeletion(broker, body)
+        let deletionID = try #require(first.json["deletion_id"] as? String)
+        try waitForDeletions(broker)
+        #expect(try broker.get("/v1/deletions/\(deletionID)", key: broker.key([.compliance])).json["state"] as? String == "failed")
+
+        // The attack: ask again (twice) while it is dead-lettered, then let Apple recover.
+        broker.simulator.faults = FaultSettings()
+        for _ in 0..<2 {
+            let again = try requestDeletion(broker, body)
+            #expect(again.json["deletion_id"] as? String == deletionID, "the existing request, not a new one")
+            #expect(again.json["created"] as? Bool == false)
+            #expect(again.json["state"] as? String == "failed")
+        }
+        try waitForDeletions(broker)
+        #expect(try broker.count("SELECT count(*) FROM deletion_requests WHERE user_id = \(userID)") == 1)
+        #expect(try broker.count("SELECT count(*) FROM users WHERE id = \(userID)") == 1, "nothing ran until the retry")
+
+        #expect(try broker.post("/v1/deletions/\(deletionID)/retry", json: "{}", key: broker.key([.compliance])).status == 202)
+        try waitForDeletions(broker)
+        #expect(try broker.get("/v1/deletions/\(deletionID)", key: broker.key([.compliance])).json["state"] as? String == "done")
+        #expect(try broker.count("SELECT count(*) FROM outbox_events WHERE type = 'user.deleted' AND user_id = \(userID)") == 1)
+        #expect(try requestDeletion(broker, body).status == 410)
+    }
+
+    @Test("the database refuses a second user.deleted for one user: a second request purged, a re-run purge, a retry beside an open request")
+    func userDeletedOnce() throws {
+        let broker = try TestBroker(extra: Self.fast)
+        let (userID, _) = try user(broker)
+        #expect(try requestDeletion(broker, ["user_id": userID.lowercasedString, "reason": "r", "requested_by": "q"]).status == 202)
+        try waitForDeletions(broker)
+        #expect(try broker.count("SELECT count(*) FROM outbox_events WHERE type = 'user.deleted' AND user_id = \(userID)") == 1)
+
+        // What the previous release allowed: a second request for the user (beside a failed
+        // one), driven to its purge. The purge raises and writes nothing.
+        let second = UUID()
+        try broker.pool.query(
+            """
+            INSERT INTO deletion_requests (id, user_id, source, reason, requested_by, state)
+            VALUES (\(second), \(userID), 'api', 'again', 'q', 'purging')
+            """)
+        #expect(throws: PostgresError.self) {
+            try broker.pool.query("SELECT broker_purge_user(\(second), '{}'::text[], '{}'::text[])")
+        }
+        #expect(try broker.count("SELECT count(*) FROM deletion_requests WHERE id = \(second) AND state = 'purging'") == 1)
+        // Any writer, not only the purge: the event itself is refused.
+        #expect(throws: PostgresError.self) {
+            try broker.pool.query(
+                "SELECT broker_emit_event('user.deleted', \(userID), jsonb_build_object('user_id', \(userID)::text))")
+        }
+        #expect(try broker.count("SELECT count(*) FROM outbox_events WHERE type = 'user.deleted' AND user_id = \(userID)") == 1)
+        #expect(try broker.count("SELECT count(*) FROM user_deleted_events WHERE user_id = \(userID)") == 1)
+
+        // A failed request beside another request of its user is not re-driven.
+        try broker.pool.query("UPDATE deletion_requests SET state = 'done' WHERE id = \(second)")
+        let third = UUID()
+        try broker.pool.query(
+            """
+            INSERT INTO deletion_requests (id, user_id, source, reason, requested_by, state)
+            VALUES (\(third), \(userID), 'api', 'again', 'q', 'failed')
+            """)
+        #expect(try broker.post("/v1/deletions/\(third)/retry", json: "{}", key: broker.key([.compliance])).status == 409)
     }
 
     @Test("a deletion worker killed with SIGKILL three times during 200 deletions loses none and purges each once")

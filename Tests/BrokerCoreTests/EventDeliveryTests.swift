@@ -158,6 +158,24 @@ struct EventDeliveryTests {
         #expect(!list.bodyText.contains("whsec_"), "secrets are shown once, at creation")
     }
 
+    @Test("subscriptions are capped by BROKER_WEBHOOK_MAX_SUBSCRIPTIONS: 409 webhook_subscription_limit beyond, room again after a delete")
+    func subscriptionCap() throws {
+        let broker = try TestBroker(extra: ["BROKER_WEBHOOK_MAX_SUBSCRIPTIONS": "3", "BROKER_ROLES": "api"])
+        let admin = try broker.key([.admin])
+        let body = #"{"url":"https://example.com/hook","topics":["*"]}"#
+        // Eight creators at once: exactly three get in.
+        let statuses = try onThreads(8) { _ in try broker.post("/v1/webhook-subscriptions", json: body, key: admin).status }.map { try $0.get() }
+        #expect(statuses.sorted() == [201, 201, 201, 409, 409, 409, 409, 409])
+        let refused = try broker.post("/v1/webhook-subscriptions", json: body, key: admin)
+        #expect(refused.status == 409)
+        #expect(refused.json["code"] as? String == "webhook_subscription_limit")
+        #expect(refused.headers.first { $0.0.lowercased() == "content-type" }?.1.hasPrefix("application/problem+json") == true)
+        #expect(try broker.count("SELECT count(*) FROM webhook_subscriptions") == 3)
+        let id = try broker.pool.query("SELECT id FROM webhook_subscriptions LIMIT 1").single().decode(UUID.self, 0)
+        #expect(try broker.client.send(.init(method: "DELETE", url: broker.baseURL + "/v1/webhook-subscriptions/\(id.lowercasedString)", headers: [("Authorization", "Bearer \(admin)")])).status == 204)
+        #expect(try broker.post("/v1/webhook-subscriptions", json: body, key: admin).status == 201)
+    }
+
     @Test("a paused subscription's deliveries are parked out of the dispatcher's way; resume and the reconciler bring them back")
     func parkedWhilePaused() throws {
         let broker = try TestBroker(extra: ["BROKER_ROLES": "api"])
@@ -306,7 +324,7 @@ struct EventDeliveryTests {
 
 @Suite("Event retention", .offPool)
 struct EventRetentionTests {
-    @Test("delivered events age out; pending and failed ones are never pruned")
+    @Test("delivered events age out; failed and parked deliveries after the dead-letter retention; due ones never")
     func prune() throws {
         let broker = try TestBroker(extra: ["BROKER_ROLES": "api"])
         let pool = broker.pool
@@ -326,12 +344,28 @@ struct EventRetentionTests {
         try pool.query("UPDATE webhook_deliveries SET state = 'failed' WHERE id = \(deliveries[1])")
         // deliveries[2] stays pending.
 
-        let pruned = try EventRetention.prune(pool, retentionSeconds: 7 * 86_400)
+        let pruned = try EventRetention.prune(pool, retentionSeconds: 7 * 86_400, deadLetterRetentionSeconds: 14 * 86_400)
         #expect(pruned.deliveries == 1, "the delivered one")
         #expect(pruned.events == 2, "its event and the feed-only one")
         #expect(try broker.count("SELECT count(*) FROM webhook_deliveries WHERE state IN ('pending', 'failed')") == 2)
         #expect(try broker.count("SELECT count(*) FROM outbox_events") == 2)
-        let again = try EventRetention.prune(pool, retentionSeconds: 7 * 86_400)
+        let again = try EventRetention.prune(pool, retentionSeconds: 7 * 86_400, deadLetterRetentionSeconds: 14 * 86_400)
         #expect(again.deliveries == 0 && again.events == 0)
+
+        // Older than the dead-letter retention: the failed one goes, and so does one parked
+        // by a paused subscription; a due one stays, however old.
+        try pool.query("UPDATE webhook_deliveries SET created_at = now() - interval '20 days'")
+        let due = try broker.count("SELECT count(*) FROM webhook_deliveries WHERE state = 'pending'")
+        #expect(due == 1)
+        try pool.query("SELECT broker_emit_event('consent.revoked', NULL, '{}'::jsonb)")
+        try pool.query(
+            """
+            UPDATE webhook_deliveries SET next_attempt_at = 'infinity', created_at = now() - interval '20 days'
+            WHERE id = (SELECT max(id) FROM webhook_deliveries)
+            """)
+        let aged = try EventRetention.prune(pool, retentionSeconds: 7 * 86_400, deadLetterRetentionSeconds: 14 * 86_400)
+        #expect(aged.deliveries == 2, "the failed one and the parked one")
+        #expect(try broker.count("SELECT count(*) FROM webhook_deliveries") == 1)
+        #expect(try broker.count("SELECT count(*) FROM webhook_deliveries WHERE state = 'pending' AND next_attempt_at < 'infinity'") == 1)
     }
 }

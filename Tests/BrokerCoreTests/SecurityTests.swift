@@ -1,6 +1,6 @@
 import AppleSimulator
 import BrokerAPI
-import BrokerCore
+@testable import BrokerCore
 import Foundation
 import Glibc
 import HTTPClient
@@ -99,6 +99,63 @@ struct SecurityTests {
         #expect(try row.decode(String?.self, 0) == "address_not_allowed")
         #expect(try row.decode(Int?.self, 1) == nil)
         #expect(receiver.deliveries.isEmpty, "nothing reached the loopback receiver")
+    }
+
+    @Test("a pinned address is used by that request only: a later request to the same host:port, unpinned or pinned elsewhere, does not reach it")
+    func noPinLeftBehind() throws {
+        let receiver = try WebhookReceiver()
+        let transport = CurlTransport(maximumIdleHandles: 1)  // one handle, so every request could reuse it
+        let url = "http://pinned.invalid:\(receiver.port)/hook"
+        var pinned = HTTPClientRequest(method: "POST", url: url, body: Array("{}".utf8), timeout: .seconds(2))
+        pinned.pinnedAddresses = ["127.0.0.1"]
+        #expect(try transport.send(pinned).status < 500, "the pin reaches the receiver")
+        // Unpinned: pinned.invalid does not resolve, so this must fail, whatever the last request pinned.
+        let unpinned = HTTPClientRequest(method: "POST", url: url, body: Array("{}".utf8), timeout: .seconds(2))
+        #expect(throws: HTTPClientError.self) { try transport.send(unpinned) }
+        // Pinned elsewhere (nothing listens there): no connection to the old address is reused.
+        var elsewhere = pinned
+        elsewhere.pinnedAddresses = ["127.0.0.2"]
+        #expect(throws: HTTPClientError.self) { try transport.send(elsewhere) }
+        // The same pin again still works (keep-alive is kept for an unchanged pin).
+        #expect(try transport.send(pinned).status < 500)
+    }
+
+    @Test("resolving a webhook host gives up after BROKER_WEBHOOK_DNS_TIMEOUT_MS, and a stuck resolver does not pile up threads")
+    func resolverTimeout() throws {
+        let release = DispatchSemaphore(value: 0)
+        var resolver = ReceiverResolver(timeout: .milliseconds(200)) { _ in
+            release.wait()
+            return ["192.0.2.1"]
+        }
+        resolver.maximumInFlight = 2
+        let started = Date()
+        #expect(throws: ReceiverResolver.Failure.timedOut) { try resolver.publicAddresses(of: "slow.example") }
+        #expect(Date().timeIntervalSince(started) < 1.5)
+        #expect(throws: ReceiverResolver.Failure.timedOut) { try resolver.publicAddresses(of: "slow.example") }
+        // Two lookups still hang: a third fails at once instead of starting a thread.
+        let third = Date()
+        #expect(throws: ReceiverResolver.Failure.timedOut) { try resolver.publicAddresses(of: "slow.example") }
+        #expect(Date().timeIntervalSince(third) < 0.1)
+        release.signal()
+        release.signal()
+        let quick = ReceiverResolver(timeout: .seconds(2)) { _ in ["192.0.2.1"] }
+        #expect(try quick.publicAddresses(of: "fast.example") == ["192.0.2.1"])
+    }
+
+    @Test("a webhook host that does not resolve is recorded as address_not_allowed, like a private one: no internal DNS oracle")
+    func webhookUnresolvableIsNotAnOracle() throws {
+        let broker = try TestBroker(extra: [
+            "BROKER_WEBHOOK_ALLOW_PRIVATE_NETWORKS": "false", "BROKER_DISPATCH_INTERVAL_MS": "50", "BROKER_WEBHOOK_RETRY_BASE_MS": "50",
+        ])
+        let admin = try broker.key([.admin])
+        let body = #"{"url":"https://no-such-host.invalid/hook","topics":["*"]}"#
+        #expect(try broker.post("/v1/webhook-subscriptions", json: body, key: admin).status == 201)
+        _ = try broker.login(["identity_token": try broker.mint().idToken])
+        try waitUntil(seconds: 10) {
+            try broker.count("SELECT count(*) FROM webhook_deliveries WHERE attempts > 0 AND last_error IS NOT NULL") > 0
+        }
+        let row = try broker.pool.query("SELECT last_error FROM webhook_deliveries").single()
+        #expect(try row.decode(String?.self, 0) == "address_not_allowed")
     }
 
     @Test("with a certificate and key the listener speaks HTTPS")

@@ -44,6 +44,21 @@ struct ConfigurationTests {
         #expect(configuration.roles.count == BrokerConfiguration.Role.allCases.count)
     }
 
+    @Test("the webhook lease must outlast the DNS and delivery timeouts; webhook limits have defaults")
+    func webhookLease() throws {
+        let defaults = try BrokerConfiguration.load(environment: [:], requireApple: false).dispatch
+        #expect(defaults.leaseSeconds == 60 && defaults.maximumSubscriptions == 50)
+        #expect(defaults.deadLetterRetentionSeconds == 30 * 86_400 && defaults.dnsTimeoutMilliseconds == 2000)
+        let error = #expect(throws: BrokerConfiguration.Invalid.self) {
+            try BrokerConfiguration.load(environment: ["BROKER_WEBHOOK_TIMEOUT_MS": "120000"], requireApple: false)
+        }
+        #expect(error?.problems.count == 1)
+        #expect(error?.problems.first?.hasPrefix("BROKER_WEBHOOK_LEASE_SECONDS:") == true)
+        let longer = try BrokerConfiguration.load(
+            environment: ["BROKER_WEBHOOK_TIMEOUT_MS": "120000", "BROKER_WEBHOOK_LEASE_SECONDS": "180"], requireApple: false)
+        #expect(longer.dispatch.leaseSeconds == 180)
+    }
+
     @Test("APPLE_APP_GROUPS: unset one group of every client id; primary=member lists; loners; problems named")
     func appGroups() throws {
         let key = try TestKeys.privateKeyFile()

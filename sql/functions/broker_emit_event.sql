@@ -2,7 +2,9 @@
 -- subscription whose topics match; a limited subscription (client_ids) only gets its apps'
 -- events, an unlimited one (client_ids NULL) costs no lookup. No NOTIFY: PostgreSQL
 -- serialises every notifying commit on one lock, which would cap login throughput; the
--- dispatcher polls briefly and is woken in-process by the writer.
+-- dispatcher polls briefly and is woken in-process by the writer. The rows written here are
+-- bounded by BROKER_WEBHOOK_MAX_SUBSCRIPTIONS (WebhookSubscriptionStore.create refuses more
+-- subscriptions), which is what keeps a login's transaction from growing with them.
 CREATE OR REPLACE FUNCTION broker_emit_event(p_type text, p_user_id uuid, p_payload jsonb)
 RETURNS bigint LANGUAGE plpgsql AS $$
 DECLARE

@@ -73,6 +73,7 @@ struct BrokerParts: Sendable {
         deletionStore = DeletionStore(pool: pool, teamID: appleSettings.teamID, hasher: SubjectHasher(keys: tokenKeys))
         var subscriptions = WebhookSubscriptionStore(pool: pool, tokenKeys: tokenKeys)
         subscriptions.allowPrivateNetworks = configuration.dispatch.allowPrivateNetworks
+        subscriptions.maximumSubscriptions = configuration.dispatch.maximumSubscriptions
         self.subscriptions = subscriptions
     }
 
@@ -98,7 +99,8 @@ struct BrokerParts: Sendable {
                 pool: pool, subscriptions: subscriptions, transport: transport,
                 settings: .init(
                     timeout: .milliseconds(dispatch.timeoutMilliseconds), retryBase: .milliseconds(dispatch.retryBaseMilliseconds),
-                    retryMaximum: .seconds(dispatch.retryMaximumSeconds), maximumAge: .seconds(dispatch.maximumAgeSeconds)),
+                    retryMaximum: .seconds(dispatch.retryMaximumSeconds), maximumAge: .seconds(dispatch.maximumAgeSeconds),
+                    lease: .seconds(dispatch.leaseSeconds), dnsTimeout: .milliseconds(dispatch.dnsTimeoutMilliseconds)),
                 metrics: metrics, logger: logger.labelled("dispatcher")
             ).step)
     }
@@ -126,6 +128,7 @@ struct BrokerParts: Sendable {
     func housekeeping() -> WorkerGroup {
         let housekeeping = Housekeeping(
             pool: pool, eventRetentionSeconds: configuration.dispatch.retentionSeconds,
+            deadLetterRetentionSeconds: configuration.dispatch.deadLetterRetentionSeconds,
             notificationRetentionSeconds: configuration.dispatch.notificationRetentionSeconds)
         return WorkerGroup(name: "housekeeping", lanes: 1, interval: .seconds(300), logger: logger, step: housekeeping.step)
     }

@@ -38,6 +38,7 @@ public enum ProblemCatalog {
         case .deletionNotFailed: (409, "Not a failed deletion")
         case .subscriptionNotFound: (404, "Subscription not found")
         case .deliveryNotFailed: (409, "Not a failed delivery")
+        case .webhookSubscriptionLimit: (409, "Webhook subscription limit reached")
         case .appleClientRejected: (502, "Apple refused our credentials")
         case .appleResponseInvalid: (502, "Apple's answer was invalid")
         case .appleUnavailable, .databaseUnavailable, .shuttingDown: (503, "Service unavailable")

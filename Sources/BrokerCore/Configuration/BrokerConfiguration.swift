@@ -134,6 +134,18 @@ public struct BrokerConfiguration: Sendable {
         public var maximumAgeSeconds = 86_400
         /// `BROKER_EVENT_RETENTION_SECONDS`: delivered deliveries and events are pruned after this.
         public var retentionSeconds = 7 * 86_400
+        /// `BROKER_WEBHOOK_MAX_SUBSCRIPTIONS`: subscriptions the broker holds at most (409
+        /// `webhook_subscription_limit` beyond); it also bounds the delivery rows an event's
+        /// transaction writes (see `broker_emit_event`).
+        public var maximumSubscriptions = 50
+        /// `BROKER_WEBHOOK_DEAD_LETTER_RETENTION_SECONDS`: failed deliveries, and deliveries
+        /// parked by a paused subscription, are pruned once this old.
+        public var deadLetterRetentionSeconds = 30 * 86_400
+        /// `BROKER_WEBHOOK_DNS_TIMEOUT_MS`: limit for resolving a receiver's host name.
+        public var dnsTimeoutMilliseconds = 2000
+        /// `BROKER_WEBHOOK_LEASE_SECONDS`: a claimed delivery returns to the queue after this;
+        /// must exceed the DNS and delivery timeouts, or a slow delivery is sent twice at once.
+        public var leaseSeconds = 60
         /// `BROKER_WEBHOOK_ALLOW_PRIVATE_NETWORKS`: webhook receivers may be on loopback and
         /// private networks (the demo, tests); off, only public addresses are reached.
         public var allowPrivateNetworks = false
@@ -337,6 +349,17 @@ public struct BrokerConfiguration: Sendable {
         dispatch.maximumAgeSeconds = reader.integer("BROKER_WEBHOOK_MAX_AGE_SECONDS", in: 1...(30 * 86_400)) ?? dispatch.maximumAgeSeconds
         dispatch.retentionSeconds = reader.integer("BROKER_EVENT_RETENTION_SECONDS", in: 60...(365 * 86_400)) ?? dispatch.retentionSeconds
         dispatch.allowPrivateNetworks = reader.boolean("BROKER_WEBHOOK_ALLOW_PRIVATE_NETWORKS") ?? false
+        dispatch.maximumSubscriptions = reader.integer("BROKER_WEBHOOK_MAX_SUBSCRIPTIONS", in: 1...1000) ?? dispatch.maximumSubscriptions
+        dispatch.deadLetterRetentionSeconds =
+            reader.integer("BROKER_WEBHOOK_DEAD_LETTER_RETENTION_SECONDS", in: 3600...(365 * 86_400)) ?? dispatch.deadLetterRetentionSeconds
+        dispatch.dnsTimeoutMilliseconds = reader.integer("BROKER_WEBHOOK_DNS_TIMEOUT_MS", in: 100...30_000) ?? dispatch.dnsTimeoutMilliseconds
+        dispatch.leaseSeconds = reader.integer("BROKER_WEBHOOK_LEASE_SECONDS", in: 1...3600) ?? dispatch.leaseSeconds
+        // A lease that can end while the delivery still runs lets another lane send it again.
+        if dispatch.leaseSeconds * 1000 <= dispatch.timeoutMilliseconds + dispatch.dnsTimeoutMilliseconds + 5000 {
+            reader.problem(
+                "BROKER_WEBHOOK_LEASE_SECONDS: \(dispatch.leaseSeconds) s must exceed BROKER_WEBHOOK_TIMEOUT_MS + "
+                    + "BROKER_WEBHOOK_DNS_TIMEOUT_MS + 5 s (\(dispatch.timeoutMilliseconds + dispatch.dnsTimeoutMilliseconds + 5000) ms)")
+        }
         dispatch.notificationRetentionSeconds =
             reader.integer("BROKER_NOTIFICATION_RETENTION_SECONDS", in: 86_400...(3_650 * 86_400)) ?? dispatch.notificationRetentionSeconds
         configuration.dispatch = dispatch

@@ -193,14 +193,15 @@ package struct DeletionStore: Sendable {
         package static func associatedData(userID: UUID) -> [UInt8] { Array("deletion_code|\(userID.lowercasedString)".utf8) }
     }
 
-    /// Opens (or returns the open) deletion request; nil when the user vanished meanwhile.
+    /// Opens the user's deletion request, or returns the one they have (open or failed: a
+    /// failed one is re-driven by `retry`, never reopened beside it); nil when the user vanished meanwhile.
     /// A code is attached in the same transaction, so no worker can claim the request without it.
     package func request(userID: UUID, source: DeletionSource, reason: String, requestedBy: String, code: SealedCode? = nil) throws
         -> (id: UUID, created: Bool)?
     {
         try pool.withTransaction { connection in
             guard let row = try connection.query(
-                "SELECT * FROM broker_request_deletion(\(userID), \(source), \(reason), \(requestedBy))"
+                "SELECT * FROM broker_request_deletion_v2(\(userID), \(source), \(reason), \(requestedBy))"
             ).first else { return nil }
             let id = try row.decode(UUID.self, "r_deletion_id")
             if let code {
@@ -248,13 +249,16 @@ package struct DeletionStore: Sendable {
         ).map(Self.record)
     }
 
-    /// Puts a dead-lettered request back in the queue; false when it is not `failed`.
+    /// Puts a dead-lettered request back in the queue; false when it is not `failed`, or when
+    /// its user has another request that is not (the previous release could open a second
+    /// one beside a failed one: re-driving both would purge twice).
     package func retry(_ id: UUID, by actor: String) throws -> Bool {
         try pool.withTransaction { connection in
             let rows = try connection.query(
                 """
-                UPDATE deletion_requests SET state = 'requested', attempts = 0, next_attempt_at = now(), updated_at = now()
-                WHERE id = \(id) AND state = 'failed'
+                UPDATE deletion_requests d SET state = 'requested', attempts = 0, next_attempt_at = now(), updated_at = now()
+                WHERE d.id = \(id) AND d.state = 'failed'
+                  AND NOT EXISTS (SELECT 1 FROM deletion_requests o WHERE o.user_id = d.user_id AND o.id <> d.id AND o.state <> 'failed')
                 """)
             guard rows.affectedRows == 1 else { return false }
             try connection.query(

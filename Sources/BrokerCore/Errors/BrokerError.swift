@@ -38,6 +38,7 @@ public struct BrokerError: Error, Sendable, Equatable, CustomStringConvertible {
         case deletionNotFailed = "deletion_not_failed"
         case subscriptionNotFound = "subscription_not_found"
         case deliveryNotFailed = "delivery_not_failed"
+        case webhookSubscriptionLimit = "webhook_subscription_limit"
         // Dependencies.
         case appleClientRejected = "apple_client_rejected"
         case appleResponseInvalid = "apple_response_invalid"

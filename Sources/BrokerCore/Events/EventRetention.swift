@@ -1,12 +1,16 @@
 import PostgresClient
 
-/// Ages out what has been delivered: delivered deliveries older than the retention period,
-/// then events older than it with no delivery left. Pending and failed deliveries (and so
-/// their events) are never pruned.
+/// Ages out what is finished: delivered deliveries older than the retention period
+/// (`BROKER_EVENT_RETENTION_SECONDS`), failed deliveries and those parked by a paused
+/// subscription older than the dead-letter retention
+/// (`BROKER_WEBHOOK_DEAD_LETTER_RETENTION_SECONDS`), then events older than the retention
+/// with no delivery left. Deliveries still due are never pruned.
 public enum EventRetention {
     /// - Returns: how many deliveries and events were deleted.
     @discardableResult
-    public static func prune(_ pool: PostgresPool, retentionSeconds: Int) throws -> (deliveries: Int, events: Int) {
-        try WebhookDeliveryStore.prune(pool, retentionSeconds: retentionSeconds)
+    public static func prune(
+        _ pool: PostgresPool, retentionSeconds: Int, deadLetterRetentionSeconds: Int
+    ) throws -> (deliveries: Int, events: Int) {
+        try WebhookDeliveryStore.prune(pool, retentionSeconds: retentionSeconds, deadLetterRetentionSeconds: deadLetterRetentionSeconds)
     }
 }

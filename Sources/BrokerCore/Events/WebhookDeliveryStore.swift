@@ -76,12 +76,19 @@ package struct WebhookDeliveryStore: Sendable {
         return QueueBacklog(row)
     }
 
-    /// Delivered deliveries older than the retention, then events older than it with no
-    /// delivery left (see `EventRetention`).
-    static func prune(_ pool: PostgresPool, retentionSeconds: Int) throws -> (deliveries: Int, events: Int) {
+    /// Delivered deliveries older than the retention; failed ones, and ones parked by a
+    /// paused subscription (pending at 'infinity'), older than the dead-letter retention;
+    /// then events older than the retention with no delivery left (see `EventRetention`).
+    static func prune(_ pool: PostgresPool, retentionSeconds: Int, deadLetterRetentionSeconds: Int) throws -> (deliveries: Int, events: Int) {
         let retention = String(retentionSeconds) + " seconds"
+        let deadLetterRetention = String(deadLetterRetentionSeconds) + " seconds"
         let deliveries = try pool.query(
-            "DELETE FROM webhook_deliveries WHERE state = 'delivered' AND delivered_at < now() - \(retention)::interval")
+            """
+            DELETE FROM webhook_deliveries
+            WHERE (state = 'delivered' AND delivered_at < now() - \(retention)::interval)
+               OR ((state = 'failed' OR (state = 'pending' AND next_attempt_at = 'infinity'))
+                   AND created_at < now() - \(deadLetterRetention)::interval)
+            """)
         let events = try pool.query(
             """
             DELETE FROM outbox_events e WHERE e.created_at < now() - \(retention)::interval

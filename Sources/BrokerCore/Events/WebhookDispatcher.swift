@@ -24,17 +24,21 @@ package final class WebhookDispatcher: Sendable {
         var retryBase: Duration
         var retryMaximum: Duration
         var maximumAge: Duration
+        /// Longer than `dnsTimeout` + `timeout` (checked at configuration load), or a slow
+        /// delivery's lease ends mid-flight and another lane sends it again.
         var lease: Duration
+        var dnsTimeout: Duration
 
         package init(
             timeout: Duration = .seconds(5), retryBase: Duration = .seconds(1), retryMaximum: Duration = .seconds(3600),
-            maximumAge: Duration = .seconds(86_400), lease: Duration = .seconds(60)
+            maximumAge: Duration = .seconds(86_400), lease: Duration = .seconds(60), dnsTimeout: Duration = .seconds(2)
         ) {
             self.timeout = timeout
             self.retryBase = retryBase
             self.retryMaximum = retryMaximum
             self.maximumAge = maximumAge
             self.lease = lease
+            self.dnsTimeout = dnsTimeout
         }
     }
 
@@ -43,6 +47,7 @@ package final class WebhookDispatcher: Sendable {
     let transport: any HTTPTransport
     let settings: Settings
     let logger: Logger
+    let resolver: ReceiverResolver
     private let outcomes: CounterFamily
     private let latency: HistogramFamily
 
@@ -55,6 +60,7 @@ package final class WebhookDispatcher: Sendable {
         self.transport = transport
         self.settings = settings
         self.logger = logger
+        resolver = ReceiverResolver(timeout: settings.dnsTimeout)
         outcomes = metrics.counter(
             "webhook_deliveries_total", help: "Webhook delivery attempts by outcome: delivered, retry, failed.",
             labels: ["outcome"])
@@ -116,6 +122,10 @@ package final class WebhookDispatcher: Sendable {
 
     /// What `last_error` says about a failed attempt: a category, never connect details
     /// (addresses, ports, TLS or resolver messages would make deliveries a scanner's oracle).
+    /// With private networks refused, a host that does not resolve, resolves too slowly or
+    /// resolves to a private address is one category, `address_not_allowed`: telling them
+    /// apart would let a subscriber map the internal DNS (which names exist inside).
+    /// `dns_failed` is no longer written (rows from earlier releases may hold it).
     enum Failure: String, Error {
         case addressNotAllowed = "address_not_allowed"
         case dnsFailed = "dns_failed"
@@ -153,9 +163,11 @@ package final class WebhookDispatcher: Sendable {
                 // Resolved here, every time, and the connection pinned to what was checked.
                 guard let parts = URLParts(delivery.url) else { throw Failure.invalidURL }
                 do {
-                    request.pinnedAddresses = try OutboundAddress.publicAddresses(of: parts.host)
-                } catch let refusal as OutboundAddress.Refusal {
-                    throw refusal.unresolvable ? Failure.dnsFailed : Failure.addressNotAllowed
+                    request.pinnedAddresses = try resolver.publicAddresses(of: parts.host)
+                } catch is OutboundAddress.Refusal {
+                    throw Failure.addressNotAllowed
+                } catch is ReceiverResolver.Failure {
+                    throw Failure.addressNotAllowed
                 }
             }
             status = try transport.send(request).status
@@ -182,7 +194,7 @@ package final class WebhookDispatcher: Sendable {
                 outcomes.increment("delivered")
             }
             if failure == .addressNotAllowed {
-                logger.warning("webhook receiver refused: not a public address", [("subscription", delivery.subscriptionID.lowercasedString)])
+                logger.warning("webhook receiver refused: its host is not, or does not resolve (in time) to, a public address", [("subscription", delivery.subscriptionID.lowercasedString)])
             }
         } catch {
             // The lease brings the delivery back; the receiver may see it twice (at least once).

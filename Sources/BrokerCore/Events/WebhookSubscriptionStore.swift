@@ -48,6 +48,10 @@ package struct WebhookSubscriptionStore: Sendable {
     /// `BROKER_WEBHOOK_ALLOW_PRIVATE_NETWORKS`: receivers on loopback or private networks
     /// are allowed (the demo and the tests); otherwise only public addresses (SSRF).
     package var allowPrivateNetworks = false
+    /// `BROKER_WEBHOOK_MAX_SUBSCRIPTIONS`: more are refused (409 `webhook_subscription_limit`).
+    /// Every event's transaction writes one delivery row per matching subscription
+    /// (`broker_emit_event`), so this cap is also what bounds a login's fan-out.
+    package var maximumSubscriptions = 50
 
     package init(pool: PostgresPool, tokenKeys: TokenKeyRing) {
         self.pool = pool
@@ -97,6 +101,9 @@ package struct WebhookSubscriptionStore: Sendable {
         return Array(Set(topics)).sorted()
     }
 
+    /// The advisory lock key creators of subscriptions take (an arbitrary constant of ours).
+    static let creationLock: Int64 = 0x7768_6b5f_6361_7000
+
     static func associatedData(_ id: UUID) -> [UInt8] { Array("webhook_subscriptions|\(id.lowercasedString)".utf8) }
 
     /// Creates a subscription; returns it and its signing secret (`whsec_…`, shown once). A
@@ -110,7 +117,17 @@ package struct WebhookSubscriptionStore: Sendable {
         let secret = SecureRandom.bytes(32)
         let sealed = try tokenKeys.seal(secret, associatedData: Self.associatedData(id))
         let topicsJSON = PostgresJSON(text: String(decoding: JSONValue.array(topics.map(JSONValue.string)).serialized(), as: UTF8.self))
+        let maximum = maximumSubscriptions
         let createdAt = try pool.withTransaction { connection in
+            // Creators count one at a time (the lock ends with the transaction, so it works
+            // through PgBouncer); logins, which only read subscriptions, never wait for it.
+            try connection.query("SELECT pg_advisory_xact_lock(\(Self.creationLock))")
+            let existing = try connection.query("SELECT count(*) AS n FROM webhook_subscriptions").single().decode(Int.self, "n")
+            guard existing < maximum else {
+                throw BrokerError(
+                    .webhookSubscriptionLimit,
+                    "this broker holds at most \(maximum) webhook subscriptions (BROKER_WEBHOOK_MAX_SUBSCRIPTIONS); delete one first")
+            }
             let row = try connection.query(
                 """
                 INSERT INTO webhook_subscriptions (id, url, topics, secret, key_id, description, api_key_id, client_ids)
