@@ -35,6 +35,7 @@ public final class CurlTransport: HTTPTransport {
         let handle = try pooled ?? EasyHandle()
         defer {
             idleHandles.withLock { handles in
+                guard maximumIdleHandles > 0 else { return }  // keeps none (a one-shot caller)
                 // The oldest goes: a handle whose pins no longer match anything would stay idle for ever.
                 if handles.count >= maximumIdleHandles { handles.removeFirst() }
                 handles.append(handle)
