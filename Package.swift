@@ -124,14 +124,17 @@ let package = Package(
         .executableTarget(
             name: "appleid-broker",
             dependencies: [
-                "BrokerAPI", "BrokerCore", "AppleID", "CommandArguments", "HTTPClient", "Observability", "PostgresClient", "StrictJSON", "Workers",
+                "BrokerAPI", "BrokerCore", "AppleID", "CommandArguments", "HTTPClient", "Observability", "PostgresClient",
+                "StrictJSON", "Workers",
             ],
             swiftSettings: swiftSettings),
 
         // MARK: The Apple simulator: appleid.apple.com on loopback, for development and tests
         .target(
             name: "AppleSimulator",
-            dependencies: ["BrokerCrypto", "JOSE", "StrictJSON", "HTTPServer", "HTTPClient", "Observability", "CommandArguments"],
+            dependencies: [
+                "BrokerCrypto", "JOSE", "StrictJSON", "HTTPServer", "HTTPClient", "Observability", "CommandArguments",
+            ],
             swiftSettings: swiftSettings
         ),
         .executableTarget(name: "apple-sim", dependencies: ["AppleSimulator"], swiftSettings: swiftSettings),
@@ -144,7 +147,8 @@ let package = Package(
         .executableTarget(
             name: "broker-bench",
             dependencies: [
-                "BrokerAPI", "BrokerCore", "AppleID", "BrokerCrypto", "COpenSSL", "JOSE", "StrictJSON", "PostgresClient", "HTTPServer",
+                "BrokerAPI", "BrokerCore", "AppleID", "BrokerCrypto", "COpenSSL", "JOSE", "StrictJSON", "PostgresClient",
+                "HTTPServer",
                 "Observability",
             ],
             swiftSettings: swiftSettings),
@@ -156,7 +160,10 @@ let package = Package(
         // MARK: Tests
         .target(
             name: "TestSupport",
-            dependencies: ["PostgresClient", "EmbeddedPostgres", "HTTPClient", "ProcessRunner", "Observability", "BrokerCore", "BrokerCrypto"],
+            dependencies: [
+                "PostgresClient", "EmbeddedPostgres", "HTTPClient", "ProcessRunner", "Observability", "BrokerCore",
+                "BrokerCrypto",
+            ],
             path: "Tests/TestSupport",
             swiftSettings: swiftSettings
         ),
@@ -184,7 +191,8 @@ let package = Package(
         // Rules and routes of the product without a database or a broker (make check runs them).
         .testTarget(
             name: "BrokerRuleTests",
-            dependencies: ["BrokerAPI", "BrokerCore", "HTTPServer", "JOSE", "StrictJSON", "BrokerCrypto", "TestSupport", "AppleID",
+            dependencies: [
+                "BrokerAPI", "BrokerCore", "HTTPServer", "JOSE", "StrictJSON", "BrokerCrypto", "TestSupport", "AppleID",
                 "PostgresClient", "Observability",
             ],
             swiftSettings: swiftSettings
@@ -192,7 +200,9 @@ let package = Package(
         // The product end to end: brokers, the CLI, clusters, the simulator over HTTP.
         .testTarget(
             name: "BrokerCoreTests",
-            dependencies: ["BrokerAPI", "BrokerCore", "AppleSimulator", "HTTPServer", "JOSE", "StrictJSON", "BrokerCrypto", "TestSupport", "ProcessRunner",
+            dependencies: [
+                "BrokerAPI", "BrokerCore", "AppleSimulator", "HTTPServer", "JOSE", "StrictJSON", "BrokerCrypto", "TestSupport",
+                "ProcessRunner",
                 "CommandArguments", "AppleIDBrokerClient", "Workers", "AppleID",
             ],
             swiftSettings: swiftSettings

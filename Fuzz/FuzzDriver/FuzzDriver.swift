@@ -2,6 +2,7 @@
 // executable its own entry point, so the fuzz targets hand their body to libFuzzer's
 // driver instead of exporting LLVMFuzzerTestOneInput and leaving `main` to libFuzzer.
 
+// swift-format-ignore: AlwaysUseLowerCamelCase
 @_silgen_name("LLVMFuzzerRunDriver")
 private func LLVMFuzzerRunDriver(
     _ argc: UnsafeMutablePointer<CInt>,

@@ -18,9 +18,10 @@ struct EmbedResources: BuildToolPlugin {
         if (try? String(contentsOf: commitFile, encoding: .utf8)) != commit {
             try Data(commit.utf8).write(to: commitFile)
         }
-        let files = migrations + functions + [
-            root.appending(path: "sql/former-checksums"), root.appending(path: "docs/openapi.json"), commitFile,
-        ]
+        let files =
+            migrations + functions + [
+                root.appending(path: "sql/former-checksums"), root.appending(path: "docs/openapi.json"), commitFile,
+            ]
         let output = context.pluginWorkDirectoryURL.appending(path: "EmbeddedFiles.swift")
         return [
             .buildCommand(

@@ -65,7 +65,8 @@ public enum AppleAPIError: Error, Sendable, CustomStringConvertible {
         switch self {
         case .invalidGrant(let detail): "invalid_grant\(detail.map { ": \($0)" } ?? "")"
         case .invalidClient: "invalid_client"
-        case .rejected(let status, let error, let detail): "rejected with \(status) \(error ?? "")\(detail.map { ": \($0)" } ?? "")"
+        case .rejected(let status, let error, let detail):
+            "rejected with \(status) \(error ?? "")\(detail.map { ": \($0)" } ?? "")"
         case .unavailable(let reason, _): "unavailable: \(reason)"
         case .malformedResponse(let reason): "malformed response: \(reason)"
         }

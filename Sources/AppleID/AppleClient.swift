@@ -70,11 +70,14 @@ public final class AppleClient: Sendable {
     }
 
     /// The refresh-token grant: succeeds while the user still authorizes the app.
-    public func refresh(_ refreshToken: String, clientID: String, retry: RetryPolicy = RetryPolicy()) throws -> AppleTokenResponse {
+    public func refresh(_ refreshToken: String, clientID: String, retry: RetryPolicy = RetryPolicy()) throws -> AppleTokenResponse
+    {
         try tokenCall(
             "token",
-            [("client_id", clientID), ("client_secret", try secrets.secret(for: clientID)),
-             ("grant_type", "refresh_token"), ("refresh_token", refreshToken)],
+            [
+                ("client_id", clientID), ("client_secret", try secrets.secret(for: clientID)),
+                ("grant_type", "refresh_token"), ("refresh_token", refreshToken),
+            ],
             retry: retry)
     }
 
@@ -85,10 +88,12 @@ public final class AppleClient: Sendable {
     {
         let response = try send(
             "revoke",
-            .form(url: baseURL + "/auth/revoke", fields: [
-                ("client_id", clientID), ("client_secret", try secrets.secret(for: clientID)), ("token", token),
-                ("token_type_hint", hint),
-            ], timeout: timeout),
+            .form(
+                url: baseURL + "/auth/revoke",
+                fields: [
+                    ("client_id", clientID), ("client_secret", try secrets.secret(for: clientID)), ("token", token),
+                    ("token_type_hint", hint),
+                ], timeout: timeout),
             retry: retry)
         guard response.status == 200 else { throw Self.error(response) }
     }
@@ -97,8 +102,10 @@ public final class AppleClient: Sendable {
     public func migrationAccessToken(clientID: String, retry: RetryPolicy = RetryPolicy()) throws -> String {
         try tokenCall(
             "token",
-            [("client_id", clientID), ("client_secret", try secrets.secret(for: clientID)),
-             ("grant_type", "client_credentials"), ("scope", "user.migration")],
+            [
+                ("client_id", clientID), ("client_secret", try secrets.secret(for: clientID)),
+                ("grant_type", "client_credentials"), ("scope", "user.migration"),
+            ],
             retry: retry
         ).accessToken
     }

@@ -68,7 +68,8 @@ public final class AppleKeyCache: AppleKeyProvider {
     private let worker: Lock<BackgroundWorker?> = Lock(nil)
 
     public init(
-        refreshInterval: Duration = .seconds(900), refetchInterval: Duration = .seconds(10), fetchTimeout: Duration = .seconds(10),
+        refreshInterval: Duration = .seconds(900), refetchInterval: Duration = .seconds(10),
+        fetchTimeout: Duration = .seconds(10),
         metrics: MetricsRegistry, logger: Logger, fetch: @escaping @Sendable () throws -> JWKSet
     ) {
         self.fetch = fetch

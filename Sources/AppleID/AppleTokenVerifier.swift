@@ -62,14 +62,15 @@ public struct AppleTokenVerifier: Sendable {
 
     private func verify<Claims>(_ token: String, read: (VerifiedJWS) throws -> Claims) throws -> Claims {
         do {
-            return try read(verifier.verify(token) { header in
-                guard let keyID = header.keyID else { throw TokenRejection.malformed("the header has no kid") }
-                do {
-                    return try keys.key(id: keyID, source: source)
-                } catch AppleKeyError.unknownKey {
-                    throw TokenRejection(.unknownKey, "Apple publishes no key with this kid")
-                }
-            })
+            return try read(
+                verifier.verify(token) { header in
+                    guard let keyID = header.keyID else { throw TokenRejection.malformed("the header has no kid") }
+                    do {
+                        return try keys.key(id: keyID, source: source)
+                    } catch AppleKeyError.unknownKey {
+                        throw TokenRejection(.unknownKey, "Apple publishes no key with this kid")
+                    }
+                })
         } catch let error as JOSEError {
             switch error.code {
             case .signatureInvalid, .algorithmMismatch, .keyNotFound:

@@ -3,8 +3,8 @@ import Foundation
 import Glibc
 import JOSE
 import Locking
-import StrictJSON
 import Observability
+import StrictJSON
 import Synchronization
 
 /// Mints the ES256 `client_secret` JWTs Apple requires (protocol reference §3):
@@ -67,7 +67,9 @@ public final class ClientSecretProvider: Sendable {
     public func secret(for clientID: String) throws -> String {
         let key = try currentKey()
         let current = now()
-        if let cached = cache.withLock({ $0[clientID] }), cached.keyID == key.keyID, cached.expires > current.addingTimeInterval(300) {
+        if let cached = cache.withLock({ $0[clientID] }), cached.keyID == key.keyID,
+            cached.expires > current.addingTimeInterval(300)
+        {
             return cached.secret
         }
         // Backdated a little for clock skew between us and Apple (protocol reference P8).

@@ -48,7 +48,8 @@ public struct AppleIDBrokerClient: Sendable {
     /// `GET /v1/users/{id}/credential-state`, for one app (its client id) or any.
     public func credentialState(userID: String, clientID: String? = nil) async throws -> CredentialState {
         let query = clientID.map { [URLQueryItem(name: "client_id", value: $0)] } ?? []
-        let answer: CredentialStateAnswer = try await send("GET", "/v1/users/\(try Self.segment(userID))/credential-state", query: query)
+        let answer: CredentialStateAnswer = try await send(
+            "GET", "/v1/users/\(try Self.segment(userID))/credential-state", query: query)
         return answer.state
     }
 
@@ -103,7 +104,9 @@ public struct AppleIDBrokerClient: Sendable {
             throw BrokerProblem(status: 0, code: "invalid_url", title: "Invalid URL", detail: path)
         }
         if !query.isEmpty { components.queryItems = query }
-        guard let url = components.url else { throw BrokerProblem(status: 0, code: "invalid_url", title: "Invalid URL", detail: path) }
+        guard let url = components.url else {
+            throw BrokerProblem(status: 0, code: "invalid_url", title: "Invalid URL", detail: path)
+        }
         var request = URLRequest(url: url)
         request.httpMethod = method
         request.setValue("Bearer \(apiKey)", forHTTPHeaderField: "Authorization")

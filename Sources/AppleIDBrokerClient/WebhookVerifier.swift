@@ -30,7 +30,8 @@ public struct WebhookVerifier: Sendable {
     /// - Parameter header: looks a request header up by name (any case).
     @discardableResult
     public func verify(body: [UInt8], header: (String) -> String?, now: Date = Date()) throws -> Delivery {
-        guard let id = header("webhook-id"), let timestamp = header("webhook-timestamp"), let signatures = header("webhook-signature"),
+        guard let id = header("webhook-id"), let timestamp = header("webhook-timestamp"),
+            let signatures = header("webhook-signature"),
             let seconds = TimeInterval(timestamp)
         else { throw Failure.missingHeaders }
         guard abs(now.timeIntervalSince1970 - seconds) <= tolerance else { throw Failure.staleTimestamp }

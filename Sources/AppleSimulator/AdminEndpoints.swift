@@ -114,13 +114,16 @@ enum AdminEndpoints {
             simulator.registerTeam(
                 teamID: registration.teamID, keyID: registration.keyID, publicKey: publicKey,
                 clientIDs: registration.clientIDs)
-            for (clientID, urls) in registration.returnURLs ?? [:] { simulator.registerReturnURLs(clientID: clientID, urls: urls) }
+            for (clientID, urls) in registration.returnURLs ?? [:] {
+                simulator.registerReturnURLs(clientID: clientID, urls: urls)
+            }
             return .json(["team_id": registration.teamID], status: 201)
         }
         router.post("/sim/users") { request in
             let creation = try request.decodeJSON(UserCreation.self)
             return .json(
-                simulator.createUser(teamID: creation.teamID, email: creation.email, realUserStatus: creation.realUserStatus ?? 2),
+                simulator.createUser(
+                    teamID: creation.teamID, email: creation.email, realUserStatus: creation.realUserStatus ?? 2),
                 status: 201)
         }
         router.post("/sim/tokens") { request in

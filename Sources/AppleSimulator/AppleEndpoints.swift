@@ -88,11 +88,15 @@ extension AppleSimulator {
         {
             var headers: HTTPHeaders = ["Content-Type": "text/plain"]
             if status == 429 || status == 503 {
-                headers.set("Retry-After", faults.retryAfterAsDate ? Self.httpDate(secondsFromNow: faults.retryAfterSeconds) : String(faults.retryAfterSeconds))
+                headers.set(
+                    "Retry-After",
+                    faults.retryAfterAsDate
+                        ? Self.httpDate(secondsFromNow: faults.retryAfterSeconds) : String(faults.retryAfterSeconds))
             }
             if endpoint == "revoke" {
                 state.withLock {
-                    $0.revocations.append(RevocationRecord(clientID: "", tokenTypeHint: nil, token: "", outcome: "fault", sub: nil))
+                    $0.revocations.append(
+                        RevocationRecord(clientID: "", tokenTypeHint: nil, token: "", outcome: "fault", sub: nil))
                 }
             }
             return HTTPResponse(status: status, headers: headers, body: Array("simulated failure".utf8))
@@ -168,7 +172,8 @@ extension AppleSimulator {
                 guard fields["scope"] == "user.migration" else { throw AppleError("invalid_scope") }
                 let accessToken = "m" + Hex.encode(SecureRandom.bytes(16)) + ".0.sim"
                 state.withLock {
-                    $0.grants[accessToken] = Grant(teamID: team.teamID, sub: "", clientID: clientID, revoked: false, kind: "migration")
+                    $0.grants[accessToken] = Grant(
+                        teamID: team.teamID, sub: "", clientID: clientID, revoked: false, kind: "migration")
                 }
                 return tokenResponse(["access_token": .string(accessToken), "token_type": "Bearer", "expires_in": 3600])
             case nil:
@@ -201,8 +206,10 @@ extension AppleSimulator {
         let accessToken = "a" + Hex.encode(SecureRandom.bytes(16)) + ".0.sim"
         let refreshToken = "r" + Hex.encode(SecureRandom.bytes(16)) + ".0.sim"
         state.withLock { state in
-            state.grants[accessToken] = Grant(teamID: team.teamID, sub: user.sub, clientID: clientID, revoked: false, kind: "access_token")
-            state.grants[refreshToken] = Grant(teamID: team.teamID, sub: user.sub, clientID: clientID, revoked: false, kind: "refresh_token")
+            state.grants[accessToken] = Grant(
+                teamID: team.teamID, sub: user.sub, clientID: clientID, revoked: false, kind: "access_token")
+            state.grants[refreshToken] = Grant(
+                teamID: team.teamID, sub: user.sub, clientID: clientID, revoked: false, kind: "refresh_token")
         }
         let idToken = try identityToken(
             for: user, clientID: clientID, request: nil, code: nil, accessToken: accessToken, nonce: grant.nonce)
@@ -232,7 +239,8 @@ extension AppleSimulator {
         guard let user = user(teamID: grant.teamID, sub: grant.sub) else { throw AppleError("invalid_grant") }
         let accessToken = "a" + Hex.encode(SecureRandom.bytes(16)) + ".0.sim"
         state.withLock {
-            $0.grants[accessToken] = Grant(teamID: team.teamID, sub: user.sub, clientID: clientID, revoked: false, kind: "access_token")
+            $0.grants[accessToken] = Grant(
+                teamID: team.teamID, sub: user.sub, clientID: clientID, revoked: false, kind: "access_token")
         }
         // Apple sends no new refresh token on a refresh.
         let idToken = try identityToken(for: user, clientID: clientID, request: nil, code: nil, accessToken: accessToken)

@@ -4,8 +4,8 @@ import HTTPClient
 import HTTPServer
 import JOSE
 import Locking
-import StrictJSON
 import Observability
+import StrictJSON
 import Synchronization
 
 /// Plays `https://appleid.apple.com` on loopback, so development, the demo and every
@@ -168,7 +168,8 @@ public final class AppleSimulator: Sendable {
         teamID: String? = nil, email: String? = nil, realUserStatus: Int = 2, relayDomain: String = SimulatedUser.relayDomains[0]
     ) -> SimulatedUser {
         let user = SimulatedUser(
-            teamID: teamID ?? defaultTeamID, sub: SimulatedUser.makeSub(), email: email ?? SimulatedUser.makeRelayEmail(domain: relayDomain),
+            teamID: teamID ?? defaultTeamID, sub: SimulatedUser.makeSub(),
+            email: email ?? SimulatedUser.makeRelayEmail(domain: relayDomain),
             isPrivateEmail: email == nil, realUserStatus: realUserStatus)
         state.withLock { $0.users[user.teamID + "|" + user.sub] = user }
         return user
@@ -202,8 +203,9 @@ public final class AppleSimulator: Sendable {
         }
         var code: String?
         if request.withCode == true {
-            code = issueCode(teamID: teamID, sub: user.sub, clientID: request.clientID, redirectURI: request.redirectURI,
-                             nonce: request.rawNonce.map(SHA256.hexHash))
+            code = issueCode(
+                teamID: teamID, sub: user.sub, clientID: request.clientID, redirectURI: request.redirectURI,
+                nonce: request.rawNonce.map(SHA256.hexHash))
         }
         let token = try identityToken(
             for: user, clientID: request.clientID, request: request, code: code, accessToken: nil)
@@ -264,7 +266,9 @@ public final class AppleSimulator: Sendable {
     }
 
     /// An authorization code (single use, five minutes) for a user and client id.
-    public func issueCode(teamID: String? = nil, sub: String, clientID: String, redirectURI: String? = nil, nonce: String? = nil) -> String {
+    public func issueCode(teamID: String? = nil, sub: String, clientID: String, redirectURI: String? = nil, nonce: String? = nil)
+        -> String
+    {
         let code = "c" + Hex.encode(SecureRandom.bytes(16)) + ".0.sim." + Base64URL.encode(SecureRandom.bytes(6))
         state.withLock {
             $0.codes[code] = CodeGrant(
@@ -283,7 +287,8 @@ public final class AppleSimulator: Sendable {
         return state.withLock { state in
             var count = 0
             let primary = clientID.map { state.primaryAppIDs[$0] ?? $0 }
-            for (token, grant) in state.grants where grant.teamID == team && grant.sub == sub && !grant.revoked
+            for (token, grant) in state.grants
+            where grant.teamID == team && grant.sub == sub && !grant.revoked
                 && (primary == nil || (state.primaryAppIDs[grant.clientID] ?? grant.clientID) == primary)
             {
                 state.grants[token]?.revoked = true

@@ -94,7 +94,9 @@ public enum AppleSimulatorCommand {
                 guard let to = options["to"], let type = options["type"], let sub = options["sub"],
                     let clientID = options["client-id"]
                 else { throw Usage("--to, --type, --sub and --client-id are required") }
-                return try call(url + "/sim/notifications", method: "POST", body: ["url": to, "type": type, "sub": sub, "client_id": clientID])
+                return try call(
+                    url + "/sim/notifications", method: "POST",
+                    body: ["url": to, "type": type, "sub": sub, "client_id": clientID])
             case "rotate-keys":
                 let status = try call(url + "/sim/keys/rotate", method: "POST", body: [:])
                 return flags.contains("retire") ? try call(url + "/sim/keys/retire", method: "POST", body: [:]) : status

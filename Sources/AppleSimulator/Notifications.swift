@@ -98,8 +98,9 @@ extension AppleSimulator {
         let status: Int
         do {
             status = try transport.send(
-                .init(method: "POST", url: request.url, headers: [("Content-Type", "application/json")], body: body,
-                      timeout: .seconds(10))
+                .init(
+                    method: "POST", url: request.url, headers: [("Content-Type", "application/json")], body: body,
+                    timeout: .seconds(10))
             ).status
         } catch {
             status = 0

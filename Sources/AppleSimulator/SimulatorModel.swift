@@ -24,7 +24,8 @@ public struct SimulatedUser: Sendable, Codable, Equatable {
     static func makeSub() -> String {
         let digits = Int.random(in: 0..<10_000)
         let tail = Int.random(in: 0..<10_000)
-        return "00" + String(format: "%04d", digits) + "." + Hex.encode(SecureRandom.bytes(16)) + "." + String(format: "%04d", tail)
+        return "00" + String(format: "%04d", digits) + "." + Hex.encode(SecureRandom.bytes(16)) + "."
+            + String(format: "%04d", tail)
     }
 
     /// Apple's relay domains: `privaterelay.appleid.com`, and `private.icloud.com` for

@@ -20,10 +20,13 @@ import Synchronization
 extension AppleSimulator {
     func authorize(_ request: HTTPRequest) -> HTTPResponse {
         let query = request.query
-        guard let clientID = query["client_id"], !clientID.isEmpty else { return errorPage("invalid_request", "client_id is missing") }
+        guard let clientID = query["client_id"], !clientID.isEmpty else {
+            return errorPage("invalid_request", "client_id is missing")
+        }
         let teamID = state.withLock { state in state.teams.values.first { $0.clientIDs.contains(clientID) }?.teamID }
         guard let teamID else { return errorPage("invalid_client", "unknown client_id") }
-        guard let redirectURI = query["redirect_uri"], redirectURI.hasPrefix("https://") || Self.isLoopbackHTTP(redirectURI) else {
+        guard let redirectURI = query["redirect_uri"], redirectURI.hasPrefix("https://") || Self.isLoopbackHTTP(redirectURI)
+        else {
             return errorPage("invalid_request", "redirect_uri must be an https URL")
         }
         // Apple refuses a redirect_uri that is not a Return URL registered for the Services ID
@@ -72,7 +75,8 @@ extension AppleSimulator {
             var member: [String: JSONValue] = [:]
             if scopes.contains("name") {
                 member["name"] = .object([
-                    "firstName": .string(query["sim_first_name"] ?? "Jane"), "lastName": .string(query["sim_last_name"] ?? "Appleseed"),
+                    "firstName": .string(query["sim_first_name"] ?? "Jane"),
+                    "lastName": .string(query["sim_last_name"] ?? "Appleseed"),
                 ])
             }
             if scopes.contains("email"), let email = user.email { member["email"] = .string(email) }
@@ -84,7 +88,9 @@ extension AppleSimulator {
     /// Plain http to this machine: Apple accepts only https Return URLs (and no IP literals);
     /// the simulator lets loopback http through so the local demo runs without TLS.
     static func isLoopbackHTTP(_ url: String) -> Bool {
-        ["http://127.0.0.1", "http://localhost", "http://[::1]"].contains { url == $0 || url.hasPrefix($0 + ":") || url.hasPrefix($0 + "/") }
+        ["http://127.0.0.1", "http://localhost", "http://[::1]"].contains {
+            url == $0 || url.hasPrefix($0 + ":") || url.hasPrefix($0 + "/")
+        }
     }
 
     /// The page Apple's browser flow ends with: a form that posts itself to `redirect_uri`.
@@ -100,8 +106,9 @@ extension AppleSimulator {
     }
 
     private func errorPage(_ error: String, _ description: String) -> HTTPResponse {
-        .text("<!DOCTYPE html><html><body><h1>\(error)</h1><p>\(Self.html(description))</p></body></html>", status: 400,
-              contentType: "text/html; charset=utf-8")
+        .text(
+            "<!DOCTYPE html><html><body><h1>\(error)</h1><p>\(Self.html(description))</p></body></html>", status: 400,
+            contentType: "text/html; charset=utf-8")
     }
 
     static func html(_ text: String) -> String { HTMLPage.escape(text) }

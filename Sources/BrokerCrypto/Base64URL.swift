@@ -96,8 +96,10 @@ public enum Base64URL {
             var i = 0
             var o = 0
             while i + 4 <= count {
-                let a = table[Int(input[i])], b = table[Int(input[i + 1])]
-                let c = table[Int(input[i + 2])], d = table[Int(input[i + 3])]
+                let a = table[Int(input[i])]
+                let b = table[Int(input[i + 1])]
+                let c = table[Int(input[i + 2])]
+                let d = table[Int(input[i + 3])]
                 if (a | b | c | d) & 0x80 != 0 { return false }
                 let value = UInt32(a) << 18 | UInt32(b) << 12 | UInt32(c) << 6 | UInt32(d)
                 output[o] = UInt8(truncatingIfNeeded: value >> 16)
@@ -108,7 +110,8 @@ public enum Base64URL {
             }
             let rest = count - i
             guard rest > 0 else { return true }
-            let a = table[Int(input[i])], b = table[Int(input[i + 1])]
+            let a = table[Int(input[i])]
+            let b = table[Int(input[i + 1])]
             let c = rest == 3 ? table[Int(input[i + 2])] : 0
             if (a | b | c) & 0x80 != 0 { return false }
             let value = UInt32(a) << 18 | UInt32(b) << 12 | UInt32(c) << 6

@@ -36,6 +36,8 @@ public struct CryptoError: Error, Hashable, Sendable, CustomStringConvertible {
         guard first != 0 else { return CryptoError(code, context) }
         var buffer = [CChar](repeating: 0, count: 256)
         ERR_error_string_n(first, &buffer, buffer.count)
-        return CryptoError(code, "\(context): \(String(decoding: buffer.prefix(while: { $0 != 0 }).map(UInt8.init(bitPattern:)), as: UTF8.self))")
+        return CryptoError(
+            code, "\(context): \(String(decoding: buffer.prefix(while: { $0 != 0 }).map(UInt8.init(bitPattern:)), as: UTF8.self))"
+        )
     }
 }

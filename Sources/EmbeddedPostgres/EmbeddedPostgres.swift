@@ -116,8 +116,10 @@ public final class EmbeddedPostgres: Sendable {
             logger.info("initialising embedded PostgreSQL cluster", [("data_directory", configuration.dataDirectory)])
             try run(
                 binaries + "/initdb",
-                ["-D", configuration.dataDirectory, "-U", configuration.superuser, "--auth=trust",
-                 "--encoding=UTF8", "--locale=C.UTF-8", "--no-instructions"]
+                [
+                    "-D", configuration.dataDirectory, "-U", configuration.superuser, "--auth=trust",
+                    "--encoding=UTF8", "--locale=C.UTF-8", "--no-instructions",
+                ]
                     + (configuration.durable ? [] : ["--no-sync"]))
         }
         try prepare(socketDirectory)
@@ -136,8 +138,10 @@ public final class EmbeddedPostgres: Sendable {
         startWatchdog()
         try run(
             binaries + "/pg_ctl",
-            ["-D", configuration.dataDirectory, "-l", configuration.dataDirectory + "/server.log",
-             "-o", options.joined(separator: " "), "-w", "-t", "60", "start"])
+            [
+                "-D", configuration.dataDirectory, "-l", configuration.dataDirectory + "/server.log",
+                "-o", options.joined(separator: " "), "-w", "-t", "60", "start",
+            ])
         logger.info("embedded PostgreSQL started", [("socket_directory", socketDirectory)])
         return true
     }

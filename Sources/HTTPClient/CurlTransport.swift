@@ -1,5 +1,5 @@
-import CCurlShims
 import CCurl
+import CCurlShims
 import Locking
 import Synchronization
 
@@ -60,7 +60,9 @@ final class EasyHandle: @unchecked Sendable {
     /// The host:port a request goes to and the addresses it pins (nil: none).
     static func pinKey(_ request: HTTPClientRequest) -> (hostPort: String, addresses: String?) {
         guard let url = URLParts(request.url) else { return ("", nil) }
-        let addresses = request.pinnedAddresses.map { pinned in pinned.map { $0.contains(":") ? "[\($0)]" : $0 }.joined(separator: ",") }
+        let addresses = request.pinnedAddresses.map { pinned in
+            pinned.map { $0.contains(":") ? "[\($0)]" : $0 }.joined(separator: ",")
+        }
         return ("\(url.host):\(url.port)", addresses)
     }
 
@@ -73,7 +75,9 @@ final class EasyHandle: @unchecked Sendable {
 
     deinit { curl_easy_cleanup(handle) }
 
-    func perform(_ request: HTTPClientRequest, maximumResponseBytes: Int, caCertificatesPath: String?) throws -> HTTPClientResponse {
+    func perform(_ request: HTTPClientRequest, maximumResponseBytes: Int, caCertificatesPath: String?) throws
+        -> HTTPClientResponse
+    {
         curl_easy_reset(handle)
         let sink = ResponseSink(limit: maximumResponseBytes)
         let sinkPointer = Unmanaged.passUnretained(sink).toOpaque()
@@ -89,7 +93,8 @@ final class EasyHandle: @unchecked Sendable {
         // An empty Expect header stops libcurl from waiting for "100 Continue" on POSTs.
         headerList = curl_slist_append(headerList, "Expect:")
 
-        let milliseconds = Int(request.timeout.components.seconds) * 1000
+        let milliseconds =
+            Int(request.timeout.components.seconds) * 1000
             + Int(request.timeout.components.attoseconds / 1_000_000_000_000_000)
         var status = cbroker_curl_setopt_string(handle, CURLOPT_URL, request.url)
         status = status == CURLE_OK ? cbroker_curl_setopt_string(handle, CURLOPT_PROTOCOLS_STR, "http,https") : status

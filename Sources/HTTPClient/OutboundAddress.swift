@@ -29,7 +29,8 @@ public enum OutboundAddress {
         if bytes[0] == 0xfe && bytes[1] & 0xc0 == 0x80 { return false }  // fe80::/10 link-local
         if bytes[0] == 0xfe && bytes[1] & 0xc0 == 0xc0 { return false }  // fec0::/10 site-local (deprecated)
         if bytes[0] == 0xff { return false }  // multicast
-        if bytes[0] == 0x20 && bytes[1] == 0x01 && bytes[2] == 0x0d && bytes[3] == 0xb8 { return false }  // 2001:db8::/32 documentation
+        // 2001:db8::/32 documentation
+        if bytes[0] == 0x20 && bytes[1] == 0x01 && bytes[2] == 0x0d && bytes[3] == 0xb8 { return false }
         if bytes[0] == 0x01 && bytes[1...7].allSatisfy({ $0 == 0 }) { return false }  // 100::/64 discard
         if bytes[0] == 0x20 && bytes[1] == 0x02 { return isPublicIPv4(Array(bytes[2..<6])) }  // 6to4 carries an IPv4
         return bytes[0] & 0xe0 == 0x20  // 2000::/3, global unicast
@@ -102,7 +103,9 @@ public enum OutboundAddress {
                 inet_ntop(AF_INET, &address, &buffer, socklen_t(buffer.count))
                 addresses.append((text(buffer), withUnsafeBytes(of: address) { Array($0) }))
             } else if current.pointee.ai_family == AF_INET6 {
-                var address = current.pointee.ai_addr.withMemoryRebound(to: sockaddr_in6.self, capacity: 1) { $0.pointee.sin6_addr }
+                var address = current.pointee.ai_addr.withMemoryRebound(to: sockaddr_in6.self, capacity: 1) {
+                    $0.pointee.sin6_addr
+                }
                 inet_ntop(AF_INET6, &address, &buffer, socklen_t(buffer.count))
                 addresses.append((text(buffer), withUnsafeBytes(of: address) { Array($0) }))
             }

@@ -44,7 +44,9 @@ final class ConnectionCap: Sendable {
 }
 
 /// libmicrohttpd's accept policy: refuses an address at its cap (the socket is closed at once).
-func serverAcceptPolicy(_ context: UnsafeMutableRawPointer?, _ address: UnsafePointer<sockaddr>?, _ length: socklen_t) -> MHD_Result {
+func serverAcceptPolicy(_ context: UnsafeMutableRawPointer?, _ address: UnsafePointer<sockaddr>?, _ length: socklen_t)
+    -> MHD_Result
+{
     guard let context, let address else { return .YES }
     let cap = Unmanaged<ConnectionCap>.fromOpaque(context).takeUnretainedValue()
     return cap.admits(socketAddressText(address)) ? .YES : .NO

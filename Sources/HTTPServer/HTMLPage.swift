@@ -34,7 +34,9 @@ public enum HTMLPage {
             """
         var response = HTTPResponse.text(html, status: status, contentType: "text/html; charset=utf-8")
         for (name, value) in headers { response.headers.set(name, value) }
-        response.headers.set("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'; frame-ancestors 'none'; form-action 'none'; base-uri 'none'")
+        response.headers.set(
+            "Content-Security-Policy",
+            "default-src 'none'; style-src 'unsafe-inline'; frame-ancestors 'none'; form-action 'none'; base-uri 'none'")
         response.headers.set("Cache-Control", "no-store")
         return response
     }

@@ -1,5 +1,5 @@
-import CMicroHTTPDShims
 import CMicroHTTPD
+import CMicroHTTPDShims
 import Foundation
 import Glibc
 import Locking
@@ -139,9 +139,14 @@ public final class HTTPServer: Sendable {
         core.headerDeadline?.start()
         core.logger.notice(
             "listening",
-            [("address", configuration.listen), ("port", String(port)),
-             ("memory_bound_mib", String(configuration.memoryBoundBytes >> 20)),
-             ("connections_per_address", configuration.connectionsPerAddress == 0 ? "unlimited" : String(configuration.connectionsPerAddress))])
+            [
+                ("address", configuration.listen), ("port", String(port)),
+                ("memory_bound_mib", String(configuration.memoryBoundBytes >> 20)),
+                (
+                    "connections_per_address",
+                    configuration.connectionsPerAddress == 0 ? "unlimited" : String(configuration.connectionsPerAddress)
+                ),
+            ])
     }
 
     /// The port actually bound (useful after listening on port 0).
@@ -231,7 +236,8 @@ final class ServerCore: Sendable {
         self.logger = logger
         let client = ClientAddress(trusted: configuration.trustedProxies)
         connectionCap =
-            configuration.connectionsPerAddress > 0 ? ConnectionCap(limit: configuration.connectionsPerAddress, client: client) : nil
+            configuration.connectionsPerAddress > 0
+            ? ConnectionCap(limit: configuration.connectionsPerAddress, client: client) : nil
         var pipeline: [any HTTPMiddleware] = [
             RequestIDMiddleware(), ClientAddressMiddleware(client: client),
             SecurityHeadersMiddleware(strictTransportSecurity: configuration.tls != nil), MetricsMiddleware(metrics),

@@ -1,5 +1,5 @@
-import CMicroHTTPDShims
 import CMicroHTTPD
+import CMicroHTTPDShims
 import Foundation
 import Glibc
 import Locking
@@ -35,7 +35,9 @@ final class HeaderDeadline: Sendable {
         self.expired = expired
     }
 
-    private static func key(_ connection: OpaquePointer) -> UInt { UInt(bitPattern: Int(bitPattern: UnsafeRawPointer(connection))) }
+    private static func key(_ connection: OpaquePointer) -> UInt {
+        UInt(bitPattern: Int(bitPattern: UnsafeRawPointer(connection)))
+    }
 
     func opened(_ connection: OpaquePointer) {
         let socket = cbroker_mhd_connection_fd(connection)
@@ -89,7 +91,8 @@ final class HeaderDeadline: Sendable {
 
 /// libmicrohttpd's connection notification: feeds the header deadline and the connection cap.
 func serverConnectionNotify(
-    _ context: UnsafeMutableRawPointer?, _ connection: OpaquePointer?, _ socketContext: UnsafeMutablePointer<UnsafeMutableRawPointer?>?,
+    _ context: UnsafeMutableRawPointer?, _ connection: OpaquePointer?,
+    _ socketContext: UnsafeMutablePointer<UnsafeMutableRawPointer?>?,
     _ code: MHD_ConnectionNotificationCode
 ) {
     guard let context, let connection else { return }

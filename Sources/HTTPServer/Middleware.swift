@@ -81,7 +81,9 @@ final class RequestIDMiddleware: HTTPMiddleware {
 
     func requestID(from header: String?) -> String {
         if let header, (1...64).contains(header.utf8.count),
-            header.utf8.allSatisfy({ $0.isASCIIAlphanumeric || $0 == UInt8(ascii: "-") || $0 == UInt8(ascii: "_") || $0 == UInt8(ascii: ".") })
+            header.utf8.allSatisfy({
+                $0.isASCIIAlphanumeric || $0 == UInt8(ascii: "-") || $0 == UInt8(ascii: "_") || $0 == UInt8(ascii: ".")
+            })
         {
             return header
         }
@@ -138,11 +140,15 @@ struct AccessLogMiddleware: HTTPMiddleware {
         let response = try next(request)
         let method = request.method
         // An invented method is logged as `other` plus its first 32 bytes, never whole.
-        let logged = method.label == "other" ? "other:" + String(decoding: method.rawValue.utf8.prefix(32), as: UTF8.self) : method.rawValue
+        let logged =
+            method.label == "other"
+            ? "other:" + String(decoding: method.rawValue.utf8.prefix(32), as: UTF8.self) : method.rawValue
         request.logger.info(
             "request",
-            [("method", logged), ("route", request.routeLabel), ("status", String(response.status)),
-             ("duration_ms", String(format: "%.2f", request.secondsSinceReceived * 1000)), ("client", request.remoteAddress)])
+            [
+                ("method", logged), ("route", request.routeLabel), ("status", String(response.status)),
+                ("duration_ms", String(format: "%.2f", request.secondsSinceReceived * 1000)), ("client", request.remoteAddress),
+            ])
         return response
     }
 }
@@ -158,7 +164,8 @@ struct ProblemMiddleware: HTTPMiddleware {
         do {
             return try next(request)
         } catch {
-            return problem(for: error, request: request).response(instance: request.path, requestID: request.requestID, typeBase: typeBase)
+            return problem(for: error, request: request).response(
+                instance: request.path, requestID: request.requestID, typeBase: typeBase)
         }
     }
 
@@ -170,7 +177,9 @@ struct ProblemMiddleware: HTTPMiddleware {
             return .badRequest(error.detail)
         default:
             if let problem = errorMapper(error) {
-                if problem.status >= 500 { request.logger.warning("request failed", [("route", request.routeLabel), ("error", "\(error)")]) }
+                if problem.status >= 500 {
+                    request.logger.warning("request failed", [("route", request.routeLabel), ("error", "\(error)")])
+                }
                 return problem
             }
             request.logger.error(

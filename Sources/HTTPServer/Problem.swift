@@ -110,7 +110,8 @@ extension Problem {
             return .badRequest("field `\(field)` must be \(Self.jsonTypeName(type))")
         case .dataCorrupted(let context):
             if context.codingPath.isEmpty {
-                return Problem(status: 400, code: "invalid_json", title: "Invalid JSON body", detail: "the body is not valid JSON")
+                return Problem(
+                    status: 400, code: "invalid_json", title: "Invalid JSON body", detail: "the body is not valid JSON")
             }
             return .badRequest("field `\(path(context.codingPath))` is invalid")
         @unknown default:

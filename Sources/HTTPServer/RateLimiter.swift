@@ -64,10 +64,14 @@ public final class RateLimiter: Sendable {
     }
 
     /// Drops the cheapest tenth of the table: the buckets that would hold most tokens now.
-    private func evict(_ buckets: inout [String: (tokens: Double, updated: ContinuousClock.Instant)], now: ContinuousClock.Instant) {
+    private func evict(
+        _ buckets: inout [String: (tokens: Double, updated: ContinuousClock.Instant)], now: ContinuousClock.Instant
+    ) {
         func projected(_ bucket: (tokens: Double, updated: ContinuousClock.Instant)) -> Double {
             let elapsed = now - bucket.updated
-            return min(burst, bucket.tokens + (Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18) * rate)
+            return min(
+                burst, bucket.tokens + (Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18) * rate
+            )
         }
         let keep = maximumKeys * 9 / 10
         let ranked = buckets.map { ($0.key, projected($0.value)) }.sorted { $0.1 > $1.1 }

@@ -18,7 +18,10 @@ public struct JWK: Sendable {
         let algorithm: JWSAlgorithm?
         let canVerify: Bool
 
-        init(keyType: String, keyID: String?, use: String?, keyOperations: [String]?, declaredAlgorithm: String?, key: AsymmetricKey) {
+        init(
+            keyType: String, keyID: String?, use: String?, keyOperations: [String]?, declaredAlgorithm: String?,
+            key: AsymmetricKey
+        ) {
             self.keyType = keyType
             self.keyID = keyID
             self.use = use
@@ -117,7 +120,8 @@ public struct JWK: Sendable {
             throw JOSEError(.invalidKey, "JWK key material rejected: \(error.reason)")
         }
         storage = Storage(
-            keyType: keyType, keyID: keyID, use: use, keyOperations: keyOperations, declaredAlgorithm: declaredAlgorithm, key: key)
+            keyType: keyType, keyID: keyID, use: use, keyOperations: keyOperations, declaredAlgorithm: declaredAlgorithm, key: key
+        )
     }
 
     /// Wraps an existing key.

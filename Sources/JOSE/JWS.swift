@@ -1,10 +1,11 @@
 import BrokerCrypto
-#if canImport(Glibc)
-import Glibc
-#endif
 import Locking
 import StrictJSON
 import Synchronization
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// The protected header of a JWS, as far as this service reads it. Immutable; a class, so
 /// the verifier's cache and every verified token share one copy (passing it on is one
@@ -102,10 +103,12 @@ public struct JWSVerifier: Sendable {
                     throw JOSEError(.keyNotFound, "the key has no accepted algorithm")
                 }
                 guard algorithm == header.knownAlgorithm else {
-                    throw JOSEError(.algorithmMismatch, "header alg \(header.algorithm) does not match the key's \(algorithm.rawValue)")
+                    throw JOSEError(
+                        .algorithmMismatch, "header alg \(header.algorithm) does not match the key's \(algorithm.rawValue)")
                 }
                 let signingInput = UnsafeRawBufferPointer(parts.signingInput)
-                guard algorithm.verify(signature: UnsafeRawBufferPointer(signature), signingInput: signingInput, key: key.key) else {
+                guard algorithm.verify(signature: UnsafeRawBufferPointer(signature), signingInput: signingInput, key: key.key)
+                else {
                     throw JOSEError(.signatureInvalid, "the signature does not verify")
                 }
                 return VerifiedJWS(header: header, payload: payload, keyID: key.keyID)

@@ -1,5 +1,5 @@
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// A lock with the shape of `Synchronization.Mutex`, on `pthread_mutex_t`.

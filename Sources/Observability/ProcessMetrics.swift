@@ -19,36 +19,48 @@ public enum ProcessMetrics {
                 let fields = stat[stat.index(after: close)...].split(separator: " ").map(String.init)
                 func field(_ number: Int) -> Double? { fields.count > number - 3 ? Double(fields[number - 3]) : nil }
                 if let user = field(14), let system = field(15) {
-                    samples.append(CollectedSample(
-                        name: "process_cpu_seconds_total", help: "User and system CPU time spent, in seconds.", type: .counter,
-                        value: (user + system) / ticksPerSecond))
+                    samples.append(
+                        CollectedSample(
+                            name: "process_cpu_seconds_total", help: "User and system CPU time spent, in seconds.",
+                            type: .counter,
+                            value: (user + system) / ticksPerSecond))
                 }
                 if let threads = field(20) {
                     samples.append(CollectedSample(name: "process_threads", help: "Threads of the process.", value: threads))
                 }
                 if let start = field(22), let bootTime {
-                    samples.append(CollectedSample(
-                        name: "process_start_time_seconds", help: "Start time of the process since the Unix epoch, in seconds.",
-                        value: bootTime + start / ticksPerSecond))
+                    samples.append(
+                        CollectedSample(
+                            name: "process_start_time_seconds",
+                            help: "Start time of the process since the Unix epoch, in seconds.",
+                            value: bootTime + start / ticksPerSecond))
                 }
                 if let virtual = field(23) {
-                    samples.append(CollectedSample(name: "process_virtual_memory_bytes", help: "Virtual memory size in bytes.", value: virtual))
+                    samples.append(
+                        CollectedSample(
+                            name: "process_virtual_memory_bytes", help: "Virtual memory size in bytes.", value: virtual))
                 }
                 if let resident = field(24) {
-                    samples.append(CollectedSample(
-                        name: "process_resident_memory_bytes", help: "Resident memory size in bytes.", value: resident * pageSize))
+                    samples.append(
+                        CollectedSample(
+                            name: "process_resident_memory_bytes", help: "Resident memory size in bytes.",
+                            value: resident * pageSize))
                 }
             }
             if let descriptors = try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd") {
-                samples.append(CollectedSample(name: "process_open_fds", help: "Open file descriptors.", value: Double(descriptors.count)))
+                samples.append(
+                    CollectedSample(name: "process_open_fds", help: "Open file descriptors.", value: Double(descriptors.count)))
             }
-            samples.append(CollectedSample(
-                name: "broker_log_lines_dropped_total",
-                help: "Log lines that could not be written (stdout or stderr closed) and were dropped.", type: .counter,
-                value: Double(LogSink.droppedLines)))
+            samples.append(
+                CollectedSample(
+                    name: "broker_log_lines_dropped_total",
+                    help: "Log lines that could not be written (stdout or stderr closed) and were dropped.", type: .counter,
+                    value: Double(LogSink.droppedLines)))
             var limit = rlimit()
             if getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0 {
-                samples.append(CollectedSample(name: "process_max_fds", help: "Maximum open file descriptors.", value: Double(limit.rlim_cur)))
+                samples.append(
+                    CollectedSample(
+                        name: "process_max_fds", help: "Maximum open file descriptors.", value: Double(limit.rlim_cur)))
             }
             return samples
         }

@@ -298,9 +298,10 @@ public final class PostgresConnection: @unchecked Sendable {
                     let length = Int(PQgetlength(result, row, column))
                     let value = PQgetvalue(result, row, column)!
                     cells.append(
-                        .text(value.withMemoryRebound(to: UInt8.self, capacity: length) {
-                            String(decoding: UnsafeBufferPointer(start: $0, count: length), as: UTF8.self)
-                        }))
+                        .text(
+                            value.withMemoryRebound(to: UInt8.self, capacity: length) {
+                                String(decoding: UnsafeBufferPointer(start: $0, count: length), as: UTF8.self)
+                            }))
                 }
             }
         }

@@ -55,7 +55,9 @@ public struct PostgresError: Error, Sendable, CustomStringConvertible, CustomDeb
         // names from the configuration, never request input, and without it the operator
         // sees only `connection_failed`.
         if code == .connectionFailed, let serverMessage {
-            text += ": " + serverMessage.split(whereSeparator: \.isNewline).map { $0.split(separator: " ").joined(separator: " ") }
+            text +=
+                ": "
+                + serverMessage.split(whereSeparator: \.isNewline).map { $0.split(separator: " ").joined(separator: " ") }
                 .filter { !$0.isEmpty }.joined(separator: " ")
         }
         return text

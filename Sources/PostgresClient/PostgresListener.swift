@@ -56,7 +56,9 @@ public final class PostgresListener: Sendable {
                 if connection.isPooled {
                     // Through a transaction pooler the LISTEN stays on a server session that
                     // is soon another client's: nothing arrives, waiters fall back to polling.
-                    logger.warning("LISTEN through a connection pooler receives no notifications; set DATABASE_LISTEN_URL to a direct connection")
+                    logger.warning(
+                        "LISTEN through a connection pooler receives no notifications; set DATABASE_LISTEN_URL to a direct connection"
+                    )
                 }
                 let channels = handlers.withLock { Array($0.keys) }
                 for channel in channels {

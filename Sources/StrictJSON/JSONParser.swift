@@ -1,5 +1,5 @@
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// A strict RFC 8259 JSON reader for JOSE headers, JWT claims and JWKs. It refuses what
@@ -95,7 +95,8 @@ enum JSONParser {
 
         mutating func insert(_ name: Name) throws {
             if all == nil, case .plain(let range) = name, plain.count < Self.linearLimit {
-                for other in plain where other.count == range.count
+                for other in plain
+                where other.count == range.count
                     && memcmp(bytes.baseAddress! + other.lowerBound, bytes.baseAddress! + range.lowerBound, range.count) == 0
                 {
                     throw duplicate(name.string(in: bytes))

@@ -66,7 +66,8 @@ enum APIKeysCommand {
         }
         let known = Set(apple.clientIDs).union(apple.appGroups.allClientIDs)
         for id in ids where !known.contains(id) {
-            throw arguments.usageError("--client-ids: \(id) is not one of APPLE_CLIENT_IDS (\(known.sorted().joined(separator: ", ")))")
+            throw arguments.usageError(
+                "--client-ids: \(id) is not one of APPLE_CLIENT_IDS (\(known.sorted().joined(separator: ", ")))")
         }
         return Array(Set(ids)).sorted()
     }

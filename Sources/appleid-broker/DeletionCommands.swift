@@ -31,7 +31,8 @@ enum DeletionCommands {
         }
         let configuration = try BrokerConfiguration.load(environment: environment, requireApple: code != nil)
         return try BrokerCommand.withDatabase(environment) { database in
-            let store = DeletionStore(pool: database.pool, teamID: teamID, hasher: configuration.tokenKeys.map(SubjectHasher.init(keys:)))
+            let store = DeletionStore(
+                pool: database.pool, teamID: teamID, hasher: configuration.tokenKeys.map(SubjectHasher.init(keys:)))
             var service = DeletionService(store: store, wake: {})
             if let tokenKeys = configuration.tokenKeys, let apple = configuration.apple {
                 service.codes = .init(
@@ -77,7 +78,9 @@ enum DeletionCommands {
                 } else {
                     print("DELETION_ID\tUSER_ID\tSOURCE\tSTATE\tATTEMPTS\tCREATED\tLAST_ERROR")
                     for record in records {
-                        print("\(record.id.lowercasedString)\t\(record.userID.lowercasedString)\t\(record.source.rawValue)\t\(record.state.rawValue)\t\(record.attempts)\t\(RFC3339.string(from: record.createdAt))\t\(record.lastError ?? "-")")
+                        print(
+                            "\(record.id.lowercasedString)\t\(record.userID.lowercasedString)\t\(record.source.rawValue)\t\(record.state.rawValue)\t\(record.attempts)\t\(RFC3339.string(from: record.createdAt))\t\(record.lastError ?? "-")"
+                        )
                     }
                 }
                 return 0

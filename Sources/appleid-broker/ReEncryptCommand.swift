@@ -7,13 +7,18 @@ import Workers
 /// `appleid-broker reencrypt [--batch N]`: see `ReEncryption`.
 enum ReEncryptCommand {
     static func run(_ arguments: ParsedArguments, environment: [String: String]) throws -> Int32 {
-        let batch = try arguments.options["batch"].map {
-            guard let value = Int($0), (1...10_000).contains(value) else { throw arguments.usageError("--batch must be 1…10000") }
-            return value
-        } ?? 500
+        let batch =
+            try arguments.options["batch"].map {
+                guard let value = Int($0), (1...10_000).contains(value) else {
+                    throw arguments.usageError("--batch must be 1…10000")
+                }
+                return value
+            } ?? 500
         let configuration = try BrokerConfiguration.load(environment: environment, requireApple: false)
         guard let keys = configuration.tokenKeys else {
-            throw BrokerConfiguration.Invalid(problems: ["reencrypt needs TOKEN_ENCRYPTION_KEY (the new key first, the old ones after it)"])
+            throw BrokerConfiguration.Invalid(problems: [
+                "reencrypt needs TOKEN_ENCRYPTION_KEY (the new key first, the old ones after it)"
+            ])
         }
         return try BrokerCommand.withDatabase(environment) { database in
             var job = ReEncryption(pool: database.pool, keys: keys)
@@ -33,7 +38,8 @@ enum ReEncryptCommand {
                 return 0
             }
             BrokerCommand.printError(
-                "\(left) secrets are still sealed with other keys (unreadable ones name a key that is missing, or were altered); keep those keys")
+                "\(left) secrets are still sealed with other keys (unreadable ones name a key that is missing, or were altered); keep those keys"
+            )
             return 1
         }
     }

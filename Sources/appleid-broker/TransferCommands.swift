@@ -38,7 +38,8 @@ enum TransferCommands {
             let apple = AppleClient(
                 baseURL: settings.baseURL, transport: CurlTransport(),
                 secrets: ClientSecretProvider(
-                    teamID: settings.teamID, keyID: settings.keyID, keyPath: settings.privateKeyPath, keyIDPath: settings.keyIDPath),
+                    teamID: settings.teamID, keyID: settings.keyID, keyPath: settings.privateKeyPath,
+                    keyIDPath: settings.keyIDPath),
                 timeout: .milliseconds(settings.timeoutMilliseconds), metrics: MetricsRegistry(), logger: logger)
             let transfer = TeamTransfer(
                 pool: database.pool, apple: apple, teamID: settings.teamID, clientID: clientID, rate: rate,

@@ -138,14 +138,20 @@ if interleaved {
     let layers: [(name: String, run: () throws -> Void)] = [
         ("openssl speed's verify (36 bytes, no hash)", { precondition(speedReplica.verify()) }),
         ("bare RSA verify (SHA-256 + EVP)", { precondition(rsa.verifySHA256(signature: signature, message: signingInput)) }),
-        ("+ JWS framing (split, base64url, header)", {
-            layer = (layer + 1) & 255
-            _ = try jws.verify(tokens[layer], key: jwk)
-        }),
-        ("+ kid lookup and strict claims JSON check", {
-            layer = (layer + 1) & 255
-            _ = try apple.claims(of: tokens[layer], leeway: 60, now: Double(now))
-        }),
+        (
+            "+ JWS framing (split, base64url, header)",
+            {
+                layer = (layer + 1) & 255
+                _ = try jws.verify(tokens[layer], key: jwk)
+            }
+        ),
+        (
+            "+ kid lookup and strict claims JSON check",
+            {
+                layer = (layer + 1) & 255
+                _ = try apple.claims(of: tokens[layer], leeway: 60, now: Double(now))
+            }
+        ),
         ("+ every claim check (full validation)", validateNext),
     ]
     var counts = [Int](repeating: 0, count: layers.count)
@@ -163,9 +169,11 @@ if interleaved {
     }
     let microseconds = layers.indices.map { time[$0].seconds * 1e6 / Double(counts[$0]) }
     for (index, layer) in layers.enumerated() {
-        print(String(format: "interleaved: %-42@ %7.2f us/op  %6.3f of openssl speed's op  %6.3f of bare RSA",
-                     layer.name as NSString, microseconds[index], microseconds[0] / microseconds[index],
-                     microseconds[1] / microseconds[index]))
+        print(
+            String(
+                format: "interleaved: %-42@ %7.2f us/op  %6.3f of openssl speed's op  %6.3f of bare RSA",
+                layer.name as NSString, microseconds[index], microseconds[0] / microseconds[index],
+                microseconds[1] / microseconds[index]))
     }
     let full = microseconds[layers.count - 1]
     if json {
@@ -265,13 +273,16 @@ func pace() -> Int32 {
         let seconds = option("seconds").flatMap(Double.init), rate > 0, seconds > 0,
         let text = try? String(contentsOfFile: file, encoding: .utf8)
     else {
-        FileHandle.standardError.write(Data("pace --url URL --bodies FILE --rate R --seconds S [--threads N] [--header 'Name: value']\n".utf8))
+        FileHandle.standardError.write(
+            Data("pace --url URL --bodies FILE --rate R --seconds S [--threads N] [--header 'Name: value']\n".utf8))
         return 2
     }
     let bodies = text.split(separator: "\n").map { Array($0.utf8) }
     let total = min(bodies.count, Int(rate * seconds))
     let extra = option("header").flatMap { header in
-        header.firstIndex(of: ":").map { (String(header[..<$0]), header[header.index(after: $0)...].trimmingCharacters(in: .whitespaces)) }
+        header.firstIndex(of: ":").map {
+            (String(header[..<$0]), header[header.index(after: $0)...].trimmingCharacters(in: .whitespaces))
+        }
     }
     let headers = [("Content-Type", "application/json")] + (extra.map { [$0] } ?? [])
     let threads = option("threads").flatMap(Int.init) ?? 16
@@ -289,8 +300,11 @@ func pace() -> Int32 {
                 guard index < total else { break }
                 let due = start + .nanoseconds(Int64(Double(index) / rate * 1e9))
                 let wait = due - ContinuousClock.now
-                if wait > .zero { Thread.sleep(forTimeInterval: Double(wait.components.attoseconds) / 1e18 + Double(wait.components.seconds)) }
-                let request = HTTPClientRequest(method: "POST", url: url, headers: headers, body: bodies[index], timeout: .seconds(30))
+                if wait > .zero {
+                    Thread.sleep(forTimeInterval: Double(wait.components.attoseconds) / 1e18 + Double(wait.components.seconds))
+                }
+                let request = HTTPClientRequest(
+                    method: "POST", url: url, headers: headers, body: bodies[index], timeout: .seconds(30))
                 let status = (try? transport.send(request).status) ?? 0
                 if !(200..<300).contains(status) { failures += 1 }
                 let elapsed = ContinuousClock.now - due
@@ -309,8 +323,13 @@ func pace() -> Int32 {
     let elapsed = ContinuousClock.now - start
     let wall = elapsed.seconds
     let (latencies, failures) = results.withLock { ($0.latencies.sorted(), $0.failures) }
-    func percentile(_ p: Double) -> Double { latencies.isEmpty ? 0 : latencies[min(latencies.count - 1, Int(Double(latencies.count) * p))] }
-    print(String(format: "{\"requests\":%d,\"failures\":%d,\"offered_rate\":%.1f,\"achieved_rate\":%.1f,\"p50_ms\":%.2f,\"p99_ms\":%.2f}",
-        latencies.count, failures, rate, Double(latencies.count) / wall, percentile(0.5), percentile(0.99)))
+    func percentile(_ p: Double) -> Double {
+        latencies.isEmpty ? 0 : latencies[min(latencies.count - 1, Int(Double(latencies.count) * p))]
+    }
+    print(
+        String(
+            format:
+                "{\"requests\":%d,\"failures\":%d,\"offered_rate\":%.1f,\"achieved_rate\":%.1f,\"p50_ms\":%.2f,\"p99_ms\":%.2f}",
+            latencies.count, failures, rate, Double(latencies.count) / wall, percentile(0.5), percentile(0.99)))
     return failures == 0 ? 0 : 1
 }

@@ -36,10 +36,11 @@ struct IdentityTokenRuleTests {
         #expect(cases.filter(\.isWrong).isEmpty, "\(cases.filter(\.isWrong).map { "\($0.name): \($0.verdict ?? "accepted")" })")
         // The documented choices for the policy cases, as the login API answers them.
         let policy = Dictionary(uniqueKeysWithValues: cases.filter { $0.expected == "policy" }.map { ($0.name, $0.verdict) })
-        #expect(policy == [
-            "valid_es256": "token_malformed", "duplicate_aud_last_is_right": "token_malformed",
-            "signature_with_base64_padding": "token_malformed",
-        ])
+        #expect(
+            policy == [
+                "valid_es256": "token_malformed", "duplicate_aud_last_is_right": "token_malformed",
+                "signature_with_base64_padding": "token_malformed",
+            ])
     }
 
     @Test("Apple's claim rules: iss exactly Apple's, aud one of ours (string or list), iat not ahead, exp not past")

@@ -5,8 +5,8 @@ import HTTPClient
 import HTTPServer
 import JOSE
 import Locking
-import StrictJSON
 import Observability
+import StrictJSON
 import Synchronization
 import Testing
 
@@ -52,7 +52,8 @@ final class AppleSimulatorTests {
     }
 
     func post(_ path: String, form: [(String, String)], bearer: String? = nil) throws -> HTTPClientResponse {
-        try client.send(.form(url: simulator.baseURL + path, fields: form, headers: bearer.map { [("Authorization", "Bearer \($0)")] } ?? []))
+        try client.send(
+            .form(url: simulator.baseURL + path, fields: form, headers: bearer.map { [("Authorization", "Bearer \($0)")] } ?? []))
     }
 
     func keys() throws -> JWKSet {
@@ -63,12 +64,13 @@ final class AppleSimulatorTests {
 
     @Test("a minted identity token verifies against /auth/keys over HTTP, and fails once rotation retires its key")
     func tokensAndRotation() throws {
-        let minted = try simulator.mintToken({
-            var request = TokenRequest(clientID: Self.clientID)
-            request.rawNonce = "raw-nonce-123"
-            request.realUserStatus = 1
-            return request
-        }())
+        let minted = try simulator.mintToken(
+            {
+                var request = TokenRequest(clientID: Self.clientID)
+                request.rawNonce = "raw-nonce-123"
+                request.realUserStatus = 1
+                return request
+            }())
         let verified = try JWSVerifier().verify(minted.idToken, keys: try keys())
         #expect(verified.header.algorithm == "RS256")
         let claims = try verified.claims()
@@ -128,10 +130,12 @@ final class AppleSimulatorTests {
         #expect(try JSONValue.parseObject(reused.body)["error"] == "invalid_grant")
 
         // A refresh gives a new access token and id_token, and no new refresh token.
-        let refreshed = try post("/auth/token", form: [
-            ("client_id", Self.clientID), ("client_secret", try clientSecret()), ("refresh_token", refreshToken),
-            ("grant_type", "refresh_token"),
-        ])
+        let refreshed = try post(
+            "/auth/token",
+            form: [
+                ("client_id", Self.clientID), ("client_secret", try clientSecret()), ("refresh_token", refreshToken),
+                ("grant_type", "refresh_token"),
+            ])
         #expect(refreshed.status == 200)
         let refreshedBody = try JSONValue.parseObject(refreshed.body)
         #expect(refreshedBody["refresh_token"] == nil)
@@ -148,9 +152,10 @@ final class AppleSimulatorTests {
             return try JSONValue.parseObject(response.body)["error"]?.stringValue
         }
         // A JSON body instead of a form.
-        let json = try client.send(.init(
-            method: "POST", url: simulator.baseURL + "/auth/token", headers: [("Content-Type", "application/json")],
-            body: Array(#"{"client_id":"com.example.app","grant_type":"authorization_code"}"#.utf8)))
+        let json = try client.send(
+            .init(
+                method: "POST", url: simulator.baseURL + "/auth/token", headers: [("Content-Type", "application/json")],
+                body: Array(#"{"client_id":"com.example.app","grant_type":"authorization_code"}"#.utf8)))
         #expect(try error(json) == "invalid_client")
         // Expired, too long-lived, signed by another key, wrong audience, sub ≠ client_id.
         let now = Int(Date().timeIntervalSince1970)
@@ -162,25 +167,33 @@ final class AppleSimulatorTests {
             try clientSecret(clientID: "com.example.web"),
             "not-a-jwt",
         ] {
-            let response = try post("/auth/token", form: [
-                ("client_id", Self.clientID), ("client_secret", secret), ("code", code), ("grant_type", "authorization_code"),
-            ])
+            let response = try post(
+                "/auth/token",
+                form: [
+                    ("client_id", Self.clientID), ("client_secret", secret), ("code", code), ("grant_type", "authorization_code"),
+                ])
             #expect(try error(response) == "invalid_client")
         }
         // A native code with a redirect_uri, and a code for another client id.
-        let withRedirect = try post("/auth/token", form: [
-            ("client_id", Self.clientID), ("client_secret", try clientSecret()), ("code", code),
-            ("grant_type", "authorization_code"), ("redirect_uri", "https://example.com/callback"),
-        ])
+        let withRedirect = try post(
+            "/auth/token",
+            form: [
+                ("client_id", Self.clientID), ("client_secret", try clientSecret()), ("code", code),
+                ("grant_type", "authorization_code"), ("redirect_uri", "https://example.com/callback"),
+            ])
         #expect(try error(withRedirect) == "invalid_grant")
-        let otherClient = try post("/auth/token", form: [
-            ("client_id", "com.example.web"), ("client_secret", try clientSecret(clientID: "com.example.web")),
-            ("code", code), ("grant_type", "authorization_code"),
-        ])
+        let otherClient = try post(
+            "/auth/token",
+            form: [
+                ("client_id", "com.example.web"), ("client_secret", try clientSecret(clientID: "com.example.web")),
+                ("code", code), ("grant_type", "authorization_code"),
+            ])
         #expect(try error(otherClient) == "invalid_grant")
-        let unsupported = try post("/auth/token", form: [
-            ("client_id", Self.clientID), ("client_secret", try clientSecret()), ("grant_type", "password"),
-        ])
+        let unsupported = try post(
+            "/auth/token",
+            form: [
+                ("client_id", Self.clientID), ("client_secret", try clientSecret()), ("grant_type", "password"),
+            ])
         #expect(try error(unsupported) == "unsupported_grant_type")
     }
 
@@ -189,29 +202,39 @@ final class AppleSimulatorTests {
         var request = TokenRequest(clientID: Self.clientID)
         request.withCode = true
         let minted = try simulator.mintToken(request)
-        let tokens = try JSONValue.parseObject(try post("/auth/token", form: [
-            ("client_id", Self.clientID), ("client_secret", try clientSecret()), ("code", minted.code!),
-            ("grant_type", "authorization_code"),
-        ]).body)
+        let tokens = try JSONValue.parseObject(
+            try post(
+                "/auth/token",
+                form: [
+                    ("client_id", Self.clientID), ("client_secret", try clientSecret()), ("code", minted.code!),
+                    ("grant_type", "authorization_code"),
+                ]
+            ).body)
         let refreshToken = tokens["refresh_token"]!.stringValue!
         simulator.clearRevocations()
 
-        let wrongClient = try post("/auth/revoke", form: [
-            ("client_id", "com.example.web"), ("client_secret", try clientSecret(clientID: "com.example.web")),
-            ("token", refreshToken), ("token_type_hint", "refresh_token"),
-        ])
+        let wrongClient = try post(
+            "/auth/revoke",
+            form: [
+                ("client_id", "com.example.web"), ("client_secret", try clientSecret(clientID: "com.example.web")),
+                ("token", refreshToken), ("token_type_hint", "refresh_token"),
+            ])
         #expect(wrongClient.status == 200 && wrongClient.body.isEmpty)
         #expect(simulator.isTokenValid(refreshToken), "a revoke with the wrong client id does nothing (P10)")
 
-        let revoked = try post("/auth/revoke", form: [
-            ("client_id", Self.clientID), ("client_secret", try clientSecret()), ("token", refreshToken),
-            ("token_type_hint", "refresh_token"),
-        ])
+        let revoked = try post(
+            "/auth/revoke",
+            form: [
+                ("client_id", Self.clientID), ("client_secret", try clientSecret()), ("token", refreshToken),
+                ("token_type_hint", "refresh_token"),
+            ])
         #expect(revoked.status == 200)
         #expect(!simulator.isTokenValid(refreshToken))
-        let unknown = try post("/auth/revoke", form: [
-            ("client_id", Self.clientID), ("client_secret", try clientSecret()), ("token", "garbage"),
-        ])
+        let unknown = try post(
+            "/auth/revoke",
+            form: [
+                ("client_id", Self.clientID), ("client_secret", try clientSecret()), ("token", "garbage"),
+            ])
         #expect(unknown.status == 200)
         #expect(simulator.revocations.map(\.outcome) == ["client_mismatch", "revoked", "unknown_token"])
         #expect(simulator.revocations[1].clientID == Self.clientID)
@@ -233,12 +256,14 @@ final class AppleSimulatorTests {
         configuration.listen = "127.0.0.1:0"
         configuration.accessLog = false
         let receiver = HTTPServer(
-            configuration: configuration, router: router, logger: Logger(label: "r", sink: .capturing()), metrics: MetricsRegistry())
+            configuration: configuration, router: router, logger: Logger(label: "r", sink: .capturing()),
+            metrics: MetricsRegistry())
         try receiver.start()
         defer { receiver.shutdown() }
 
         var request = NotificationRequest(
-            url: "http://127.0.0.1:\(receiver.port)/hook", type: "email-disabled", sub: "001234.abc.1234", clientID: Self.clientID)
+            url: "http://127.0.0.1:\(receiver.port)/hook", type: "email-disabled", sub: "001234.abc.1234", clientID: Self.clientID
+        )
         request.email = "x@privaterelay.appleid.com"
         request.isPrivateEmail = true
         let result = try simulator.sendNotification(request)
@@ -282,21 +307,27 @@ final class AppleSimulatorTests {
     @Test("team transfer: client_credentials, then usermigrationinfo on both sides")
     func migration() throws {
         let recipientKey = try AsymmetricKey.generateP256()
-        simulator.registerTeam(teamID: "NEWTEAM001", keyID: "NEWKEY0001", publicKey: recipientKey, clientIDs: ["com.example.app.new"])
+        simulator.registerTeam(
+            teamID: "NEWTEAM001", keyID: "NEWKEY0001", publicKey: recipientKey, clientIDs: ["com.example.app.new"])
         let user = simulator.createUser(teamID: Self.teamID)
 
         func accessToken(_ clientID: String, _ secret: String) throws -> String {
-            let response = try post("/auth/token", form: [
-                ("client_id", clientID), ("client_secret", secret), ("grant_type", "client_credentials"), ("scope", "user.migration"),
-            ])
+            let response = try post(
+                "/auth/token",
+                form: [
+                    ("client_id", clientID), ("client_secret", secret), ("grant_type", "client_credentials"),
+                    ("scope", "user.migration"),
+                ])
             #expect(response.status == 200)
             return try JSONValue.parseObject(response.body)["access_token"]!.stringValue!
         }
         let senderSecret = try clientSecret()
         let senderToken = try accessToken(Self.clientID, senderSecret)
-        let exported = try post("/auth/usermigrationinfo", form: [
-            ("sub", user.sub), ("target", "NEWTEAM001"), ("client_id", Self.clientID), ("client_secret", senderSecret),
-        ], bearer: senderToken)
+        let exported = try post(
+            "/auth/usermigrationinfo",
+            form: [
+                ("sub", user.sub), ("target", "NEWTEAM001"), ("client_id", Self.clientID), ("client_secret", senderSecret),
+            ], bearer: senderToken)
         let transferSub = try #require(try JSONValue.parseObject(exported.body)["transfer_sub"]?.stringValue)
 
         let now = Int64(Date().timeIntervalSince1970)
@@ -305,22 +336,28 @@ final class AppleSimulatorTests {
             "iat": .integer(now), "exp": .integer(now + 300),
         ])
         let recipientToken = try accessToken("com.example.app.new", recipientSecret)
-        let imported = try post("/auth/usermigrationinfo", form: [
-            ("transfer_sub", transferSub), ("client_id", "com.example.app.new"), ("client_secret", recipientSecret),
-        ], bearer: recipientToken)
+        let imported = try post(
+            "/auth/usermigrationinfo",
+            form: [
+                ("transfer_sub", transferSub), ("client_id", "com.example.app.new"), ("client_secret", recipientSecret),
+            ], bearer: recipientToken)
         let body = try JSONValue.parseObject(imported.body)
         let newSub = try #require(body["sub"]?.stringValue)
         #expect(newSub != user.sub)
         #expect(body["is_private_email"] == true)
         // Asking again gives the same new sub.
-        let again = try post("/auth/usermigrationinfo", form: [
-            ("transfer_sub", transferSub), ("client_id", "com.example.app.new"), ("client_secret", recipientSecret),
-        ], bearer: recipientToken)
+        let again = try post(
+            "/auth/usermigrationinfo",
+            form: [
+                ("transfer_sub", transferSub), ("client_id", "com.example.app.new"), ("client_secret", recipientSecret),
+            ], bearer: recipientToken)
         #expect(try JSONValue.parseObject(again.body)["sub"]?.stringValue == newSub)
         // Without the bearer token: invalid_client.
-        let unauthorized = try post("/auth/usermigrationinfo", form: [
-            ("transfer_sub", transferSub), ("client_id", "com.example.app.new"), ("client_secret", recipientSecret),
-        ])
+        let unauthorized = try post(
+            "/auth/usermigrationinfo",
+            form: [
+                ("transfer_sub", transferSub), ("client_id", "com.example.app.new"), ("client_secret", recipientSecret),
+            ])
         #expect(unauthorized.status == 400)
     }
 }

@@ -52,7 +52,8 @@ struct AppleBehaviourTests {
 
         #expect(try notify(broker, "consent-revoked", sub: sub, clientID: Self.other).status == 200)
         #expect(try broker.count("SELECT count(*) FROM apple_tokens WHERE user_id = \(userID) AND client_id = \(Self.app)") == 1)
-        #expect(try broker.count("SELECT count(*) FROM apple_tokens WHERE user_id = \(userID) AND client_id = \(Self.other)") == 0)
+        #expect(
+            try broker.count("SELECT count(*) FROM apple_tokens WHERE user_id = \(userID) AND client_id = \(Self.other)") == 0)
         #expect(try credentialState(broker, userID, clientID: Self.app) == "authorized")
         #expect(try credentialState(broker, userID, clientID: Self.other) == "revoked")
         #expect(try credentialState(broker, userID) == "authorized", "authorized while any group is")
@@ -61,7 +62,8 @@ struct AppleBehaviourTests {
         // The user record shows consent per group.
         let user = try broker.get("/v1/users/\(userID.lowercasedString)", key: broker.key([.read])).json
         let apps = ((user["identities"] as? [[String: Any]])?.first?["apps"] as? [[String: Any]]) ?? []
-        let consent = Dictionary(uniqueKeysWithValues: apps.map { ($0["client_id"] as? String ?? "", $0["consent"] as? String ?? "") })
+        let consent = Dictionary(
+            uniqueKeysWithValues: apps.map { ($0["client_id"] as? String ?? "", $0["consent"] as? String ?? "") })
         #expect(consent == [Self.app: "active", Self.other: "revoked"])
 
         // email-disabled for the other app changes only that app's forwarding.
@@ -99,7 +101,9 @@ struct AppleBehaviourTests {
         #expect(try broker.login(["identity_token": minted.idToken]).status == 200)
         let result = try notify(broker, "email-disabled", sub: minted.sub, clientID: Self.other)
         #expect(result.status == 200)
-        #expect(try broker.count("SELECT count(*) FROM apple_grants WHERE app_id = 'com.example.ios' AND email_forwarding = 'disabled'") == 1)
+        #expect(
+            try broker.count(
+                "SELECT count(*) FROM apple_grants WHERE app_id = 'com.example.ios' AND email_forwarding = 'disabled'") == 1)
     }
 
     @Test("invalid_request on the sweep's refresh is a revocation: credential state revoked within one sweep interval")
@@ -144,9 +148,13 @@ struct AppleBehaviourTests {
         #expect(try broker.count("SELECT count(*) FROM apple_tokens WHERE validation_failures = 1") == 3)
         #expect(try broker.count("SELECT count(*) FROM apple_grants") == 0, "no verdict, no revocation")
         // Tried tokens back off ten minutes; untried ones stay due for when the breaker closes.
-        #expect(try broker.count(
-            "SELECT count(*) FROM apple_tokens WHERE validation_failures = 1 AND next_validation_at > now() + interval '9 minutes'") == 3)
-        #expect(try broker.count("SELECT count(*) FROM apple_tokens WHERE validation_failures = 0 AND next_validation_at <= now()") == 7)
+        #expect(
+            try broker.count(
+                "SELECT count(*) FROM apple_tokens WHERE validation_failures = 1 AND next_validation_at > now() + interval '9 minutes'"
+            ) == 3)
+        #expect(
+            try broker.count("SELECT count(*) FROM apple_tokens WHERE validation_failures = 0 AND next_validation_at <= now()")
+                == 7)
     }
 
     @Test("one token failing again and again backs off exponentially, capped at the validation interval")
@@ -213,8 +221,9 @@ struct AppleBehaviourTests {
                 NotificationRequest(url: "", type: "email-disabled", sub: minted.sub, clientID: Self.app))
             let headers = contentType.map { [("Content-Type", $0)] } ?? []
             let answer = try broker.client.send(
-                .init(method: "POST", url: broker.baseURL + "/v1/apple/notifications", headers: headers,
-                      body: Array(#"{"payload":"\#(payload)"}"#.utf8)))
+                .init(
+                    method: "POST", url: broker.baseURL + "/v1/apple/notifications", headers: headers,
+                    body: Array(#"{"payload":"\#(payload)"}"#.utf8)))
             #expect(answer.status == 200, "\(contentType ?? "none"): \(answer.bodyText)")
         }
     }
@@ -281,14 +290,17 @@ struct DeletionWithoutTokenTests {
         #expect(answer.status == 202, "\(answer.bodyText)")
         let id = try #require(answer.json["deletion_id"] as? String)
         let deadline = Date().addingTimeInterval(20)
-        while Date() < deadline, try broker.count("SELECT count(*) FROM deletion_requests WHERE state NOT IN ('done', 'failed')") > 0 {
+        while Date() < deadline,
+            try broker.count("SELECT count(*) FROM deletion_requests WHERE state NOT IN ('done', 'failed')") > 0
+        {
             Thread.sleep(forTimeInterval: 0.05)
         }
         return try broker.get("/v1/deletions/\(id)", key: broker.key([.compliance])).json
     }
 
     private func userDeletedPayload(_ broker: TestBroker) throws -> String {
-        try broker.pool.query("SELECT payload::text FROM outbox_events WHERE type = 'user.deleted'").single().decode(String.self, 0)
+        try broker.pool.query("SELECT payload::text FROM outbox_events WHERE type = 'user.deleted'").single().decode(
+            String.self, 0)
     }
 
     @Test("a deletion with a fresh code revokes the tokens it yields, and says revoked")
@@ -301,19 +313,24 @@ struct DeletionWithoutTokenTests {
         let userID = try #require(login.json["user_id"] as? String)
         // The app's "delete my account" screen re-authenticated the user: a fresh code.
         let code = broker.simulator.issueCode(teamID: TestBroker.teamID, sub: minted.sub, clientID: TestBroker.clientID)
-        let record = try deleteAndWait(broker, [
-            "user_id": userID, "reason": "deleted in the app", "requested_by": "test", "authorization_code": code,
-        ])
+        let record = try deleteAndWait(
+            broker,
+            [
+                "user_id": userID, "reason": "deleted in the app", "requested_by": "test", "authorization_code": code,
+            ])
         #expect(record["state"] as? String == "done")
         #expect(record["apple_revocation"] as? String == "revoked")
-        let steps = (record["steps"] as? [[String: Any]] ?? []).map { "\($0["step"] as? String ?? "") \($0["outcome"] as? String ?? "")" }
+        let steps = (record["steps"] as? [[String: Any]] ?? []).map {
+            "\($0["step"] as? String ?? "") \($0["outcome"] as? String ?? "")"
+        }
         #expect(steps.contains("code_exchange exchanged"), "\(steps)")
         let revoked = broker.simulator.revocations.filter { $0.sub == minted.sub && $0.outcome == "revoked" }
         #expect(revoked.map(\.tokenTypeHint) == ["refresh_token"], "\(revoked)")
         let accessCalls = broker.simulator.revocations.filter { $0.sub == minted.sub && $0.tokenTypeHint == "access_token" }
         #expect(accessCalls.map(\.outcome) == ["already_revoked"], "the grant ended with the refresh token")
         #expect(try userDeletedPayload(broker).contains(#""apple_revocation": "revoked""#))
-        #expect(try broker.count("SELECT count(*) FROM deletion_requests WHERE authorization_code IS NOT NULL") == 0, "no code kept")
+        #expect(
+            try broker.count("SELECT count(*) FROM deletion_requests WHERE authorization_code IS NOT NULL") == 0, "no code kept")
     }
 
     @Test("nothing to revoke and no code: done, with apple_revocation manual_required in the answer, user.deleted and the metric")
@@ -324,7 +341,9 @@ struct DeletionWithoutTokenTests {
         let record = try deleteAndWait(broker, ["user_id": userID, "reason": "test", "requested_by": "test"])
         #expect(record["state"] as? String == "done")
         #expect(record["apple_revocation"] as? String == "manual_required")
-        let steps = (record["steps"] as? [[String: Any]] ?? []).map { "\($0["step"] as? String ?? "") \($0["outcome"] as? String ?? "")" }
+        let steps = (record["steps"] as? [[String: Any]] ?? []).map {
+            "\($0["step"] as? String ?? "") \($0["outcome"] as? String ?? "")"
+        }
         #expect(steps.contains("nothing_to_revoke manual_revocation_required"), "\(steps)")
         #expect(try userDeletedPayload(broker).contains(#""apple_revocation": "manual_required""#))
         #expect(try broker.get("/metrics").bodyText.contains(#"deletion_apple_revocations_total{outcome="manual_required"} 1"#))
@@ -334,12 +353,16 @@ struct DeletionWithoutTokenTests {
     func accessTokenRevoked() throws {
         let broker = try TestBroker(extra: Self.fast)
         let (userID, sub) = try broker.signIn()
-        #expect(try broker.count("SELECT count(*) FROM apple_tokens WHERE access_token IS NOT NULL AND access_expires_at > now()") == 1)
+        #expect(
+            try broker.count("SELECT count(*) FROM apple_tokens WHERE access_token IS NOT NULL AND access_expires_at > now()")
+                == 1)
         let record = try deleteAndWait(broker, ["user_id": userID.lowercasedString, "reason": "test", "requested_by": "test"])
         #expect(record["apple_revocation"] as? String == "revoked")
         let hints = broker.simulator.revocations.filter { $0.sub == sub }.map { "\($0.tokenTypeHint ?? "") \($0.outcome)" }
         #expect(hints == ["refresh_token revoked", "access_token already_revoked"], "\(hints)")
-        let steps = (record["steps"] as? [[String: Any]] ?? []).map { "\($0["step"] as? String ?? "") \($0["outcome"] as? String ?? "")" }
+        let steps = (record["steps"] as? [[String: Any]] ?? []).map {
+            "\($0["step"] as? String ?? "") \($0["outcome"] as? String ?? "")"
+        }
         #expect(steps.contains("revoke_access_token revoked"), "\(steps)")
     }
 
@@ -348,23 +371,36 @@ struct DeletionWithoutTokenTests {
         let broker = try TestBroker(extra: Self.fast)
         let victim = try broker.mint()
         let userID = try #require(try broker.login(["identity_token": victim.idToken]).json["user_id"] as? String)
-        let stranger = try broker.simulator.mintToken({ var r = TokenRequest(clientID: TestBroker.clientID); r.teamID = TestBroker.teamID; return r }())
+        let stranger = try broker.simulator.mintToken(
+            {
+                var r = TokenRequest(clientID: TestBroker.clientID)
+                r.teamID = TestBroker.teamID
+                return r
+            }())
         let theirCode = broker.simulator.issueCode(teamID: TestBroker.teamID, sub: stranger.sub, clientID: TestBroker.clientID)
         for (extra, code) in [
             (["client_id": "com.nowhere"], "invalid_client_id"),
-            (["client_id": TestBroker.webClientID, "redirect_uri": "https://evil.example.com/cb"], "redirect_uri_not_registered"),
+            (
+                ["client_id": TestBroker.webClientID, "redirect_uri": "https://evil.example.com/cb"],
+                "redirect_uri_not_registered"
+            ),
         ] as [([String: String], String)] {
             var body: [String: Any] = ["user_id": userID, "reason": "t", "requested_by": "t", "authorization_code": "c"]
             body.merge(extra) { $1 }
             let data = try JSONSerialization.data(withJSONObject: body)
-            let answer = try broker.post("/v1/deletions", json: String(decoding: data, as: UTF8.self), key: broker.key([.compliance]))
+            let answer = try broker.post(
+                "/v1/deletions", json: String(decoding: data, as: UTF8.self), key: broker.key([.compliance]))
             #expect(answer.status == 400 && answer.json["code"] as? String == code, "\(answer.bodyText)")
         }
-        let record = try deleteAndWait(broker, [
-            "user_id": userID, "reason": "t", "requested_by": "t", "authorization_code": theirCode,
-        ])
+        let record = try deleteAndWait(
+            broker,
+            [
+                "user_id": userID, "reason": "t", "requested_by": "t", "authorization_code": theirCode,
+            ])
         #expect(record["apple_revocation"] as? String == "manual_required")
-        let steps = (record["steps"] as? [[String: Any]] ?? []).map { "\($0["step"] as? String ?? "") \($0["outcome"] as? String ?? "")" }
+        let steps = (record["steps"] as? [[String: Any]] ?? []).map {
+            "\($0["step"] as? String ?? "") \($0["outcome"] as? String ?? "")"
+        }
         #expect(steps.contains("code_exchange wrong_user"), "\(steps)")
         #expect(broker.simulator.revocations.filter { $0.outcome == "revoked" }.isEmpty, "nothing of the stranger's was revoked")
     }
@@ -383,7 +419,9 @@ struct TransferLoginTests {
         let moved = try broker.login(["identity_token": try broker.mint { $0.transferSub = "T-9" }.idToken])
         #expect(moved.status == 200)
         #expect(moved.json["user_id"] as? String == userID.lowercasedString)
-        #expect(try broker.count("SELECT count(*) FROM apple_identities WHERE team_id = 'OLDTEAM001' AND transferred_at IS NOT NULL") == 1)
+        #expect(
+            try broker.count("SELECT count(*) FROM apple_identities WHERE team_id = 'OLDTEAM001' AND transferred_at IS NOT NULL")
+                == 1)
         #expect(try broker.count("SELECT count(*) FROM apple_tokens WHERE revoked_at IS NOT NULL") == 1)
 
         // Even an old-team token left live is never refreshed with this team's credentials.
@@ -410,7 +448,10 @@ struct UnsignedEmailTests {
         #expect(try broker.count("SELECT count(*) FROM apple_identities WHERE email IS NOT NULL") == 0)
         // Later logins never fill it in either, and unverified_email stays the first one.
         let again = try broker.login([
-            "identity_token": try broker.mint { $0.sub = minted.sub; $0.omitEmail = true }.idToken,
+            "identity_token": try broker.mint {
+                $0.sub = minted.sub
+                $0.omitEmail = true
+            }.idToken,
             "user": ["email": "other@example.com"],
         ])
         #expect(again.json["email"] is NSNull)

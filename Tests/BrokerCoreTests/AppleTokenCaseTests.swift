@@ -21,7 +21,9 @@ struct AppleTokenCaseTests {
         var configuration = HTTPServer.Configuration()
         configuration.listen = "127.0.0.1:0"
         configuration.accessLog = false
-        let keys = HTTPServer(configuration: configuration, router: router, logger: Logger(label: "k", sink: .capturing()), metrics: MetricsRegistry())
+        let keys = HTTPServer(
+            configuration: configuration, router: router, logger: Logger(label: "k", sink: .capturing()),
+            metrics: MetricsRegistry())
         try keys.start()
         defer { keys.shutdown() }
 

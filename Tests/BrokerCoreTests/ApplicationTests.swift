@@ -86,7 +86,8 @@ struct CommandLineTests {
         let unknown = try BrokerExecutable.run(["frobnicate"], environment: environment)
         #expect(unknown.status == 2)
         #expect(unknown.stderr.contains("unknown command"))
-        let badScope = try BrokerExecutable.run(["api-keys", "create", "--name", "x", "--scopes", "everything"], environment: environment)
+        let badScope = try BrokerExecutable.run(
+            ["api-keys", "create", "--name", "x", "--scopes", "everything"], environment: environment)
         #expect(badScope.status == 2)
         var broken = environment
         broken["APPLE_CLIENT_IDS"] = ""
@@ -105,8 +106,10 @@ struct CommandLineTests {
         let usage = try BrokerExecutable.run(["--help"], environment: environment).stdout
         let commands = usage.split(separator: "\n").filter { $0.hasPrefix("  ") && !$0.hasPrefix("   ") }.map { line in
             let synopsis = line.dropFirst(2).components(separatedBy: "  ")[0]
-            return synopsis.split(separator: " ").prefix { word in word.allSatisfy { $0.isLowercase || $0 == "-" } && !word.hasPrefix("-") }
-                .map(String.init)
+            return synopsis.split(separator: " ").prefix { word in
+                word.allSatisfy { $0.isLowercase || $0 == "-" } && !word.hasPrefix("-")
+            }
+            .map(String.init)
         }
         #expect(commands.count == 13, "\(commands)")
         #expect(commands.contains(["api-keys", "create"]) && commands.contains(["serve"]) && commands.contains(["reencrypt"]))
@@ -115,14 +118,16 @@ struct CommandLineTests {
                 let result = try BrokerExecutable.run(words + extra, environment: environment)
                 let name = words.joined(separator: " ")
                 #expect(result.status == 2, "\(name) \(extra): \(result.stderr)")
-                #expect(result.stderr.contains("\(name): unknown option \(extra[0].split(separator: "=")[0])"), "\(result.stderr)")
+                #expect(
+                    result.stderr.contains("\(name): unknown option \(extra[0].split(separator: "=")[0])"), "\(result.stderr)")
                 #expect(result.stderr.contains("usage: appleid-broker \(name)"), "\(result.stderr)")
                 #expect(result.stdout.isEmpty)
             }
         }
         // A client id the broker does not accept: no key is made.
         let limited = try BrokerExecutable.run(
-            ["api-keys", "create", "--name", "x", "--scopes", "read", "--client-ids", "com.example.other"], environment: environment)
+            ["api-keys", "create", "--name", "x", "--scopes", "read", "--client-ids", "com.example.other"],
+            environment: environment)
         #expect(limited.status == 2)
         #expect(limited.stderr.contains("com.example.other is not one of APPLE_CLIENT_IDS"), "\(limited.stderr)")
         let listed = try BrokerExecutable.run(["api-keys", "list", "--json"], environment: environment)
@@ -219,7 +224,8 @@ struct EmbeddedShutdownTests {
         var environment = environment
         let port = FreePort.next()
         environment["BROKER_LISTEN"] = "127.0.0.1:\(port)"
-        let process = try ChildProcess.start(BrokerExecutable.path, ["serve"] + arguments, environment: environment, output: .file(log))
+        let process = try ChildProcess.start(
+            BrokerExecutable.path, ["serve"] + arguments, environment: environment, output: .file(log))
         let client = CurlTransport()
         for _ in 0..<600 {
             if (try? client.send(.init(url: "http://127.0.0.1:\(port)/readyz", timeout: .seconds(1))))?.status == 200 {
@@ -259,7 +265,8 @@ struct EmbeddedShutdownTests {
                     headers: [("Authorization", "Bearer \(key)"), ("Content-Type", "application/json")],
                     body: Array(#"{"url":"http://127.0.0.1:9/hook","topics":["*"]}"#.utf8)))
             #expect(subscribed.status == 201, "\(subscribed.bodyText)")
-            let other = try BrokerExecutable.run(["api-keys", "create", "--name", "gone", "--scopes", "read"], environment: environment)
+            let other = try BrokerExecutable.run(
+                ["api-keys", "create", "--name", "gone", "--scopes", "read"], environment: environment)
             let listed = try BrokerExecutable.run(["api-keys", "list", "--json"], environment: environment)
             let keys = try JSONSerialization.jsonObject(with: Data(listed.stdout.utf8)) as? [[String: Any]] ?? []
             if let id = keys.first(where: { $0["name"] as? String == "gone" })?["id"] as? String {

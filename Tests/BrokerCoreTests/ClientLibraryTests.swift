@@ -12,7 +12,8 @@ import Testing
 /// `AppleIDBrokerClient`, the library Swift app backends use, against a live broker.
 @Suite("Swift client library", .offPool)
 struct ClientLibraryTests {
-    @Test("login, user, credential state, the feed, deletions and problems, typed; webhook deliveries verify, tampered ones do not")
+    @Test(
+        "login, user, credential state, the feed, deletions and problems, typed; webhook deliveries verify, tampered ones do not")
     func endToEnd() async throws {
         let broker = try TestBroker(extra: [
             "BROKER_DISPATCH_INTERVAL_MS": "50", "BROKER_DELETION_RETRY_BASE_MS": "50", "BROKER_DELETION_INTERVAL_SECONDS": "1",
@@ -27,10 +28,14 @@ struct ClientLibraryTests {
 
         // The app's nonce: raw on the device, its lowercase hex SHA-256 in the Apple request.
         let rawNonce = Base64URL.encode(SecureRandom.bytes(32))
-        let minted = try broker.mint { $0.withCode = true; $0.rawNonce = rawNonce }
-        let login = try await client.login(.init(
-            identityToken: minted.idToken, authorizationCode: minted.code, rawNonce: rawNonce,
-            user: .init(name: .init(firstName: "Grace", lastName: "Hopper"))))
+        let minted = try broker.mint {
+            $0.withCode = true
+            $0.rawNonce = rawNonce
+        }
+        let login = try await client.login(
+            .init(
+                identityToken: minted.idToken, authorizationCode: minted.code, rawNonce: rawNonce,
+                user: .init(name: .init(firstName: "Grace", lastName: "Hopper"))))
         #expect(login.isNewUser)
         #expect(login.refreshTokenStored)
         #expect(login.appleSub == minted.sub)
@@ -70,10 +75,12 @@ struct ClientLibraryTests {
             try verifier.verify(body: tampered, header: { delivery.headers[$0.lowercased()] })
         }
         #expect(throws: WebhookVerifier.Failure.staleTimestamp) {
-            try verifier.verify(body: delivery.body, header: { delivery.headers[$0.lowercased()] }, now: Date().addingTimeInterval(3600))
+            try verifier.verify(
+                body: delivery.body, header: { delivery.headers[$0.lowercased()] }, now: Date().addingTimeInterval(3600))
         }
 
-        let accepted = try await client.requestDeletion(.init(userID: login.userID, reason: "asked in the app", requestedBy: "test"))
+        let accepted = try await client.requestDeletion(
+            .init(userID: login.userID, reason: "asked in the app", requestedBy: "test"))
         #expect(accepted.created)
         try waitUntil(seconds: 30) { try broker.count("SELECT count(*) FROM deletion_requests WHERE state = 'done'") == 1 }
         let deletion = try await client.deletion(accepted.deletionID)

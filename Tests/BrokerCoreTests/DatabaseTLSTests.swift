@@ -23,10 +23,14 @@ struct DatabaseTLSTests {
         init() throws {
             directory = "/tmp/abk-tls-\(UUID().uuidString.prefix(8))"
             try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-            try "subjectAltName=IP:127.0.0.1,DNS:localhost\n".write(toFile: directory + "/san.ext", atomically: true, encoding: .utf8)
+            try "subjectAltName=IP:127.0.0.1,DNS:localhost\n".write(
+                toFile: directory + "/san.ext", atomically: true, encoding: .utf8)
             let key = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes"]
             for (name, subject) in [("ca", "/CN=appleid-broker test CA"), ("other-ca", "/CN=someone else's CA")] {
-                try Self.openssl(["req", "-x509"] + key + ["-keyout", "\(directory)/\(name).key", "-out", "\(directory)/\(name).pem", "-days", "2", "-subj", subject])
+                try Self.openssl(
+                    ["req", "-x509"] + key + [
+                        "-keyout", "\(directory)/\(name).key", "-out", "\(directory)/\(name).pem", "-days", "2", "-subj", subject,
+                    ])
             }
             try Self.openssl(["req"] + key + ["-keyout", serverKey, "-out", directory + "/server.csr", "-subj", "/CN=127.0.0.1"])
             try Self.openssl([
@@ -64,20 +68,24 @@ struct DatabaseTLSTests {
             "listen_addresses": "127.0.0.1", "port": String(port), "ssl": "on",
             "ssl_cert_file": certificates.serverCertificate, "ssl_key_file": certificates.serverKey,
         ]
-        let cluster = try EmbeddedPostgres(configuration: configuration, logger: Logger(label: "tls-pg", sink: LogSink(level: .error)))
+        let cluster = try EmbeddedPostgres(
+            configuration: configuration, logger: Logger(label: "tls-pg", sink: LogSink(level: .error)))
         try cluster.start()
         return (cluster, port)
     }
 
     /// Runs `body` with a `DATABASE_URL` configuration (verify-full, trusting `authority`) for
     /// a TLS cluster of its own, then removes the cluster and the certificates.
-    static func withTLSCluster(trusting authority: KeyPath<Certificates, String>, _ body: (PostgresConfiguration) throws -> Void) throws {
+    static func withTLSCluster(trusting authority: KeyPath<Certificates, String>, _ body: (PostgresConfiguration) throws -> Void)
+        throws
+    {
         let certificates = try Certificates()
         defer { try? FileManager.default.removeItem(atPath: certificates.directory) }
         let (cluster, port) = try Self.tlsCluster(certificates)
         defer {
             try? cluster.stop()
-            try? FileManager.default.removeItem(atPath: (cluster.configuration.dataDirectory as NSString).deletingLastPathComponent)
+            try? FileManager.default.removeItem(
+                atPath: (cluster.configuration.dataDirectory as NSString).deletingLastPathComponent)
         }
         try body(
             try PostgresConfiguration(

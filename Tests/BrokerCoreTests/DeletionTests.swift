@@ -42,21 +42,25 @@ struct DeletionTests {
         }
     }
 
-    @Test("tokens for two client ids are revoked with the right client id each, then the user is purged without a trace of personal data")
+    @Test(
+        "tokens for two client ids are revoked with the right client id each, then the user is purged without a trace of personal data"
+    )
     func twoClients() throws {
         let broker = try TestBroker(extra: Self.fast)
         let (userID, sub) = try user(broker, clients: [TestBroker.clientID, TestBroker.webClientID])
         #expect(try broker.count("SELECT count(*) FROM apple_tokens WHERE user_id = \(userID)") == 2)
         let tokens = broker.simulator.revocations  // none yet
         #expect(tokens.isEmpty)
-        let email = try broker.pool.query("SELECT email FROM apple_identities WHERE user_id = \(userID)").first!.decode(String.self, 0)
+        let email = try broker.pool.query("SELECT email FROM apple_identities WHERE user_id = \(userID)").first!.decode(
+            String.self, 0)
         // Slow revokes keep the request pending while the second request below arrives.
         var faults = FaultSettings()
         faults.latencyMilliseconds = 500
         faults.endpoints = ["revoke"]
         broker.simulator.faults = faults
 
-        let response = try requestDeletion(broker, ["user_id": userID.lowercasedString, "reason": "user asked in the app", "requested_by": "support-42"])
+        let response = try requestDeletion(
+            broker, ["user_id": userID.lowercasedString, "reason": "user asked in the app", "requested_by": "support-42"])
         #expect(response.status == 202)
         let deletionID = try #require(response.json["deletion_id"] as? String)
         #expect(response.json["created"] as? Bool == true)
@@ -73,7 +77,9 @@ struct DeletionTests {
         #expect(revocations.count == 4)
         #expect(Set(revocations.map(\.clientID)) == [TestBroker.clientID, TestBroker.webClientID])
         for clientID in [TestBroker.clientID, TestBroker.webClientID] {
-            let calls = revocations.filter { $0.clientID == clientID && $0.sub == sub }.map { "\($0.tokenTypeHint ?? "") \($0.outcome)" }
+            let calls = revocations.filter { $0.clientID == clientID && $0.sub == sub }.map {
+                "\($0.tokenTypeHint ?? "") \($0.outcome)"
+            }
             #expect(calls == ["refresh_token revoked", "access_token already_revoked"], "\(clientID): \(calls)")
         }
 
@@ -116,15 +122,20 @@ struct DeletionTests {
     @Test("bad requests: unknown user 404, malformed id 400, missing scope 403, neither or both targets 400")
     func badInput() throws {
         let broker = try TestBroker(extra: Self.fast)
-        #expect(try requestDeletion(broker, ["user_id": UUID().lowercasedString, "reason": "r", "requested_by": "q"]).status == 404)
+        #expect(
+            try requestDeletion(broker, ["user_id": UUID().lowercasedString, "reason": "r", "requested_by": "q"]).status == 404)
         let malformed = try requestDeletion(broker, ["user_id": "nope", "reason": "r", "requested_by": "q"])
         #expect(malformed.status == 400)
         #expect(malformed.json["code"] as? String == "invalid_user_id")
         #expect(try requestDeletion(broker, ["reason": "r", "requested_by": "q"]).status == 400)
-        #expect(try requestDeletion(broker, ["user_id": UUID().lowercasedString, "apple_sub": "x", "reason": "r", "requested_by": "q"]).status == 400)
+        #expect(
+            try requestDeletion(
+                broker, ["user_id": UUID().lowercasedString, "apple_sub": "x", "reason": "r", "requested_by": "q"]
+            ).status == 400)
         #expect(try requestDeletion(broker, ["user_id": UUID().lowercasedString, "requested_by": "q"]).status == 400)
         let forbidden = try broker.post(
-            "/v1/deletions", json: #"{"user_id":"\#(UUID().lowercasedString)","reason":"r","requested_by":"q"}"#, key: broker.key([.login, .read]))
+            "/v1/deletions", json: #"{"user_id":"\#(UUID().lowercasedString)","reason":"r","requested_by":"q"}"#,
+            key: broker.key([.login, .read]))
         #expect(forbidden.status == 403)
         #expect(try broker.get("/v1/deletions/not-a-uuid", key: broker.key([.compliance])).status == 400)
         #expect(try broker.get("/v1/deletions/\(UUID().lowercasedString)", key: broker.key([.compliance])).status == 404)
@@ -151,7 +162,8 @@ struct DeletionTests {
         faults.endpoints = ["revoke"]
         broker.simulator.faults = faults
         for (id, _) in users {
-            #expect(try requestDeletion(broker, ["user_id": id.lowercasedString, "reason": "r", "requested_by": "q"]).status == 202)
+            #expect(
+                try requestDeletion(broker, ["user_id": id.lowercasedString, "reason": "r", "requested_by": "q"]).status == 202)
         }
         try waitForDeletions(broker, seconds: 60)
         #expect(try broker.count("SELECT count(*) FROM deletion_requests WHERE state = 'done'") == 12)
@@ -166,7 +178,8 @@ struct DeletionTests {
         let broker = try TestBroker(extra: Self.fast)
         let (userID, sub) = try user(broker)
         let result = try broker.simulator.sendNotification(
-            NotificationRequest(url: broker.baseURL + "/v1/apple/notifications", type: "account-delete", sub: sub, clientID: TestBroker.clientID))
+            NotificationRequest(
+                url: broker.baseURL + "/v1/apple/notifications", type: "account-delete", sub: sub, clientID: TestBroker.clientID))
         #expect(result.status == 200)
         try waitForDeletions(broker)
         let steps = try broker.pool.query(
@@ -188,7 +201,9 @@ struct DeletionTests {
 
         failEveryRevoke(broker)
         let (stuckID, _) = try user(broker)
-        let deletionID = try requestDeletion(broker, ["user_id": stuckID.lowercasedString, "reason": "r", "requested_by": "q"]).json["deletion_id"] as! String
+        let deletionID =
+            try requestDeletion(broker, ["user_id": stuckID.lowercasedString, "reason": "r", "requested_by": "q"]).json[
+                "deletion_id"] as! String
         try waitForDeletions(broker)
         let failed = try broker.get("/v1/deletions?state=failed", key: broker.key([.compliance]))
         let list = try #require(failed.json["deletions"] as? [[String: Any]])
@@ -214,7 +229,8 @@ struct DeletionTests {
         let first = try requestDeletion(broker, body)
         let deletionID = try #require(first.json["deletion_id"] as? String)
         try waitForDeletions(broker)
-        #expect(try broker.get("/v1/deletions/\(deletionID)", key: broker.key([.compliance])).json["state"] as? String == "failed")
+        #expect(
+            try broker.get("/v1/deletions/\(deletionID)", key: broker.key([.compliance])).json["state"] as? String == "failed")
 
         // The attack: ask again (twice) while it is dead-lettered, then let Apple recover.
         broker.simulator.faults = FaultSettings()
@@ -235,11 +251,14 @@ struct DeletionTests {
         #expect(try requestDeletion(broker, body).status == 410)
     }
 
-    @Test("the database refuses a second user.deleted for one user: a second request purged, a re-run purge, a retry beside an open request")
+    @Test(
+        "the database refuses a second user.deleted for one user: a second request purged, a re-run purge, a retry beside an open request"
+    )
     func userDeletedOnce() throws {
         let broker = try TestBroker(extra: Self.fast)
         let (userID, _) = try user(broker)
-        #expect(try requestDeletion(broker, ["user_id": userID.lowercasedString, "reason": "r", "requested_by": "q"]).status == 202)
+        #expect(
+            try requestDeletion(broker, ["user_id": userID.lowercasedString, "reason": "r", "requested_by": "q"]).status == 202)
         try waitForDeletions(broker)
         #expect(try broker.count("SELECT count(*) FROM outbox_events WHERE type = 'user.deleted' AND user_id = \(userID)") == 1)
 
@@ -284,7 +303,8 @@ struct DeletionTests {
         faults.endpoints = ["revoke"]
         broker.simulator.faults = faults
         for (id, _) in users {
-            #expect(try requestDeletion(broker, ["user_id": id.lowercasedString, "reason": "r", "requested_by": "q"]).status == 202)
+            #expect(
+                try requestDeletion(broker, ["user_id": id.lowercasedString, "reason": "r", "requested_by": "q"]).status == 202)
         }
         var environment = broker.environment
         environment["BROKER_ROLES"] = "deletion"
@@ -317,7 +337,8 @@ struct DeletionTests {
         #expect(try broker.count("SELECT count(*) FROM tombstones") == 200)
         #expect(try broker.count("SELECT count(*) FROM audit_log WHERE action = 'deletion.purged'") == 200, "each purge ran once")
         #expect(try broker.count("SELECT count(*) FROM outbox_events WHERE type = 'user.deleted'") == 200)
-        let revokedSubs = Set(broker.simulator.revocations.filter { $0.outcome == "revoked" || $0.outcome == "already_revoked" }.compactMap(\.sub))
+        let revokedSubs = Set(
+            broker.simulator.revocations.filter { $0.outcome == "revoked" || $0.outcome == "already_revoked" }.compactMap(\.sub))
         #expect(revokedSubs == Set(users.map(\.sub)), "every user's token was revoked at Apple")
     }
 

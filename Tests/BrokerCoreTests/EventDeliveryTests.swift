@@ -1,7 +1,6 @@
 import AppleSimulator
-import BrokerCrypto
 import BrokerAPI
-@testable import BrokerCore
+import BrokerCrypto
 import Foundation
 import HTTPClient
 import Locking
@@ -11,6 +10,8 @@ import StrictJSON
 import Synchronization
 import TestSupport
 import Testing
+
+@testable import BrokerCore
 
 /// Webhook delivery and the pull feed, with real receivers on loopback.
 @Suite("Event delivery", .offPool)
@@ -22,7 +23,8 @@ struct EventDeliveryTests {
 
     private func subscribe(_ broker: TestBroker, _ receiver: WebhookReceiver, topics: [String] = ["*"]) throws -> String {
         let body = try JSONSerialization.data(withJSONObject: ["url": receiver.url, "topics": topics])
-        let response = try broker.post("/v1/webhook-subscriptions", json: String(decoding: body, as: UTF8.self), key: broker.key([.admin]))
+        let response = try broker.post(
+            "/v1/webhook-subscriptions", json: String(decoding: body, as: UTF8.self), key: broker.key([.admin]))
         #expect(response.status == 201, "\(response.bodyText)")
         let secret = try #require(response.json["secret"] as? String)
         #expect(secret.hasPrefix("whsec_"))
@@ -126,14 +128,21 @@ struct EventDeliveryTests {
         try waitUntil { !receiver.deliveries.isEmpty }
         #expect(receiver.deliveries.count == 1)
 
-        #expect(try broker.post("/v1/webhook-subscriptions/\(subscriptionID)/pause", json: "{}", key: admin).json["status"] as? String == "paused")
+        #expect(
+            try broker.post("/v1/webhook-subscriptions/\(subscriptionID)/pause", json: "{}", key: admin).json["status"] as? String
+                == "paused")
         _ = try broker.login(["identity_token": try broker.mint().idToken])
         Thread.sleep(forTimeInterval: 0.5)
         #expect(receiver.deliveries.count == 1, "nothing while paused")
         #expect(try broker.post("/v1/webhook-subscriptions/\(subscriptionID)/resume", json: "{}", key: admin).status == 200)
         try waitUntil { receiver.deliveries.count == 2 }
         #expect(receiver.deliveries.count == 2)
-        #expect(try broker.client.send(.init(method: "DELETE", url: broker.baseURL + "/v1/webhook-subscriptions/\(subscriptionID)", headers: [("Authorization", "Bearer \(admin)")])).status == 204)
+        #expect(
+            try broker.client.send(
+                .init(
+                    method: "DELETE", url: broker.baseURL + "/v1/webhook-subscriptions/\(subscriptionID)",
+                    headers: [("Authorization", "Bearer \(admin)")])
+            ).status == 204)
         #expect(try broker.get("/v1/webhook-subscriptions/\(subscriptionID)", key: admin).status == 404)
     }
 
@@ -152,19 +161,26 @@ struct EventDeliveryTests {
         #expect(try create("https://example.com/hook", ["user.exploded"]) == "400 invalid_topic")
         #expect(try create("https://example.com/hook") == "201 -")
         #expect(try create("http://127.0.0.1:9/hook", ["consent.revoked", "user.deleted"]) == "201 -")
-        #expect(try broker.post("/v1/webhook-subscriptions", json: #"{"url":"https://x.example","topics":["*"]}"#, key: broker.key([.login])).status == 403)
+        #expect(
+            try broker.post(
+                "/v1/webhook-subscriptions", json: #"{"url":"https://x.example","topics":["*"]}"#, key: broker.key([.login])
+            ).status == 403)
         let list = try broker.get("/v1/webhook-subscriptions", key: admin)
         #expect((list.json["subscriptions"] as? [[String: Any]])?.count == 2)
         #expect(!list.bodyText.contains("whsec_"), "secrets are shown once, at creation")
     }
 
-    @Test("subscriptions are capped by BROKER_WEBHOOK_MAX_SUBSCRIPTIONS: 409 webhook_subscription_limit beyond, room again after a delete")
+    @Test(
+        "subscriptions are capped by BROKER_WEBHOOK_MAX_SUBSCRIPTIONS: 409 webhook_subscription_limit beyond, room again after a delete"
+    )
     func subscriptionCap() throws {
         let broker = try TestBroker(extra: ["BROKER_WEBHOOK_MAX_SUBSCRIPTIONS": "3", "BROKER_ROLES": "api"])
         let admin = try broker.key([.admin])
         let body = #"{"url":"https://example.com/hook","topics":["*"]}"#
         // Eight creators at once: exactly three get in.
-        let statuses = try onThreads(8) { _ in try broker.post("/v1/webhook-subscriptions", json: body, key: admin).status }.map { try $0.get() }
+        let statuses = try onThreads(8) { _ in try broker.post("/v1/webhook-subscriptions", json: body, key: admin).status }.map {
+            try $0.get()
+        }
         #expect(statuses.sorted() == [201, 201, 201, 409, 409, 409, 409, 409])
         let refused = try broker.post("/v1/webhook-subscriptions", json: body, key: admin)
         #expect(refused.status == 409)
@@ -172,7 +188,12 @@ struct EventDeliveryTests {
         #expect(refused.headers.first { $0.0.lowercased() == "content-type" }?.1.hasPrefix("application/problem+json") == true)
         #expect(try broker.count("SELECT count(*) FROM webhook_subscriptions") == 3)
         let id = try broker.pool.query("SELECT id FROM webhook_subscriptions LIMIT 1").single().decode(UUID.self, 0)
-        #expect(try broker.client.send(.init(method: "DELETE", url: broker.baseURL + "/v1/webhook-subscriptions/\(id.lowercasedString)", headers: [("Authorization", "Bearer \(admin)")])).status == 204)
+        #expect(
+            try broker.client.send(
+                .init(
+                    method: "DELETE", url: broker.baseURL + "/v1/webhook-subscriptions/\(id.lowercasedString)",
+                    headers: [("Authorization", "Bearer \(admin)")])
+            ).status == 204)
         #expect(try broker.post("/v1/webhook-subscriptions", json: body, key: admin).status == 201)
     }
 
@@ -202,7 +223,8 @@ struct EventDeliveryTests {
 
         // What a resume racing an event's transaction leaves: a parked delivery of an active
         // subscription. And the other way round after a pause. The reconciler repairs both.
-        try broker.pool.query("UPDATE webhook_deliveries SET next_attempt_at = 'infinity' WHERE id = (SELECT min(id) FROM webhook_deliveries)")
+        try broker.pool.query(
+            "UPDATE webhook_deliveries SET next_attempt_at = 'infinity' WHERE id = (SELECT min(id) FROM webhook_deliveries)")
         try WebhookSubscriptionStore.reconcileParkedDeliveries(broker.pool)
         #expect(try parked() == 0)
         try broker.pool.query("UPDATE webhook_subscriptions SET status = 'paused'")
@@ -224,7 +246,8 @@ struct EventDeliveryTests {
         environment["BROKER_LISTEN"] = "127.0.0.1:0"
         let log = NSTemporaryDirectory() + "abk-dispatch-\(UUID().uuidString).log"
         for _ in 0..<2 {
-            let dispatcher = try ChildProcess.start(BrokerExecutable.path, ["serve"], environment: environment, output: .file(log))
+            let dispatcher = try ChildProcess.start(
+                BrokerExecutable.path, ["serve"], environment: environment, output: .file(log))
             let target = receiver.deliveries.count + 25
             try waitUntil(seconds: 20) { receiver.deliveries.count >= target }
             dispatcher.send(SIGKILL)
@@ -255,7 +278,8 @@ struct EventDeliveryTests {
         // neither id order nor text order ("10" < "100" < "9") matches the right one.
         for txid in [100, 10, 9] {
             try broker.pool.query(
-                "INSERT INTO outbox_events (type, payload, txid) VALUES ('consent.revoked', jsonb_build_object('txid', \(txid)::int), \(String(txid))::xid8)")
+                "INSERT INTO outbox_events (type, payload, txid) VALUES ('consent.revoked', jsonb_build_object('txid', \(txid)::int), \(String(txid))::xid8)"
+            )
         }
         var cursor = ""
         var order: [Int] = []
@@ -285,7 +309,8 @@ struct EventDeliveryTests {
                     // The transaction id is taken at the first write; committing after a pause
                     // puts later ids' commits before this one's.
                     try! connection.query(
-                        "SELECT broker_emit_event('consent.revoked', NULL, jsonb_build_object('writer', \(writer)::int, 'index', \(index)::int))")
+                        "SELECT broker_emit_event('consent.revoked', NULL, jsonb_build_object('writer', \(writer)::int, 'index', \(index)::int))"
+                    )
                     Thread.sleep(forTimeInterval: Double.random(in: 0...0.03))
                     try! connection.execute("COMMIT")
                 }
@@ -303,7 +328,9 @@ struct EventDeliveryTests {
             seen.append(contentsOf: items.compactMap { $0["id"] as? String })
             if !items.isEmpty {
                 let rows = items.map { item in
-                    let position = (item["cursor"] as? String).flatMap { Base64URL.decode($0) }.map { String(decoding: $0, as: UTF8.self) }
+                    let position = (item["cursor"] as? String).flatMap { Base64URL.decode($0) }.map {
+                        String(decoding: $0, as: UTF8.self)
+                    }
                     return "\(item["id"] as? String ?? "?")@\(position ?? "?")"
                 }
                 pages.append("\(cursor)->\(rows)")
@@ -340,7 +367,8 @@ struct EventRetentionTests {
         let deliveries = try pool.query("SELECT id FROM webhook_deliveries ORDER BY id").map { try $0.decode(Int64.self, 0) }
         #expect(deliveries.count == 3)
         try pool.query(
-            "UPDATE webhook_deliveries SET state = 'delivered', delivered_at = now() - interval '30 days' WHERE id = \(deliveries[0])")
+            "UPDATE webhook_deliveries SET state = 'delivered', delivered_at = now() - interval '30 days' WHERE id = \(deliveries[0])"
+        )
         try pool.query("UPDATE webhook_deliveries SET state = 'failed' WHERE id = \(deliveries[1])")
         // deliveries[2] stays pending.
 
@@ -366,6 +394,8 @@ struct EventRetentionTests {
         let aged = try EventRetention.prune(pool, retentionSeconds: 7 * 86_400, deadLetterRetentionSeconds: 14 * 86_400)
         #expect(aged.deliveries == 2, "the failed one and the parked one")
         #expect(try broker.count("SELECT count(*) FROM webhook_deliveries") == 1)
-        #expect(try broker.count("SELECT count(*) FROM webhook_deliveries WHERE state = 'pending' AND next_attempt_at < 'infinity'") == 1)
+        #expect(
+            try broker.count("SELECT count(*) FROM webhook_deliveries WHERE state = 'pending' AND next_attempt_at < 'infinity'")
+                == 1)
     }
 }

@@ -1,12 +1,13 @@
 import AppleSimulator
 import BrokerAPI
-@testable import BrokerCore
 import BrokerCrypto
 import Foundation
 import HTTPClient
 import PostgresClient
 import TestSupport
 import Testing
+
+@testable import BrokerCore
 
 /// Retiring a `TOKEN_ENCRYPTION_KEY`: prepend a new key, `appleid-broker reencrypt`, then run
 /// with the new key alone; everything sealed before must still work.
@@ -21,7 +22,8 @@ struct KeyRotationTests {
         let first = try TestBroker(database: database, extra: ["TOKEN_ENCRYPTION_KEY": old, "BROKER_ROLES": "api"])
         let (userID, sub) = try first.signIn(clients: [TestBroker.clientID, TestBroker.webClientID])
         let subscription = try first.post(
-            "/v1/webhook-subscriptions", json: #"{"url":"https://hooks.example.com/in","topics":["*"]}"#, key: first.key([.admin]))
+            "/v1/webhook-subscriptions", json: #"{"url":"https://hooks.example.com/in","topics":["*"]}"#, key: first.key([.admin])
+        )
         #expect(subscription.status == 201)
         let webhookSecret = try #require(subscription.json["secret"] as? String)
         #expect(try first.count("SELECT count(*) FROM apple_tokens WHERE key_id = 'k1' AND access_key_id = 'k1'") == 2)
@@ -52,22 +54,30 @@ struct KeyRotationTests {
             extra: [
                 "TOKEN_ENCRYPTION_KEY": new, "BROKER_DELETION_RETRY_BASE_MS": "50", "BROKER_DELETION_INTERVAL_SECONDS": "1",
                 // The same Apple credentials as before: the first broker's simulator knows them.
-                "APPLE_PRIVATE_KEY_PATH": first.environment["APPLE_PRIVATE_KEY_PATH"]!, "APPLE_KEY_ID": first.environment["APPLE_KEY_ID"]!,
+                "APPLE_PRIVATE_KEY_PATH": first.environment["APPLE_PRIVATE_KEY_PATH"]!,
+                "APPLE_KEY_ID": first.environment["APPLE_KEY_ID"]!,
             ],
             appleBaseURL: first.simulator.baseURL)
         let body = #"{"user_id":"\#(userID.lowercasedString)","reason":"rotation test","requested_by":"test"}"#
         #expect(try second.post("/v1/deletions", json: body, key: second.key([.compliance])).status == 202)
-        try waitUntil(seconds: 30) { try second.count("SELECT count(*) FROM deletion_requests WHERE state IN ('done', 'failed')") == 1 }
-        let outcome = try second.pool.query("SELECT state, coalesce(apple_revocation, '-'), coalesce(last_error, '-') FROM deletion_requests").single()
+        try waitUntil(seconds: 30) {
+            try second.count("SELECT count(*) FROM deletion_requests WHERE state IN ('done', 'failed')") == 1
+        }
+        let outcome = try second.pool.query(
+            "SELECT state, coalesce(apple_revocation, '-'), coalesce(last_error, '-') FROM deletion_requests"
+        ).single()
         let lastError = try outcome.decode(String.self, 2)
         #expect(try outcome.decode(String.self, 0) == "done", "\(lastError)")
         #expect(try outcome.decode(String.self, 1) == "revoked")
-        let revoked = first.simulator.revocations.filter { $0.sub == sub && $0.tokenTypeHint == "refresh_token" && $0.outcome == "revoked" }
+        let revoked = first.simulator.revocations.filter {
+            $0.sub == sub && $0.tokenTypeHint == "refresh_token" && $0.outcome == "revoked"
+        }
         #expect(Set(revoked.map(\.clientID)) == [TestBroker.clientID, TestBroker.webClientID])
 
         // The tombstone names the sub by a hash keyed with k2: after the next rotation it is
         // still found while k2 stays configured, and no longer once k2 is removed.
-        let deletionID = try #require(try second.pool.query("SELECT id::text FROM deletion_requests").single().decode(String?.self, 0))
+        let deletionID = try #require(
+            try second.pool.query("SELECT id::text FROM deletion_requests").single().decode(String?.self, 0))
         let bySub = #"{"apple_sub":"\#(sub)","reason":"again","requested_by":"test"}"#
         let next = "k3:" + Data(SecureRandom.bytes(32)).base64EncodedString()
         for (ring, expected) in [(next + "," + new, 410), (next, 404)] {

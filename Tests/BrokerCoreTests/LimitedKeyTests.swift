@@ -29,7 +29,10 @@ struct LimitedKeyTests {
 
         // Logins: a token for the other app is refused before its code is exchanged.
         let exchanges = broker.simulator.statistics.token
-        let web = try broker.mint { $0.clientID = TestBroker.webClientID; $0.withCode = true }
+        let web = try broker.mint {
+            $0.clientID = TestBroker.webClientID
+            $0.withCode = true
+        }
         let refused = try broker.login(["identity_token": web.idToken, "authorization_code": web.code!], key: limited)
         #expect(refused.status == 403)
         #expect(refused.json["code"] as? String == "client_not_allowed")
@@ -42,7 +45,9 @@ struct LimitedKeyTests {
         #expect(hidden.status == 404)
         #expect(hidden.json["code"] as? String == "user_not_found")
         #expect(try broker.get("/v1/users/\(webUser.lowercasedString)/credential-state", key: limited).status == 404)
-        #expect(try broker.get("/v1/users/\(webUser.lowercasedString)", key: unlimited).status == 200, "unlimited keys keep their reach")
+        #expect(
+            try broker.get("/v1/users/\(webUser.lowercasedString)", key: unlimited).status == 200,
+            "unlimited keys keep their reach")
 
         // Subscriptions: a limited key's own only, receiving only its app's events.
         func subscribe(_ key: String) throws -> String {
@@ -53,7 +58,8 @@ struct LimitedKeyTests {
         }
         let own = try subscribe(limited)
         let other = try subscribe(unlimited)
-        let listed = try #require(try broker.get("/v1/webhook-subscriptions", key: limited).json["subscriptions"] as? [[String: Any]])
+        let listed = try #require(
+            try broker.get("/v1/webhook-subscriptions", key: limited).json["subscriptions"] as? [[String: Any]])
         #expect(listed.compactMap { $0["id"] as? String } == [own])
         #expect(try broker.get("/v1/webhook-subscriptions/\(other)", key: limited).status == 404)
         #expect(try broker.post("/v1/webhook-subscriptions/\(other)/pause", json: "{}", key: limited).status == 404)
@@ -61,21 +67,28 @@ struct LimitedKeyTests {
         try broker.pool.query("UPDATE webhook_subscriptions SET status = 'paused'")  // nothing goes out; rows are what count
         _ = try broker.signIn(clients: [TestBroker.webClientID])
         _ = try broker.signIn(clients: [TestBroker.clientID])
-        let ownUsers = Set(try broker.pool.query(
-            "SELECT DISTINCT e.user_id::text FROM webhook_deliveries d JOIN outbox_events e ON e.id = d.event_id WHERE d.subscription_id = \(own)::uuid"
-        ).map { try $0.decode(String.self, 0) })
-        let otherUsers = Set(try broker.pool.query(
-            "SELECT DISTINCT e.user_id::text FROM webhook_deliveries d JOIN outbox_events e ON e.id = d.event_id WHERE d.subscription_id = \(other)::uuid"
-        ).map { try $0.decode(String.self, 0) })
+        let ownUsers = Set(
+            try broker.pool.query(
+                "SELECT DISTINCT e.user_id::text FROM webhook_deliveries d JOIN outbox_events e ON e.id = d.event_id WHERE d.subscription_id = \(own)::uuid"
+            ).map { try $0.decode(String.self, 0) })
+        let otherUsers = Set(
+            try broker.pool.query(
+                "SELECT DISTINCT e.user_id::text FROM webhook_deliveries d JOIN outbox_events e ON e.id = d.event_id WHERE d.subscription_id = \(other)::uuid"
+            ).map { try $0.decode(String.self, 0) })
         #expect(otherUsers.count == 2)
         #expect(ownUsers.count == 1)
-        #expect(ownUsers.isSubset(of: Set(try broker.pool.query(
-            "SELECT user_id::text FROM apple_identities WHERE client_id = \(TestBroker.clientID)").map { try $0.decode(String.self, 0) })))
+        #expect(
+            ownUsers.isSubset(
+                of: Set(
+                    try broker.pool.query(
+                        "SELECT user_id::text FROM apple_identities WHERE client_id = \(TestBroker.clientID)"
+                    ).map { try $0.decode(String.self, 0) })))
 
         // Deletions: the other app's user cannot be deleted with this key; its own can, and the
         // record and user.deleted stay visible to it after the purge.
         func delete(_ user: UUID, _ key: String) throws -> HTTPClientResponse {
-            try broker.post("/v1/deletions", json: #"{"user_id":"\#(user.lowercasedString)","reason":"asked","requested_by":"t"}"#, key: key)
+            try broker.post(
+                "/v1/deletions", json: #"{"user_id":"\#(user.lowercasedString)","reason":"asked","requested_by":"t"}"#, key: key)
         }
         #expect(try delete(webUser, limited).status == 404)
         let accepted = try delete(appUser, limited)
@@ -100,6 +113,7 @@ struct LimitedKeyTests {
         let everything = try #require(try broker.get("/v1/events?limit=1000", key: unlimited).json["events"] as? [[String: Any]])
         #expect(events.count < everything.count)
         #expect(!events.contains { $0["user_id"] as? String == webUser.lowercasedString })
-        #expect(events.contains { $0["type"] as? String == "user.deleted" && $0["user_id"] as? String == appUser.lowercasedString })
+        #expect(
+            events.contains { $0["type"] as? String == "user.deleted" && $0["user_id"] as? String == appUser.lowercasedString })
     }
 }

@@ -5,9 +5,9 @@ import BrokerCrypto
 import Foundation
 import HTTPClient
 import JOSE
-import StrictJSON
 import Observability
 import PostgresClient
+import StrictJSON
 import TestSupport
 import Testing
 
@@ -52,7 +52,9 @@ struct LoginTests {
         #expect(try broker.count("SELECT count(*) FROM outbox_events WHERE type = 'user.created'") == 1)
     }
 
-    @Test("a repeat login writes nothing within the last-login resolution; past it, only last_login_at and last_verified_at, with no event")
+    @Test(
+        "a repeat login writes nothing within the last-login resolution; past it, only last_login_at and last_verified_at, with no event"
+    )
     func repeatLoginWrites() throws {
         let broker = try TestBroker()
         let minted = try broker.mint()
@@ -66,7 +68,10 @@ struct LoginTests {
                 FROM apple_identities
                 """
             ).single()
-            return (try row.decode(String.self, "version"), try row.decode(Double.self, "last_login"), try row.decode(Double.self, "last_verified"))
+            return (
+                try row.decode(String.self, "version"), try row.decode(Double.self, "last_login"),
+                try row.decode(Double.self, "last_verified")
+            )
         }
         let events = try broker.count("SELECT count(*) FROM outbox_events")
         let created = try identityRow()
@@ -79,7 +84,8 @@ struct LoginTests {
 
         // Past it: the two times move to now, nothing else changes, no event is written.
         try broker.pool.query(
-            "UPDATE apple_identities SET last_login_at = now() - interval '2 minutes', last_verified_at = now() - interval '2 minutes'")
+            "UPDATE apple_identities SET last_login_at = now() - interval '2 minutes', last_verified_at = now() - interval '2 minutes'"
+        )
         let aged = try identityRow()
         let later = try broker.login(["identity_token": try broker.mint { $0.sub = minted.sub }.idToken])
         #expect(later.status == 200, "\(later.bodyText)")
@@ -117,7 +123,12 @@ struct LoginTests {
         #expect(response.json["real_user_status"] as? String == "unknown")
         #expect((response.json["risk"] as? [String: Any])?["suggest_challenge"] as? Bool == true)
 
-        let unsupported = try broker.login(["identity_token": try broker.mint { $0.realUserStatus = 0; $0.omitEmail = true }.idToken])
+        let unsupported = try broker.login([
+            "identity_token": try broker.mint {
+                $0.realUserStatus = 0
+                $0.omitEmail = true
+            }.idToken
+        ])
         #expect(unsupported.json["real_user_status"] as? String == "unsupported")
         #expect(unsupported.json["email"] is NSNull)
         #expect((unsupported.json["risk"] as? [String: Any])?["suggest_challenge"] as? Bool == false)
@@ -131,7 +142,12 @@ struct LoginTests {
         #expect(work.json["email_verified"] as? Bool == false)
         #expect(work.json["is_private_email"] as? Bool == false)
         #expect(try broker.count("SELECT count(*) FROM apple_identities WHERE email = ''") == 0)
-        let again = try broker.login(["identity_token": try broker.mint { $0.sub = managed.sub; $0.schoolAccount = true }.idToken])
+        let again = try broker.login([
+            "identity_token": try broker.mint {
+                $0.sub = managed.sub
+                $0.schoolAccount = true
+            }.idToken
+        ])
         #expect(again.status == 200 && again.json["is_new_user"] as? Bool == false)
         #expect(try broker.count("SELECT count(*) FROM outbox_events WHERE type = 'identity.updated'") == 0)
 
@@ -151,11 +167,15 @@ struct LoginTests {
         let good = try broker.mint { $0.rawNonce = "n-123" }
         #expect(try broker.login(["identity_token": good.idToken, "raw_nonce": "n-123"]).status == 200)
 
-        let mismatch = try broker.login(["identity_token": try broker.mint { $0.rawNonce = "other" }.idToken, "raw_nonce": "n-123"])
+        let mismatch = try broker.login([
+            "identity_token": try broker.mint { $0.rawNonce = "other" }.idToken, "raw_nonce": "n-123",
+        ])
         #expect(mismatch.status == 401)
         #expect(mismatch.json["code"] as? String == "nonce_mismatch")
         // The raw nonce itself (not hashed) in the token is a mismatch too.
-        let unhashed = try broker.login(["identity_token": try broker.mint { $0.nonceClaim = "n-123" }.idToken, "raw_nonce": "n-123"])
+        let unhashed = try broker.login([
+            "identity_token": try broker.mint { $0.nonceClaim = "n-123" }.idToken, "raw_nonce": "n-123",
+        ])
         #expect(unhashed.json["code"] as? String == "nonce_mismatch")
 
         let missing = try broker.login(["identity_token": try broker.mint().idToken, "raw_nonce": "n-123"])
@@ -179,11 +199,23 @@ struct LoginTests {
         tampered[tampered.count - 5] = tampered[tampered.count - 5] == "A" ? "B" : "A"
         #expect(try code(String(tampered)) == "401 token_signature_invalid")
         #expect(try code("not-a-token") == "400 token_malformed")
-        #expect(try code(try broker.mint { $0.issuedAt = now - 7200; $0.lifetime = 600 }.idToken) == "401 token_expired")
+        #expect(
+            try code(
+                try broker.mint {
+                    $0.issuedAt = now - 7200
+                    $0.lifetime = 600
+                }.idToken) == "401 token_expired")
         #expect(try code(try broker.mint { $0.issuedAt = now + 3600 }.idToken) == "401 token_not_yet_valid")
-        #expect(try code(try broker.mint { $0.issuedAt = now - 1200; $0.lifetime = 86_400 }.idToken) == "401 token_too_old")
+        #expect(
+            try code(
+                try broker.mint {
+                    $0.issuedAt = now - 1200
+                    $0.lifetime = 86_400
+                }.idToken) == "401 token_too_old")
         #expect(try code(try broker.mint { $0.issuer = "https://account.apple.com" }.idToken) == "401 token_issuer_invalid")
-        #expect(try code(try broker.simulator.mintToken(TokenRequest(clientID: "com.attacker.app")).idToken) == "401 token_audience_invalid")
+        #expect(
+            try code(try broker.simulator.mintToken(TokenRequest(clientID: "com.attacker.app")).idToken)
+                == "401 token_audience_invalid")
         #expect(try code(valid, ["client_id": TestBroker.webClientID]) == "401 token_audience_invalid")
 
         // Signed by a key that is not Apple's, under a kid Apple does not publish.
@@ -193,7 +225,9 @@ struct LoginTests {
             let input: String = Base64URL.encode(header) + "." + payload
             return input + "." + Base64URL.encode(try sign(input))
         }
-        #expect(try code(try forge(#"{"alg":"RS256","kid":"forged-kid"}"#) { try foreign.signSHA256(Array($0.utf8)) }) == "401 unknown_key")
+        #expect(
+            try code(try forge(#"{"alg":"RS256","kid":"forged-kid"}"#) { try foreign.signSHA256(Array($0.utf8)) })
+                == "401 unknown_key")
         // Signed by a foreign key under Apple's real kid.
         let appleKid = broker.simulator.currentKeyID
         let impostor = try forge("{\"alg\":\"RS256\",\"kid\":\"\(appleKid)\"}") { try foreign.signSHA256(Array($0.utf8)) }
@@ -203,12 +237,15 @@ struct LoginTests {
         #expect(try code(noneToken) == "400 token_malformed")
         let appleKey = try #require(broker.simulator.keySet.verificationKey(keyID: appleKid))
         let publicPEM = Array(try appleKey.key.publicKeyPEM().utf8)
-        let hs256 = try forge("{\"alg\":\"HS256\",\"kid\":\"\(appleKid)\"}") { HMACSHA256.authenticate(Array($0.utf8), key: publicPEM) }
+        let hs256 = try forge("{\"alg\":\"HS256\",\"kid\":\"\(appleKid)\"}") {
+            HMACSHA256.authenticate(Array($0.utf8), key: publicPEM)
+        }
         #expect(try code(hs256) == "400 token_malformed")
 
         // Bad request bodies.
         #expect(try broker.post("/v1/apple/login", json: "{", key: broker.loginKey()).json["code"] as? String == "invalid_json")
-        #expect(try broker.post("/v1/apple/login", json: "{}", key: broker.loginKey()).json["code"] as? String == "invalid_request")
+        #expect(
+            try broker.post("/v1/apple/login", json: "{}", key: broker.loginKey()).json["code"] as? String == "invalid_request")
         #expect(try broker.post("/v1/apple/login", json: #"{"identity_token":""}"#, key: broker.loginKey()).status == 400)
         #expect(try broker.post("/v1/apple/login", json: #"{"identity_token":5}"#, key: broker.loginKey()).status == 400)
         #expect(try broker.login(["identity_token": valid], key: broker.key([.read])).status == 403)
@@ -352,7 +389,10 @@ struct LoginTests {
         #expect(pending.json["code"] as? String == "user_deletion_pending")
         // With a code: refused before the exchange, so no refresh token comes alive at Apple.
         let exchanges = broker.simulator.statistics.token
-        let withCode = try broker.mint { $0.sub = minted.sub; $0.withCode = true }
+        let withCode = try broker.mint {
+            $0.sub = minted.sub
+            $0.withCode = true
+        }
         let refused = try broker.login(["identity_token": withCode.idToken, "authorization_code": withCode.code!])
         #expect(refused.status == 409)
         #expect(refused.json["code"] as? String == "user_deletion_pending")
@@ -412,7 +452,9 @@ struct LoginTests {
         #expect(try broker.count("SELECT count(*) FROM apple_identities") == 2)
     }
 
-    @Test("the sweep turns Apple's revocation answer (invalid_request, TN3107's wording) into a consent revocation and a consent.revoked event")
+    @Test(
+        "the sweep turns Apple's revocation answer (invalid_request, TN3107's wording) into a consent revocation and a consent.revoked event"
+    )
     func refreshSweep() throws {
         let broker = try TestBroker(extra: ["BROKER_SWEEP_INTERVAL_SECONDS": "1"])
         let kept = try broker.mint { $0.withCode = true }
@@ -427,14 +469,18 @@ struct LoginTests {
         // The user stops using Sign in with Apple; Apple's notification never arrives.
         #expect(broker.simulator.revokeConsent(teamID: TestBroker.teamID, sub: revoked.sub) > 0)
         try broker.pool.query("UPDATE apple_tokens SET next_validation_at = now()")
-        for _ in 0..<100 where try broker.count("SELECT count(*) FROM apple_tokens WHERE last_validated_at IS NOT NULL") < 1
+        for _ in 0..<100
+        where try broker.count("SELECT count(*) FROM apple_tokens WHERE last_validated_at IS NOT NULL") < 1
             || broker.count("SELECT count(*) FROM apple_grants WHERE consent = 'revoked'") < 1
         {
             Thread.sleep(forTimeInterval: 0.1)
         }
         #expect(try broker.count("SELECT count(*) FROM apple_grants WHERE consent = 'revoked'") == 1)
         #expect(try broker.count("SELECT count(*) FROM apple_tokens") == 1, "the dead token is deleted, the live one kept")
-        #expect(try broker.count("SELECT count(*) FROM apple_tokens WHERE last_validated_at IS NOT NULL AND next_validation_at > now() + interval '20 hours'") == 1)
+        #expect(
+            try broker.count(
+                "SELECT count(*) FROM apple_tokens WHERE last_validated_at IS NOT NULL AND next_validation_at > now() + interval '20 hours'"
+            ) == 1)
         let event = try broker.pool.query("SELECT payload::text FROM outbox_events WHERE type = 'consent.revoked'").single()
         #expect(try event.decode(String.self, 0).contains("refresh_sweep"))
     }

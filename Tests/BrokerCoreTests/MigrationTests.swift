@@ -60,11 +60,12 @@ struct MigrationTests {
     func formerChecksums() throws {
         // The migrations whose function bodies moved to sql/functions/ (v0.24.0's texts).
         let moved = Migrations.all.filter { !$0.formerChecksums.isEmpty }.map(\.name)
-        #expect(moved == [
-            "0001_initial.sql", "0002_login.sql", "0003_notifications_and_deletions.sql", "0004_deletion_job.sql",
-            "0005_webhook_claim.sql", "0007_app_groups.sql", "0008_revocation_without_token.sql",
-            "0011_keyed_subject_hashes.sql", "0012_limited_api_keys.sql",
-        ])
+        #expect(
+            moved == [
+                "0001_initial.sql", "0002_login.sql", "0003_notifications_and_deletions.sql", "0004_deletion_job.sql",
+                "0005_webhook_claim.sql", "0007_app_groups.sql", "0008_revocation_without_token.sql",
+                "0011_keyed_subject_hashes.sql", "0012_limited_api_keys.sql",
+            ])
         #expect(Migrations.all.allSatisfy { !$0.formerChecksums.contains($0.checksum) })
         let database = try TestPostgres.freshDatabase()
         try Migrations.apply(configuration: database, logger: logger)
@@ -103,7 +104,8 @@ struct MigrationTests {
         let body = "SELECT prosrc FROM pg_proc WHERE proname = 'broker_user_client_ids'"
         let live = try connection.query(PostgresQuery(unsafeSQL: body)).single().decode(String.self, 0)
         try connection.execute(
-            "CREATE OR REPLACE FUNCTION broker_user_client_ids(p_user_id uuid) RETURNS text[] LANGUAGE sql STABLE AS $$ SELECT '{}'::text[] $$")
+            "CREATE OR REPLACE FUNCTION broker_user_client_ids(p_user_id uuid) RETURNS text[] LANGUAGE sql STABLE AS $$ SELECT '{}'::text[] $$"
+        )
         try connection.execute("DROP TRIGGER audit_log_append_only ON audit_log")
         #expect(try Migrations.apply(configuration: database, logger: logger).isEmpty)
         #expect(try connection.query(PostgresQuery(unsafeSQL: body)).single().decode(String.self, 0) == live)
@@ -138,7 +140,8 @@ struct MigrationTests {
             guard fields.count == 3 else { continue }
             released += 1
             guard let text = files[fields[0]] else {
-                Issue.record("\(fields[0]) was released and is gone: drop a function in a migration, a release after its last user")
+                Issue.record(
+                    "\(fields[0]) was released and is gone: drop a function in a migration, a release after its last user")
                 continue
             }
             // The definition: the file from its first line that is not a comment.
@@ -148,7 +151,9 @@ struct MigrationTests {
         }
         #expect(released >= 12)
         for migration in Migrations.all {
-            #expect(migration.sql.range(of: #"CREATE\s+(OR\s+REPLACE\s+)?FUNCTION"#, options: [.regularExpression, .caseInsensitive]) == nil,
+            #expect(
+                migration.sql.range(of: #"CREATE\s+(OR\s+REPLACE\s+)?FUNCTION"#, options: [.regularExpression, .caseInsensitive])
+                    == nil,
                 "\(migration.name): a function lives in sql/functions/")
         }
     }
@@ -180,8 +185,8 @@ struct MigrationTests {
                 """
                 SELECT count(*) FROM pg_locks l JOIN pg_database d ON d.oid = l.database
                 WHERE l.locktype = 'advisory' AND NOT l.granted AND d.datname = current_database()
-                """).single().decode(Int.self, 0) == 0
-            {
+                """
+            ).single().decode(Int.self, 0) == 0 {
                 Thread.sleep(forTimeInterval: 0.01)
             }
             let tables = try holder.query("SELECT count(*) FROM pg_tables WHERE tablename = 'schema_migrations'").single()

@@ -3,15 +3,16 @@ import BrokerCore
 import Foundation
 import HTTPClient
 import ProcessRunner
-import Testing
 import TestSupport
+import Testing
 
 /// The Grafana dashboard and the Prometheus alert rules in deploy/ against the metrics the
 /// broker really serves, and the rules against promtool.
 @Suite("Dashboard and alert rules", .offPool)
 struct MonitoringTests {
     static let promtool = Repository.executable("promtool")
-    static let promtoolMissing: Comment = "promtool is not installed (Debian package prometheus; scripts/bootstrap.sh test installs it)"
+    static let promtoolMissing: Comment =
+        "promtool is not installed (Debian package prometheus; scripts/bootstrap.sh test installs it)"
 
     @Test("with BROKER_METRICS_LISTEN, /metrics is served there and only there")
     func metricsListener() throws {
@@ -22,7 +23,9 @@ struct MonitoringTests {
         let scraped = try broker.client.send(.init(url: "http://127.0.0.1:\(port)/metrics"))
         #expect(scraped.status == 200)
         #expect(scraped.bodyText.contains("http_requests_total{route=\"/healthz\",method=\"GET\",status=\"200\"} 1"))
-        #expect(try broker.client.send(.init(url: "http://127.0.0.1:\(port)/healthz")).status == 404, "nothing else on the metrics port")
+        #expect(
+            try broker.client.send(.init(url: "http://127.0.0.1:\(port)/healthz")).status == 404,
+            "nothing else on the metrics port")
         #expect(broker.application.metricsPort == UInt16(port))
     }
 
@@ -32,7 +35,9 @@ struct MonitoringTests {
         let text = try broker.get("/metrics").bodyText
         let head = try ChildProcess.run("/usr/bin/git", ["-C", Repository.root.path, "rev-parse", "HEAD"])
         let commit = head.status == 0 ? String(head.output.prefix(12)) : "unknown"
-        #expect(text.contains("appleid_broker_build_info{version=\"\(BrokerApplication.version)\",commit=\"\(commit)\"} 1"), "\(commit)")
+        #expect(
+            text.contains("appleid_broker_build_info{version=\"\(BrokerApplication.version)\",commit=\"\(commit)\"} 1"),
+            "\(commit)")
         func value(_ name: String) -> Double? {
             text.split(separator: "\n").first { $0.hasPrefix(name + " ") }.flatMap { Double($0.split(separator: " ")[1]) }
         }
@@ -48,7 +53,8 @@ struct MonitoringTests {
     @Test("the Grafana dashboard is well-formed and every panel's metric is served on /metrics")
     func dashboard() throws {
         let dashboard = try #require(
-            try JSONSerialization.jsonObject(with: Data(Repository.text("deploy/grafana/appleid-broker.json").utf8)) as? [String: Any])
+            try JSONSerialization.jsonObject(with: Data(Repository.text("deploy/grafana/appleid-broker.json").utf8))
+                as? [String: Any])
         #expect(dashboard["uid"] as? String == "appleid-broker")
         #expect(dashboard["schemaVersion"] is Int)
         #expect(dashboard["title"] is String)
@@ -77,7 +83,9 @@ struct MonitoringTests {
                 expressions.append(expression)
                 let names = Self.metricNames(in: expression)
                 #expect(!names.isEmpty, "panel \(id): no metric in \(expression)")
-                #expect(names.isSubset(of: served), "panel \(id) \(panel["title"] ?? ""): not on /metrics: \(names.subtracting(served).sorted())")
+                #expect(
+                    names.isSubset(of: served),
+                    "panel \(id) \(panel["title"] ?? ""): not on /metrics: \(names.subtracting(served).sorted())")
             }
         }
         #expect(panels.count >= 20)
@@ -110,7 +118,9 @@ struct MonitoringTests {
         }
         let file = NSTemporaryDirectory() + "dashboard-rules-\(UUID().uuidString).json"
         // YAML is a superset of JSON (bar the "\\/" escape), so promtool reads this as a rule file.
-        try JSONSerialization.data(withJSONObject: ["groups": [["name": "dashboard", "rules": rules]]], options: .withoutEscapingSlashes).write(to: URL(fileURLWithPath: file))
+        try JSONSerialization.data(
+            withJSONObject: ["groups": [["name": "dashboard", "rules": rules]]], options: .withoutEscapingSlashes
+        ).write(to: URL(fileURLWithPath: file))
         defer { try? FileManager.default.removeItem(atPath: file) }
         let check = try ChildProcess.run(promtool, ["check", "rules", file])
         #expect(check.status == 0, "\(check.output)")
@@ -126,7 +136,9 @@ struct MonitoringTests {
         #expect(expressions.count >= 6)
         for expression in expressions {
             let names = Self.metricNames(in: expression)
-            #expect(!names.isEmpty && names.isSubset(of: served), "\(expression): not on /metrics: \(names.subtracting(served).sorted())")
+            #expect(
+                !names.isEmpty && names.isSubset(of: served),
+                "\(expression): not on /metrics: \(names.subtracting(served).sorted())")
         }
     }
 
@@ -162,10 +174,14 @@ struct MonitoringTests {
     /// ranges, grouping clauses and strings are taken out, other than functions and keywords.
     static func metricNames(in expression: String) -> Set<String> {
         var text = expression
-        for pattern in [#""[^"]*""#, #"\{[^}]*\}"#, #"\[[^\]]*\]"#, #"\b(by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)"#] {
+        for pattern in [
+            #""[^"]*""#, #"\{[^}]*\}"#, #"\[[^\]]*\]"#, #"\b(by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)"#,
+        ] {
             text = text.replacingOccurrences(of: pattern, with: " ", options: .regularExpression)
         }
-        let keywords: Set<String> = ["and", "or", "unless", "bool", "offset", "by", "without", "on", "ignoring", "group_left", "group_right"]
+        let keywords: Set<String> = [
+            "and", "or", "unless", "bool", "offset", "by", "without", "on", "ignoring", "group_left", "group_right",
+        ]
         let identifier = try! NSRegularExpression(pattern: #"(?<![\w.:$])([a-zA-Z_:][a-zA-Z0-9_:]*+)(?!\s*\()"#)
         var names = Set<String>()
         for match in identifier.matches(in: text, range: NSRange(text.startIndex..., in: text)) {

@@ -22,10 +22,13 @@ struct NotificationTests {
         return (UUID(uuidString: response.json["user_id"] as! String)!, minted.sub)
     }
 
-    private func notify(_ broker: TestBroker, _ type: String, sub: String, configure: (inout NotificationRequest) -> Void = { _ in })
+    private func notify(
+        _ broker: TestBroker, _ type: String, sub: String, configure: (inout NotificationRequest) -> Void = { _ in }
+    )
         throws -> NotificationResult
     {
-        var request = NotificationRequest(url: broker.baseURL + "/v1/apple/notifications", type: type, sub: sub, clientID: TestBroker.clientID)
+        var request = NotificationRequest(
+            url: broker.baseURL + "/v1/apple/notifications", type: type, sub: sub, clientID: TestBroker.clientID)
         configure(&request)
         return try broker.simulator.sendNotification(request)
     }
@@ -49,14 +52,23 @@ struct NotificationTests {
     func emailForwarding() throws {
         let broker = try TestBroker()
         let (_, sub) = try brokerWithUser(broker)
-        #expect(try notify(broker, "email-disabled", sub: sub) { $0.isPrivateEmail = true; $0.email = "x@privaterelay.appleid.com" }.status == 200)
+        #expect(
+            try notify(broker, "email-disabled", sub: sub) {
+                $0.isPrivateEmail = true
+                $0.email = "x@privaterelay.appleid.com"
+            }.status == 200)
         #expect(try identity(broker, sub).decode(String.self, 0) == "disabled")
         #expect(try events(broker, "email.forwarding_disabled") == 1)
         // event_time in seconds (Apple's documentation sample) is read as well.
-        #expect(try notify(broker, "email-enabled", sub: sub) { $0.eventTimeInSeconds = true; $0.eventTimeMilliseconds = Int64(Date().timeIntervalSince1970 + 5) * 1000 }.status == 200)
+        #expect(
+            try notify(broker, "email-enabled", sub: sub) {
+                $0.eventTimeInSeconds = true
+                $0.eventTimeMilliseconds = Int64(Date().timeIntervalSince1970 + 5) * 1000
+            }.status == 200)
         #expect(try identity(broker, sub).decode(String.self, 0) == "enabled")
         #expect(try events(broker, "email.forwarding_enabled") == 1)
-        let payload = try broker.pool.query("SELECT payload::text FROM outbox_events WHERE type = 'email.forwarding_disabled'").single()
+        let payload = try broker.pool.query("SELECT payload::text FROM outbox_events WHERE type = 'email.forwarding_disabled'")
+            .single()
         #expect(!(try payload.decode(String.self, 0)).contains("@"), "events carry no e-mail address")
     }
 
@@ -86,7 +98,8 @@ struct NotificationTests {
         let request = try broker.pool.query("SELECT source, state FROM deletion_requests WHERE user_id = \(userID)").single()
         #expect(try request.decode(String.self, 0) == "apple")
         #expect(try events(broker, "user.deletion_requested") == 1)
-        #expect(try broker.pool.query("SELECT status FROM users WHERE id = \(userID)").single().decode(String.self, 0) == "deleting")
+        #expect(
+            try broker.pool.query("SELECT status FROM users WHERE id = \(userID)").single().decode(String.self, 0) == "deleting")
         // The documented spelling on another user.
         let (otherID, otherSub) = try brokerWithUser(broker)
         #expect(try notify(broker, "account-deleted", sub: otherSub).status == 200)
@@ -96,11 +109,13 @@ struct NotificationTests {
         #expect(try broker.count("SELECT count(*) FROM deletion_requests WHERE user_id = \(userID)") == 1)
     }
 
-    @Test("the same notification posted five times at once is applied once; unknown subjects and types are stored and answered 200")
+    @Test(
+        "the same notification posted five times at once is applied once; unknown subjects and types are stored and answered 200")
     func duplicatesAndUnknowns() throws {
         let broker = try TestBroker()
         let (_, sub) = try brokerWithUser(broker)
-        var request = NotificationRequest(url: broker.baseURL + "/v1/apple/notifications", type: "email-disabled", sub: sub, clientID: TestBroker.clientID)
+        var request = NotificationRequest(
+            url: broker.baseURL + "/v1/apple/notifications", type: "email-disabled", sub: sub, clientID: TestBroker.clientID)
         let (jti, payload) = try broker.simulator.signNotification(request)
         let body = String(decoding: JSONValue.object(["payload": .string(payload)]).serialized(), as: UTF8.self)
         let responses = try onThreads(5) { _ in try broker.post("/v1/apple/notifications", json: body) }.map { try $0.get() }
@@ -115,10 +130,14 @@ struct NotificationTests {
         request.sub = sub
         request.type = "future-event-type"
         #expect(try broker.simulator.sendNotification(request).status == 200)
-        let outcomes = try broker.pool.query("SELECT outcome FROM apple_notifications ORDER BY outcome").map { try $0.decode(String.self, 0) }
+        let outcomes = try broker.pool.query("SELECT outcome FROM apple_notifications ORDER BY outcome").map {
+            try $0.decode(String.self, 0)
+        }
         #expect(outcomes == ["applied", "unknown_subject", "unknown_type"])
         // The audit log names the subject by hash only.
-        #expect(try broker.count("SELECT count(*) FROM audit_log WHERE detail::text LIKE \("%" + sub + "%") OR subject = \(sub)") == 0)
+        #expect(
+            try broker.count("SELECT count(*) FROM audit_log WHERE detail::text LIKE \("%" + sub + "%") OR subject = \(sub)") == 0
+        )
     }
 
     @Test("the inbox keeps notifications for BROKER_NOTIFICATION_RETENTION_SECONDS; one older than that is stale, not applied")
@@ -126,10 +145,13 @@ struct NotificationTests {
         let broker = try TestBroker(extra: ["BROKER_NOTIFICATION_RETENTION_SECONDS": "86400"])
         let (_, sub) = try brokerWithUser(broker)
         let old = Int64(Date().timeIntervalSince1970 - 2 * 86_400) * 1000
-        var request = NotificationRequest(url: broker.baseURL + "/v1/apple/notifications", type: "email-disabled", sub: sub, clientID: TestBroker.clientID)
+        var request = NotificationRequest(
+            url: broker.baseURL + "/v1/apple/notifications", type: "email-disabled", sub: sub, clientID: TestBroker.clientID)
         request.eventTimeMilliseconds = old
         let (_, payload) = try broker.simulator.signNotification(request)
-        let late = try broker.post("/v1/apple/notifications", json: String(decoding: JSONValue.object(["payload": .string(payload)]).serialized(), as: UTF8.self))
+        let late = try broker.post(
+            "/v1/apple/notifications",
+            json: String(decoding: JSONValue.object(["payload": .string(payload)]).serialized(), as: UTF8.self))
         #expect(late.status == 200)
         #expect(late.json["status"] as? String == "stale")
         #expect(try identity(broker, sub).decode(String.self, 0) == "enabled")
@@ -146,11 +168,14 @@ struct NotificationTests {
         let (_, sub) = try brokerWithUser(broker)
         let base = Int64(Date().timeIntervalSince1970 * 1000)
         #expect(try notify(broker, "email-enabled", sub: sub) { $0.eventTimeMilliseconds = base + 2000 }.status == 200)
-        let late = try broker.simulator.sendNotification({
-            var request = NotificationRequest(url: broker.baseURL + "/v1/apple/notifications", type: "email-disabled", sub: sub, clientID: TestBroker.clientID)
-            request.eventTimeMilliseconds = base + 1000
-            return request
-        }())
+        let late = try broker.simulator.sendNotification(
+            {
+                var request = NotificationRequest(
+                    url: broker.baseURL + "/v1/apple/notifications", type: "email-disabled", sub: sub,
+                    clientID: TestBroker.clientID)
+                request.eventTimeMilliseconds = base + 1000
+                return request
+            }())
         #expect(late.status == 200)
         #expect(try identity(broker, sub).decode(String.self, 0) == "enabled")
         #expect(try broker.count("SELECT count(*) FROM apple_notifications WHERE outcome = 'stale'") == 1)
@@ -172,7 +197,10 @@ struct NotificationTests {
             "exp": .integer(now + 3600), "jti": .string(UUID().uuidString), "events": .string(events),
         ]
         func post(_ payload: String) throws -> Int {
-            try broker.post("/v1/apple/notifications", json: String(decoding: JSONValue.object(["payload": .string(payload)]).serialized(), as: UTF8.self)).status
+            try broker.post(
+                "/v1/apple/notifications",
+                json: String(decoding: JSONValue.object(["payload": .string(payload)]).serialized(), as: UTF8.self)
+            ).status
         }
         func signed(_ change: (inout [String: JSONValue]) -> Void) throws -> String {
             var claims = good
@@ -191,7 +219,11 @@ struct NotificationTests {
         let cases: [(String, Int)] = [
             (try forge("{\"alg\":\"RS256\",\"kid\":\"\(appleKid)\"}") { try foreign.signSHA256(Array($0.utf8)) }, 401),
             (try forge("{\"alg\":\"none\",\"kid\":\"\(appleKid)\"}") { _ in [] }, 401),
-            (try forge("{\"alg\":\"HS256\",\"kid\":\"\(appleKid)\"}") { HMACSHA256.authenticate(Array($0.utf8), key: publicPEM) }, 401),
+            (
+                try forge("{\"alg\":\"HS256\",\"kid\":\"\(appleKid)\"}") {
+                    HMACSHA256.authenticate(Array($0.utf8), key: publicPEM)
+                }, 401
+            ),
             (try signed { $0["aud"] = "com.attacker.app" }, 401),
             (try signed { $0["iss"] = "https://evil.example" }, 401),
             (try signed { $0["iat"] = .integer(now + 3600) }, 401),
@@ -223,7 +255,8 @@ struct NotificationTests {
         defer { try? cluster.stop() }
         let broker = try TestBroker(database: cluster.connectionConfiguration)
         let (_, sub) = try brokerWithUser(broker)
-        let request = NotificationRequest(url: broker.baseURL + "/v1/apple/notifications", type: "consent-revoked", sub: sub, clientID: TestBroker.clientID)
+        let request = NotificationRequest(
+            url: broker.baseURL + "/v1/apple/notifications", type: "consent-revoked", sub: sub, clientID: TestBroker.clientID)
         let (_, payload) = try broker.simulator.signNotification(request)
         let body = String(decoding: JSONValue.object(["payload": .string(payload)]).serialized(), as: UTF8.self)
 

@@ -32,12 +32,17 @@ struct OpenAPITests {
         let description = try Repository.text("docs/openapi.json")
         let document = try #require(try JSONSerialization.jsonObject(with: Data(description.utf8)) as? [String: Any])
         let schemas = try #require((document["components"] as? [String: Any])?["schemas"] as? [String: Any])
-        let code = try #require(((schemas["Problem"] as? [String: Any])?["properties"] as? [String: Any])?["code"] as? [String: Any])
+        let code = try #require(
+            ((schemas["Problem"] as? [String: Any])?["properties"] as? [String: Any])?["code"] as? [String: Any])
         let listed = Set(try #require(code["x-problem-codes"] as? [String]))
         let catalog = ProblemCatalog.documentedCodes
         #expect(catalog.count > 40)
-        #expect(catalog.subtracting(listed).isEmpty, "codes the broker answers with, not listed: \(catalog.subtracting(listed).sorted())")
-        #expect(listed.subtracting(catalog).isEmpty, "listed codes the broker never answers with: \(listed.subtracting(catalog).sorted())")
+        #expect(
+            catalog.subtracting(listed).isEmpty,
+            "codes the broker answers with, not listed: \(catalog.subtracting(listed).sorted())")
+        #expect(
+            listed.subtracting(catalog).isEmpty,
+            "listed codes the broker never answers with: \(listed.subtracting(catalog).sorted())")
         // Listed is not enough: each is explained where an operation can answer with it.
         let text = description.replacingOccurrences(of: "\"x-problem-codes\"", with: "")
         let explained = catalog.filter { text.components(separatedBy: "`\($0)`").count > 1 }
@@ -48,9 +53,11 @@ struct OpenAPITests {
     func webhookURLPattern() throws {
         let broker = try TestBroker()
         let admin = try broker.key([.admin])
-        let document = try #require(try JSONSerialization.jsonObject(with: Data(broker.get("/openapi.json").body)) as? [String: Any])
+        let document = try #require(
+            try JSONSerialization.jsonObject(with: Data(broker.get("/openapi.json").body)) as? [String: Any])
         let schemas = try #require((document["components"] as? [String: Any])?["schemas"] as? [String: Any])
-        let url = try #require(((schemas["SubscriptionRequest"] as? [String: Any])?["properties"] as? [String: Any])?["url"] as? [String: Any])
+        let url = try #require(
+            ((schemas["SubscriptionRequest"] as? [String: Any])?["properties"] as? [String: Any])?["url"] as? [String: Any])
         let pattern = try NSRegularExpression(pattern: try #require(url["pattern"] as? String))
         let samples = [
             "https://hooks.example.com/appleid?team=a&x=%20", "https://0", "http://localhost:6/_ys/a*", "http://[::1]:8080/h",
@@ -59,7 +66,8 @@ struct OpenAPITests {
         ]
         for sample in samples {
             let described = pattern.firstMatch(in: sample, range: NSRange(sample.startIndex..., in: sample)) != nil
-            let body = String(decoding: try JSONSerialization.data(withJSONObject: ["url": sample, "topics": ["*"]]), as: UTF8.self)
+            let body = String(
+                decoding: try JSONSerialization.data(withJSONObject: ["url": sample, "topics": ["*"]]), as: UTF8.self)
             let status = try broker.post("/v1/webhook-subscriptions", json: body, key: admin).status
             #expect(status == (described ? 201 : 400), "\(sample): described \(described), served \(status)")
         }

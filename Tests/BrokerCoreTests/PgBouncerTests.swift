@@ -55,8 +55,11 @@ struct PgBouncerTests {
         #expect(try broker.count("SELECT count(*) FROM apple_grants WHERE consent = 'revoked'") == 1)
 
         // A deletion, revoked at Apple and purged by the deletion worker.
-        let body = try JSONSerialization.data(withJSONObject: ["user_id": userID.lowercasedString, "reason": "asked", "requested_by": "support"])
-        let requested = try broker.post("/v1/deletions", json: String(decoding: body, as: UTF8.self), key: broker.key([.compliance]))
+        let body = try JSONSerialization.data(withJSONObject: [
+            "user_id": userID.lowercasedString, "reason": "asked", "requested_by": "support",
+        ])
+        let requested = try broker.post(
+            "/v1/deletions", json: String(decoding: body, as: UTF8.self), key: broker.key([.compliance]))
         #expect(requested.status == 202, "\(requested.bodyText)")
         for _ in 0..<300 where try broker.count("SELECT count(*) FROM deletion_requests WHERE state = 'done'") < 1 {
             Thread.sleep(forTimeInterval: 0.1)

@@ -36,7 +36,9 @@ struct RevocationPrecisionTests {
         return (try #require(UUID(uuidString: login.json["user_id"] as? String ?? "")), minted.sub)
     }
 
-    private func metric(_ broker: TestBroker, _ line: String) throws -> Bool { try broker.get("/metrics").bodyText.contains(line) }
+    private func metric(_ broker: TestBroker, _ line: String) throws -> Bool {
+        try broker.get("/metrics").bodyText.contains(line)
+    }
 
     // MARK: 1. invalid_request on a refresh
 
@@ -67,7 +69,9 @@ struct RevocationPrecisionTests {
         faults.malformedRequestSubs = [victimSub]
         broker.simulator.faults = faults
         try broker.pool.query("UPDATE apple_tokens SET next_validation_at = now()")
-        try waitUntil { try broker.count("SELECT count(*) FROM apple_tokens WHERE last_validation_error = 'invalid_request'") == 1 }
+        try waitUntil {
+            try broker.count("SELECT count(*) FROM apple_tokens WHERE last_validation_error = 'invalid_request'") == 1
+        }
         try waitUntil { try broker.count("SELECT count(*) FROM apple_tokens WHERE last_validated_at IS NOT NULL") == 1 }
         #expect(try credentialState(broker, victim) == "authorized", "one invalid_request is no verdict")
         #expect(try broker.count("SELECT count(*) FROM apple_grants WHERE consent = 'revoked'") == 0)
@@ -113,7 +117,8 @@ struct RevocationPrecisionTests {
 
     // MARK: 3. invalid_grant on a refresh
 
-    @Test("a password change kills the refresh token, not the consent: token_invalid, no consent.revoked, deletion manual_required")
+    @Test(
+        "a password change kills the refresh token, not the consent: token_invalid, no consent.revoked, deletion manual_required")
     func passwordChangeKeepsConsent() throws {
         let broker = try TestBroker(extra: Self.sweep.merging(Self.fastDeletions) { $1 })
         let (userID, sub) = try signedIn(broker)
@@ -168,9 +173,12 @@ struct RevocationPrecisionTests {
             key: broker.key([.compliance]))
         #expect(answer.status == 202, "\(answer.bodyText)")
         #expect(broker.simulator.statistics.token - before == 1, "exchanged before the answer")
-        #expect(try broker.count("SELECT count(*) FROM deletion_steps WHERE step = 'code_exchange' AND outcome = 'exchanged'") == 1)
-        #expect(try broker.count("SELECT count(*) FROM apple_tokens WHERE revoked_at IS NULL") == 1, "its token waits for the revoke")
-        #expect(try broker.count("SELECT count(*) FROM deletion_requests WHERE authorization_code IS NOT NULL") == 0, "no code kept")
+        #expect(
+            try broker.count("SELECT count(*) FROM deletion_steps WHERE step = 'code_exchange' AND outcome = 'exchanged'") == 1)
+        #expect(
+            try broker.count("SELECT count(*) FROM apple_tokens WHERE revoked_at IS NULL") == 1, "its token waits for the revoke")
+        #expect(
+            try broker.count("SELECT count(*) FROM deletion_requests WHERE authorization_code IS NOT NULL") == 0, "no code kept")
     }
 
     // MARK: 5. a token from before a consent-revoked
@@ -281,14 +289,19 @@ struct RevocationPrecisionTests {
     func reauthorizationKeepsUserField() throws {
         let broker = try TestBroker()
         let minted = try broker.mint()
-        let first = try broker.login(["identity_token": minted.idToken, "user": ["name": ["firstName": "Jane", "lastName": "Doe"]]])
+        let first = try broker.login([
+            "identity_token": minted.idToken, "user": ["name": ["firstName": "Jane", "lastName": "Doe"]],
+        ])
         let userID = try #require(UUID(uuidString: first.json["user_id"] as? String ?? ""))
         var notification = NotificationRequest(
-            url: broker.baseURL + "/v1/apple/notifications", type: "consent-revoked", sub: minted.sub, clientID: TestBroker.clientID)
+            url: broker.baseURL + "/v1/apple/notifications", type: "consent-revoked", sub: minted.sub,
+            clientID: TestBroker.clientID)
         notification.eventTimeMilliseconds = Int64(Date().timeIntervalSince1970 - 5) * 1000
         #expect(try broker.simulator.sendNotification(notification).status == 200)
         let again = try broker.mint { $0.sub = minted.sub }
-        let login = try broker.login(["identity_token": again.idToken, "user": ["name": ["firstName": "Janet", "lastName": "Roe"]]])
+        let login = try broker.login([
+            "identity_token": again.idToken, "user": ["name": ["firstName": "Janet", "lastName": "Roe"]],
+        ])
         #expect(login.status == 200, "\(login.bodyText)")
         let user = try broker.get("/v1/users/\(userID.lowercasedString)", key: broker.key([.read])).json
         let identity = (user["identities"] as? [[String: Any]])?.first

@@ -1,6 +1,5 @@
 import AppleSimulator
 import BrokerAPI
-@testable import BrokerCore
 import Foundation
 import Glibc
 import HTTPClient
@@ -9,20 +8,26 @@ import ProcessRunner
 import TestSupport
 import Testing
 
+@testable import BrokerCore
+
 @Suite("Security posture", .offPool)
 struct SecurityTests {
     @Test("an API key over its rate gets 429 with Retry-After")
     func perKeyRateLimit() throws {
         let broker = try TestBroker(extra: ["BROKER_RATE_LIMIT_PER_KEY": "2"])
         let key = try broker.key([.read])
-        let statuses = try (0..<8).map { _ in try broker.get("/v1/users/\(UUID().uuidString.lowercased())/credential-state", key: key) }
+        let statuses = try (0..<8).map { _ in
+            try broker.get("/v1/users/\(UUID().uuidString.lowercased())/credential-state", key: key)
+        }
         #expect(statuses.prefix(4).allSatisfy { $0.status == 200 }, "the burst of twice the rate passes")
         let limited = try #require(statuses.last)
         #expect(limited.status == 429)
         #expect(limited.json["code"] as? String == "rate_limited")
         #expect(Int(limited.header("retry-after") ?? "") ?? 0 >= 1)
         // Another key has its own budget.
-        #expect(try broker.get("/v1/users/\(UUID().uuidString.lowercased())/credential-state", key: broker.apiKey([.read])).status == 200)
+        #expect(
+            try broker.get("/v1/users/\(UUID().uuidString.lowercased())/credential-state", key: broker.apiKey([.read])).status
+                == 200)
     }
 
     @Test("the public notification endpoint limits each source address's junk, never Apple's signed notifications")
@@ -79,20 +84,28 @@ struct SecurityTests {
         var buffer = [CChar](repeating: 0, count: 256)
         gethostname(&buffer, buffer.count)
         let hostname = String(decoding: buffer.prefix { $0 != 0 }.map(UInt8.init(bitPattern:)), as: UTF8.self)
-        guard let resolved = try? OutboundAddress.resolve(hostname), resolved.contains(where: { !OutboundAddress.isPublic($0.bytes) }) else {
+        guard let resolved = try? OutboundAddress.resolve(hostname),
+            resolved.contains(where: { !OutboundAddress.isPublic($0.bytes) })
+        else {
             Issue.record("\(hostname) does not resolve to a private address here; the delivery-time check was not exercised")
             return
         }
         let broker = try TestBroker(extra: [
-            "BROKER_WEBHOOK_ALLOW_PRIVATE_NETWORKS": "false", "BROKER_DISPATCH_INTERVAL_MS": "50", "BROKER_WEBHOOK_RETRY_BASE_MS": "50",
+            "BROKER_WEBHOOK_ALLOW_PRIVATE_NETWORKS": "false", "BROKER_DISPATCH_INTERVAL_MS": "50",
+            "BROKER_WEBHOOK_RETRY_BASE_MS": "50",
         ])
         let receiver = try WebhookReceiver()
         let admin = try broker.key([.admin])
-        let body = try JSONSerialization.data(withJSONObject: ["url": "https://\(hostname):\(receiver.port)/hook", "topics": ["*"]])
-        #expect(try broker.post("/v1/webhook-subscriptions", json: String(decoding: body, as: UTF8.self), key: admin).status == 201)
+        let body = try JSONSerialization.data(withJSONObject: [
+            "url": "https://\(hostname):\(receiver.port)/hook", "topics": ["*"],
+        ])
+        #expect(
+            try broker.post("/v1/webhook-subscriptions", json: String(decoding: body, as: UTF8.self), key: admin).status == 201)
         _ = try broker.login(["identity_token": try broker.mint().idToken])
         let deadline = Date().addingTimeInterval(10)
-        while try broker.count("SELECT count(*) FROM webhook_deliveries WHERE attempts > 0 AND last_error IS NOT NULL") == 0, Date() < deadline {
+        while try broker.count("SELECT count(*) FROM webhook_deliveries WHERE attempts > 0 AND last_error IS NOT NULL") == 0,
+            Date() < deadline
+        {
             Thread.sleep(forTimeInterval: 0.05)
         }
         let row = try broker.pool.query("SELECT last_error, last_status FROM webhook_deliveries").single()
@@ -101,7 +114,9 @@ struct SecurityTests {
         #expect(receiver.deliveries.isEmpty, "nothing reached the loopback receiver")
     }
 
-    @Test("a pinned address is used by that request only: a later request to the same host:port, unpinned or pinned elsewhere, does not reach it")
+    @Test(
+        "a pinned address is used by that request only: a later request to the same host:port, unpinned or pinned elsewhere, does not reach it"
+    )
     func noPinLeftBehind() throws {
         let receiver = try WebhookReceiver()
         let transport = CurlTransport(maximumIdleHandles: 1)  // one handle, so every request could reuse it
@@ -145,7 +160,8 @@ struct SecurityTests {
     @Test("a webhook host that does not resolve is recorded as address_not_allowed, like a private one: no internal DNS oracle")
     func webhookUnresolvableIsNotAnOracle() throws {
         let broker = try TestBroker(extra: [
-            "BROKER_WEBHOOK_ALLOW_PRIVATE_NETWORKS": "false", "BROKER_DISPATCH_INTERVAL_MS": "50", "BROKER_WEBHOOK_RETRY_BASE_MS": "50",
+            "BROKER_WEBHOOK_ALLOW_PRIVATE_NETWORKS": "false", "BROKER_DISPATCH_INTERVAL_MS": "50",
+            "BROKER_WEBHOOK_RETRY_BASE_MS": "50",
         ])
         let admin = try broker.key([.admin])
         let body = #"{"url":"https://no-such-host.invalid/hook","topics":["*"]}"#
@@ -165,8 +181,11 @@ struct SecurityTests {
         defer { try? FileManager.default.removeItem(atPath: directory) }
         let made = try ChildProcess.run(
             "/usr/bin/openssl",
-            ["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", directory + "/key.pem", "-out", directory + "/cert.pem",
-             "-days", "1", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"])
+            [
+                "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", directory + "/key.pem", "-out",
+                directory + "/cert.pem",
+                "-days", "1", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+            ])
         #expect(made.status == 0, "\(made.output)")
         let broker = try TestBroker(extra: [
             "BROKER_TLS_CERT_PATH": directory + "/cert.pem", "BROKER_TLS_KEY_PATH": directory + "/key.pem",
@@ -179,7 +198,9 @@ struct SecurityTests {
         #expect(response.header("strict-transport-security") == "max-age=31536000")
         #expect(response.header("x-content-type-options") == "nosniff")
         #expect(broker.application.configuration.connectionsPerAddress == 64)
-        #expect(throws: HTTPClientError.self) { try CurlTransport().send(.init(url: "https://127.0.0.1:\(broker.application.port)/healthz")) }
+        #expect(throws: HTTPClientError.self) {
+            try CurlTransport().send(.init(url: "https://127.0.0.1:\(broker.application.port)/healthz"))
+        }
     }
 
     @Test("operator actions are in the audit log, with ids and hosts but no secrets or URL paths")
@@ -193,19 +214,30 @@ struct SecurityTests {
         #expect(subscription.status == 201)
         let id = try #require(subscription.json["id"] as? String)
         for action in ["pause", "resume"] {
-            #expect(try broker.client.send(.init(method: "POST", url: broker.baseURL + "/v1/webhook-subscriptions/\(id)/\(action)", headers: [("Authorization", admin)])).status == 200)
+            #expect(
+                try broker.client.send(
+                    .init(
+                        method: "POST", url: broker.baseURL + "/v1/webhook-subscriptions/\(id)/\(action)",
+                        headers: [("Authorization", admin)])
+                ).status == 200)
         }
-        #expect(try broker.client.send(.init(method: "DELETE", url: broker.baseURL + "/v1/webhook-subscriptions/\(id)", headers: [("Authorization", admin)])).status == 204)
+        #expect(
+            try broker.client.send(
+                .init(
+                    method: "DELETE", url: broker.baseURL + "/v1/webhook-subscriptions/\(id)", headers: [("Authorization", admin)]
+                )
+            ).status == 204)
         #expect(try store.revoke(id: created.id))
         #expect(try store.revoke(id: created.id) == false, "a second revoke changes nothing and records nothing")
 
         let entries = try broker.pool.query("SELECT actor, action, detail::text FROM audit_log ORDER BY id").map {
             (try $0.decode(String.self, 0), try $0.decode(String.self, 1), try $0.decode(String.self, 2))
         }.filter { $0.1.hasPrefix("api_key.") || $0.1.hasPrefix("webhook_subscription.") }
-        #expect(entries.map(\.1) == [
-            "api_key.created", "webhook_subscription.created", "webhook_subscription.paused", "webhook_subscription.resumed",
-            "webhook_subscription.deleted", "api_key.revoked",
-        ])
+        #expect(
+            entries.map(\.1) == [
+                "api_key.created", "webhook_subscription.created", "webhook_subscription.paused", "webhook_subscription.resumed",
+                "webhook_subscription.deleted", "api_key.revoked",
+            ])
         #expect(entries.filter { $0.1.hasPrefix("webhook_subscription.") }.allSatisfy { $0.0 == "api:\(created.id)" })
         #expect(entries[1].2.contains("hooks.example.com"))
         let everything = entries.map(\.2).joined()

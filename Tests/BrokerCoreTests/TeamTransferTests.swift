@@ -1,12 +1,13 @@
 import AppleSimulator
-import BrokerCrypto
 import BrokerAPI
-@testable import BrokerCore
+import BrokerCrypto
 import Foundation
 import PostgresClient
 import ProcessRunner
-import Testing
 import TestSupport
+import Testing
+
+@testable import BrokerCore
 
 /// `appleid-broker transfer export|import` between two teams the simulator plays, run as
 /// the operator runs them (child processes), each killed halfway and resumed.
@@ -81,7 +82,9 @@ struct TeamTransferTests {
         #expect(lines.count == count)
         let parsed = lines.compactMap { TeamTransfer.Line(json: Substring($0)) }
         #expect(Set(parsed.map(\.userID)).count == count, "one line per user, none twice")
-        #expect(broker.simulator.statistics.migration - callsBefore == count - before, "the resumed run asked Apple only for the rest")
+        #expect(
+            broker.simulator.statistics.migration - callsBefore == count - before, "the resumed run asked Apple only for the rest"
+        )
         #expect(!lines.joined().contains("privaterelay"), "no e-mail and no old sub leaves in the file")
         #expect(try broker.count("SELECT count(*) FROM apple_identities WHERE transfer_sub IS NOT NULL") == count)
 
@@ -98,7 +101,8 @@ struct TeamTransferTests {
         let linked = { try broker.count("SELECT count(*) FROM apple_identities WHERE team_id = \(Self.recipientTeam)") }
         let importing = ["transfer", "import", "--in", file]
         // Ctrl-C: the current user is finished, the report printed, exit 130.
-        let stopped = try runAndInterrupt(importing + ["--rate", "200"], environment: recipient, signal: SIGINT, at: 300, progress: linked)
+        let stopped = try runAndInterrupt(
+            importing + ["--rate", "200"], environment: recipient, signal: SIGINT, at: 300, progress: linked)
         #expect(stopped.status == 130, "\(stopped.output)")
         #expect(stopped.output.contains("interrupted: run the same command again"), "\(stopped.output)")
         let linkedBefore = try linked()
@@ -124,11 +128,14 @@ struct TeamTransferTests {
         // The old team's tokens are retired: the sweep and deletions skip them.
         #expect(try broker.count("SELECT count(*) FROM apple_tokens WHERE revoked_at IS NOT NULL") == 5)
         let someUser = try #require(parsed.first).userID
-        #expect(try broker.get("/v1/users/\(someUser.lowercasedString)/credential-state", key: broker.key([.read])).json["state"] as? String == "authorized")
+        #expect(
+            try broker.get("/v1/users/\(someUser.lowercasedString)/credential-state", key: broker.key([.read])).json["state"]
+                as? String == "authorized")
 
         // A line Apple does not know is reported with the reason, and the exit status says so.
         let bogus = NSTemporaryDirectory() + "abk-transfer-bogus-\(UUID().uuidString).jsonl"
-        try (TeamTransfer.Line(userID: UUID(), transferSub: "000unknown.t").json + "\n").write(toFile: bogus, atomically: true, encoding: .utf8)
+        try (TeamTransfer.Line(userID: UUID(), transferSub: "000unknown.t").json + "\n").write(
+            toFile: bogus, atomically: true, encoding: .utf8)
         let failed = try ChildProcess.run(BrokerExecutable.path, ["transfer", "import", "--in", bogus], environment: recipient)
         #expect(failed.status == 1)
         #expect(failed.output.contains("failed: 1"), "\(failed.output)")

@@ -1,13 +1,14 @@
 import AppleSimulator
 import BrokerAPI
-@testable import BrokerCore
 import BrokerCrypto
 import Foundation
 import HTTPClient
 import PostgresClient
 import ProcessRunner
-import Testing
 import TestSupport
+import Testing
+
+@testable import BrokerCore
 
 /// Web sign-in end to end over HTTP: broker → simulator's `/auth/authorize` → the form Apple
 /// posts back → broker callback → `return_to` → redeem.
@@ -69,7 +70,8 @@ struct WebSignInTests {
         throws -> ApplePage
     {
         let start = try broker.get(
-            "/v1/apple/web/authorize?client_id=\(TestBroker.webClientID)&return_to=\(FormEncoding.escape(Self.returnTo))&app_state=s-42")
+            "/v1/apple/web/authorize?client_id=\(TestBroker.webClientID)&return_to=\(FormEncoding.escape(Self.returnTo))&app_state=s-42"
+        )
         #expect(start.status == 302, "\(start.bodyText)")
         let setCookie = try #require(start.header("set-cookie"), "authorize sets the browser's binding")
         #expect(setCookie.hasPrefix("__Host-abk_signin=") && setCookie.contains("Secure") && setCookie.contains("HttpOnly"))
@@ -169,7 +171,8 @@ struct WebSignInTests {
     @Test("an over-long name in Apple's user field is dropped; the sign-in still succeeds")
     func overlongName() throws {
         let broker = try Self.broker()
-        let form = try startSignIn(broker, sim: [("sim_first_name", String(repeating: "é", count: 200)), ("sim_last_name", "Short")])
+        let form = try startSignIn(
+            broker, sim: [("sim_first_name", String(repeating: "é", count: 200)), ("sim_last_name", "Short")])
         let back = try Redirect(try post(form, to: broker))
         let answer = try redeem(try #require(back.query["result_code"], "\(back.query)"), broker).json
         let user = try broker.get("/v1/users/\(try #require(answer["user_id"] as? String))", key: broker.key([.read])).json
@@ -228,7 +231,8 @@ struct WebSignInTests {
         let page = try broker.client.send(
             .init(
                 method: "POST", url: broker.baseURL + "/v1/apple/web/callback",
-                headers: [("Content-Type", "application/x-www-form-urlencoded"), ("Accept", "text/html,application/xhtml+xml")] + form.cookie,
+                headers: [("Content-Type", "application/x-www-form-urlencoded"), ("Accept", "text/html,application/xhtml+xml")]
+                    + form.cookie,
                 body: Array(FormEncoding.encode(form.fields).utf8)))
         #expect(page.status == 400)
         #expect(page.header("content-type") == "text/html; charset=utf-8")
@@ -255,7 +259,8 @@ struct WebSignInTests {
         let before = try Self.rowsInDatabase(broker)
         for index in 0..<300 {
             let response = try broker.get(
-                "/v1/apple/web/authorize?client_id=\(TestBroker.webClientID)&return_to=\(FormEncoding.escape(Self.returnTo))&app_state=\(index)")
+                "/v1/apple/web/authorize?client_id=\(TestBroker.webClientID)&return_to=\(FormEncoding.escape(Self.returnTo))&app_state=\(index)"
+            )
             #expect(response.status == 302)
         }
         #expect(try Self.rowsInDatabase(broker) == before)
@@ -270,7 +275,8 @@ struct WebSignInTests {
         // A browser sent to authorize with a return_to that is not registered gets a page without a link.
         let page = try broker.client.send(
             .init(
-                url: broker.baseURL + "/v1/apple/web/authorize?client_id=\(TestBroker.webClientID)&return_to=https://evil.example.com/",
+                url: broker.baseURL
+                    + "/v1/apple/web/authorize?client_id=\(TestBroker.webClientID)&return_to=https://evil.example.com/",
                 headers: [("Accept", "text/html")]))
         #expect(page.status == 400)
         #expect(page.header("content-type") == "text/html; charset=utf-8")
@@ -301,7 +307,9 @@ struct WebSignInTests {
         broker.simulator.faults = faults
         let back = try Redirect(try post(try startSignIn(broker, sim: [("sim_first_name", "Grace")]), to: broker))
         #expect(back.query["error"] == "apple_unavailable")
-        #expect(try broker.count("SELECT count(*) FROM apple_identities WHERE given_name = 'Grace' AND client_id = 'com.example.web'") == 1)
+        #expect(
+            try broker.count("SELECT count(*) FROM apple_identities WHERE given_name = 'Grace' AND client_id = 'com.example.web'")
+                == 1)
         // One sign-in, one outcome: saving the user afterwards is not a second login.
         let metrics = try broker.get("/metrics").bodyText
         #expect(metrics.contains(#"login_requests_total{outcome="apple_unavailable"} 1"#))
@@ -311,7 +319,10 @@ struct WebSignInTests {
     @Test("only return_to URLs registered for the client id are accepted: no open redirect")
     func unregisteredReturnTo() throws {
         let broker = try Self.broker()
-        for returnTo in ["https://evil.example.com/steal", Self.returnTo + "/../x", Self.returnTo + "?x=1", "https://app.example.com/apple/done#f"] {
+        for returnTo in [
+            "https://evil.example.com/steal", Self.returnTo + "/../x", Self.returnTo + "?x=1",
+            "https://app.example.com/apple/done#f",
+        ] {
             let response = try broker.get(
                 "/v1/apple/web/authorize?client_id=\(TestBroker.webClientID)&return_to=\(FormEncoding.escape(returnTo))")
             #expect(response.status == 400, "\(returnTo)")
@@ -332,7 +343,10 @@ struct WebSignInTests {
     @Test("Apple's page refuses a redirect_uri that is not a registered Return URL; web id_tokens carry no real_user_status")
     func appleLikeAuthorize() throws {
         let broker = try Self.broker()
-        for redirectURI in ["https://evil.example.com/cb", Self.publicURL + "/v1/apple/web/callback/x", "http://broker.example.com/v1/apple/web/callback"] {
+        for redirectURI in [
+            "https://evil.example.com/cb", Self.publicURL + "/v1/apple/web/callback/x",
+            "http://broker.example.com/v1/apple/web/callback",
+        ] {
             let query = WebSignInService.query([
                 ("client_id", TestBroker.webClientID), ("redirect_uri", redirectURI), ("response_type", "code id_token"),
                 ("response_mode", "form_post"), ("scope", "name email"), ("state", "s"),
@@ -348,7 +362,9 @@ struct WebSignInTests {
         #expect(claims?["real_user_status"] == nil, "Apple sends real_user_status to native apps only")
     }
 
-    @Test("after a purge a pg_dump holds no sub, e-mail or name, nor an unkeyed SHA-256 of any (web results and notifications included)")
+    @Test(
+        "after a purge a pg_dump holds no sub, e-mail or name, nor an unkeyed SHA-256 of any (web results and notifications included)"
+    )
     func nothingPersonalAfterPurge() throws {
         let broker = try TestBroker(extra: [
             "BROKER_PUBLIC_URL": Self.publicURL, "APPLE_WEB_RETURN_URLS": "\(TestBroker.webClientID)=\(Self.returnTo)",
@@ -356,7 +372,8 @@ struct WebSignInTests {
         ])
         broker.simulator.registerReturnURLs(clientID: TestBroker.webClientID, urls: [Self.publicURL + "/v1/apple/web/callback"])
         // A web sign-in whose result is never redeemed: its answer (sub, e-mail, name) waits in web_results.
-        let back = try Redirect(try post(try startSignIn(broker, sim: [("sim_first_name", "Augusta"), ("sim_last_name", "Byronesque")]), to: broker))
+        let back = try Redirect(
+            try post(try startSignIn(broker, sim: [("sim_first_name", "Augusta"), ("sim_last_name", "Byronesque")]), to: broker))
         #expect(back.query["result_code"] != nil)
         let identity = try broker.pool.query("SELECT user_id, sub, email FROM apple_identities").single()
         let userID = try identity.decode(UUID.self, 0)
@@ -396,7 +413,8 @@ struct WebSignInTests {
         ])
         broker.simulator.registerReturnURLs(clientID: TestBroker.webClientID, urls: [Self.publicURL + "/v1/apple/web/callback"])
         let code = try #require(try Redirect(try post(try startSignIn(broker), to: broker)).query["result_code"])
-        let appOnly = try APIKeyStore(pool: broker.pool).create(name: "app", scopes: [.login], clientIDs: [TestBroker.clientID]).secret
+        let appOnly = try APIKeyStore(pool: broker.pool).create(name: "app", scopes: [.login], clientIDs: [TestBroker.clientID])
+            .secret
         let body = String(decoding: try JSONSerialization.data(withJSONObject: ["result_code": code]), as: UTF8.self)
         let refused = try broker.post("/v1/apple/web/redeem", json: body, key: appOnly)
         #expect(refused.status == 403)

@@ -1,5 +1,4 @@
 import BrokerAPI
-@testable import BrokerCore
 import Foundation
 import HTTPClient
 import Locking
@@ -9,6 +8,8 @@ import Synchronization
 import TestSupport
 import Testing
 import Workers
+
+@testable import BrokerCore
 
 @Suite("Worker lanes", .offPool)
 struct WorkerGroupTests {
@@ -45,7 +46,8 @@ struct WorkerGroupTests {
     private func group(_ work: Work, lanes: Int) -> WorkerGroup {
         // An hour's interval: every step after the first comes from a wake, not the timer.
         WorkerGroup(
-            name: "test-lane", lanes: lanes, interval: .seconds(3600), logger: Logger(label: "test", sink: .capturing(level: .error)),
+            name: "test-lane", lanes: lanes, interval: .seconds(3600),
+            logger: Logger(label: "test", sink: .capturing(level: .error)),
             step: { work.step() })
     }
 

@@ -21,7 +21,9 @@ struct CryptoTests {
         var tampered = sealed
         tampered[14] ^= 1
         #expect(throws: CryptoError.self) { try AES256GCM.open(tampered, key: key, associatedData: Array("identity-1".utf8)) }
-        #expect(throws: CryptoError.self) { try AES256GCM.open(sealed, key: SecureRandom.bytes(32), associatedData: Array("identity-1".utf8)) }
+        #expect(throws: CryptoError.self) {
+            try AES256GCM.open(sealed, key: SecureRandom.bytes(32), associatedData: Array("identity-1".utf8))
+        }
         #expect(throws: CryptoError.self) { try AES256GCM.open(sealed, key: key, associatedData: Array("identity-2".utf8)) }
         // Fresh nonces: the same plaintext never seals to the same bytes.
         #expect(try AES256GCM.seal([1, 2, 3], key: key) != AES256GCM.seal([1, 2, 3], key: key))
@@ -40,7 +42,9 @@ struct CryptoTests {
         let signature = try loaded.signSHA256(Array("message".utf8))
         #expect(publicKey.verifySHA256(signature: signature, message: Array("message".utf8)))
         #expect(!publicKey.verifySHA256(signature: signature, message: Array("massage".utf8)))
-        #expect(throws: CryptoError.self) { try AsymmetricKey.privateKey(pem: "-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----") }
+        #expect(throws: CryptoError.self) {
+            try AsymmetricKey.privateKey(pem: "-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----")
+        }
     }
 
     @Test("a key's reused verification contexts answer every check on its own merits, from many threads")
@@ -61,7 +65,8 @@ struct CryptoTests {
                         let other = (index + 1) % messages.count
                         correct = correct && publicKey.verifySHA256(signature: signatures[index], message: messages[index])
                         correct = correct && !publicKey.verifySHA256(signature: signatures[other], message: messages[index])
-                        correct = correct && !publicKey.verifySHA256(signature: signatures[index].dropLast(), message: messages[index])
+                        correct =
+                            correct && !publicKey.verifySHA256(signature: signatures[index].dropLast(), message: messages[index])
                         correct = correct && !publicKey.verifySHA256(signature: signatures[index], message: [UInt8]())
                     }
                     return correct

@@ -33,7 +33,9 @@ struct ConfigurationTests {
         let configuration = try BrokerConfiguration.load(
             environment: [
                 "APPLE_TEAM_ID": "TEAMID1234", "APPLE_KEY_ID": "KEYID12345", "APPLE_PRIVATE_KEY_PATH": key,
-                "APPLE_CLIENT_IDS": "com.example.app, com.example.web", "TOKEN_ENCRYPTION_KEY": "k2:" + String(repeating: "A", count: 43) + "=,k1:" + String(repeating: "B", count: 43) + "=",
+                "APPLE_CLIENT_IDS": "com.example.app, com.example.web",
+                "TOKEN_ENCRYPTION_KEY": "k2:" + String(repeating: "A", count: 43) + "=,k1:" + String(repeating: "B", count: 43)
+                    + "=",
             ],
             requireApple: true)
         #expect(configuration.databaseURL == nil)
@@ -73,7 +75,8 @@ struct ConfigurationTests {
 
         let grouped = try #require(
             try BrokerConfiguration.load(
-                environment: base.merging(["APPLE_APP_GROUPS": "com.example.app=com.example.web, com.example.mac; com.other.app"]) { $1 },
+                environment: base.merging(["APPLE_APP_GROUPS": "com.example.app=com.example.web, com.example.mac; com.other.app"])
+                { $1 },
                 requireApple: true
             ).apple?.appGroups)
         #expect(grouped.group(of: "com.example.web").primary == "com.example.app")
@@ -102,7 +105,9 @@ struct ConfigurationTests {
             let error = #expect(throws: BrokerConfiguration.Invalid.self) {
                 try BrokerConfiguration.load(environment: base.merging(["APPLE_APP_GROUPS": value]) { $1 }, requireApple: true)
             }
-            #expect(error?.problems.contains { $0.hasPrefix("APPLE_APP_GROUPS:") && $0.contains(message) } == true, "\(value): \(error?.problems ?? [])")
+            #expect(
+                error?.problems.contains { $0.hasPrefix("APPLE_APP_GROUPS:") && $0.contains(message) } == true,
+                "\(value): \(error?.problems ?? [])")
         }
     }
 
@@ -111,12 +116,14 @@ struct ConfigurationTests {
         let key = try TestKeys.privateKeyFile()
         let base = [
             "APPLE_TEAM_ID": "TEAMID1234", "APPLE_KEY_ID": "KEYID12345", "APPLE_PRIVATE_KEY_PATH": key,
-            "APPLE_CLIENT_IDS": "com.example.app,com.example.web", "TOKEN_ENCRYPTION_KEY": String(repeating: "A", count: 43) + "=",
+            "APPLE_CLIENT_IDS": "com.example.app,com.example.web",
+            "TOKEN_ENCRYPTION_KEY": String(repeating: "A", count: 43) + "=",
         ]
         let configured = try BrokerConfiguration.load(
             environment: base.merging([
                 "BROKER_PUBLIC_URL": "https://auth.example.com/",
-                "APPLE_WEB_RETURN_URLS": "com.example.web=https://a.example.com/done, https://b.example.com/x?y=1 ; com.example.app=http://127.0.0.1:3000/",
+                "APPLE_WEB_RETURN_URLS":
+                    "com.example.web=https://a.example.com/done, https://b.example.com/x?y=1 ; com.example.app=http://127.0.0.1:3000/",
             ]) { $1 },
             requireApple: true)
         #expect(configured.web?.callbackURL == "https://auth.example.com/v1/apple/web/callback")
@@ -131,11 +138,21 @@ struct ConfigurationTests {
             return error?.problems ?? []
         }
         #expect(problems(["BROKER_PUBLIC_URL": "https://auth.example.com"]).first?.contains("needs both") == true)
-        #expect(problems(["BROKER_PUBLIC_URL": "http://auth.example.com", "APPLE_WEB_RETURN_URLS": "com.example.web=https://a.example.com/"])
+        #expect(
+            problems([
+                "BROKER_PUBLIC_URL": "http://auth.example.com", "APPLE_WEB_RETURN_URLS": "com.example.web=https://a.example.com/",
+            ])
             .first?.hasPrefix("BROKER_PUBLIC_URL:") == true)
-        #expect(problems(["BROKER_PUBLIC_URL": "https://auth.example.com", "APPLE_WEB_RETURN_URLS": "com.unknown=https://a.example.com/"])
+        #expect(
+            problems([
+                "BROKER_PUBLIC_URL": "https://auth.example.com", "APPLE_WEB_RETURN_URLS": "com.unknown=https://a.example.com/",
+            ])
             .first?.contains("not one of APPLE_CLIENT_IDS") == true)
-        #expect(problems(["BROKER_PUBLIC_URL": "https://auth.example.com", "APPLE_WEB_RETURN_URLS": "com.example.web=https://a.example.com/#frag"])
+        #expect(
+            problems([
+                "BROKER_PUBLIC_URL": "https://auth.example.com",
+                "APPLE_WEB_RETURN_URLS": "com.example.web=https://a.example.com/#frag",
+            ])
             .first?.hasPrefix("APPLE_WEB_RETURN_URLS:") == true)
     }
 
@@ -155,7 +172,9 @@ struct ConfigurationTests {
         #expect(configuration.tokenKeys?.currentKeyID == "k7")
         // An explicit value wins over the file.
         let explicit = try BrokerConfiguration.load(
-            environment: ["TOKEN_ENCRYPTION_KEY_FILE": secret, "TOKEN_ENCRYPTION_KEY": "k1:" + String(repeating: "B", count: 43) + "="],
+            environment: [
+                "TOKEN_ENCRYPTION_KEY_FILE": secret, "TOKEN_ENCRYPTION_KEY": "k1:" + String(repeating: "B", count: 43) + "=",
+            ],
             requireApple: false)
         #expect(explicit.tokenKeys?.currentKeyID == "k1")
         let error = #expect(throws: BrokerConfiguration.Invalid.self) {
@@ -171,7 +190,9 @@ struct ConfigurationTests {
     @Test("DATABASE_LISTEN_URL: the listener's direct connection, only beside DATABASE_URL")
     func listenURL() throws {
         let both = try BrokerConfiguration.load(
-            environment: ["DATABASE_URL": "postgres://broker@pgbouncer/broker", "DATABASE_LISTEN_URL": "postgres://broker@db/broker"],
+            environment: [
+                "DATABASE_URL": "postgres://broker@pgbouncer/broker", "DATABASE_LISTEN_URL": "postgres://broker@db/broker",
+            ],
             requireApple: false)
         #expect(both.databaseListenURL == "postgres://broker@db/broker")
         let error = #expect(throws: BrokerConfiguration.Invalid.self) {

@@ -20,7 +20,8 @@ struct FuzzCorpusTests {
 
     static func notification(_ bytes: [UInt8]) throws -> AppleNotification {
         try NotificationReceiver.decode(
-            claims: AppleClaims(payload: bytes, leeway: 60, now: 1_750_000_000), clientIDs: ["com.example.app", "com.example.web"])
+            claims: AppleClaims(payload: bytes, leeway: 60, now: 1_750_000_000),
+            clientIDs: ["com.example.app", "com.example.web"])
     }
 
     @Test("notification claims: every seed decodes or is refused; events as a string or an object both read")
@@ -58,9 +59,10 @@ struct FuzzCorpusTests {
                 #expect(problem.status == 400, "\(seed.name): \(problem.code)")
             }
         }
-        #expect(accepted.isSuperset(of: [
-            "login:login-token-only", "login:login-full", "login:login-user-as-string", "deletion:deletion-by-sub",
-            "deletion:deletion-by-user", "subscription:subscription", "subscription:subscription-http-local",
-        ]))
+        #expect(
+            accepted.isSuperset(of: [
+                "login:login-token-only", "login:login-full", "login:login-user-as-string", "deletion:deletion-by-sub",
+                "deletion:deletion-by-user", "subscription:subscription", "subscription:subscription-http-local",
+            ]))
     }
 }

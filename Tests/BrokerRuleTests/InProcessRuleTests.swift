@@ -28,7 +28,8 @@ struct NotificationRuleTests {
             change(&claims)
             do {
                 _ = try NotificationReceiver.decode(
-                    claims: AppleClaims(payload: JSONValue.object(claims).serialized(), leeway: 60, now: now.timeIntervalSince1970),
+                    claims: AppleClaims(
+                        payload: JSONValue.object(claims).serialized(), leeway: 60, now: now.timeIntervalSince1970),
                     clientIDs: ["com.example.app"])
                 return "accept"
             } catch let rejection as TokenRejection {
@@ -110,7 +111,8 @@ struct ProblemMappingTests {
         #expect(deleted.status == 410)
         #expect(try json(deleted)["deletion_id"] as? String == "d1")
         let body = server.respond(
-            to: HTTPRequest(method: .post, path: "/body", headers: ["Content-Type": "application/json"], body: Array(#"{"x":1}"#.utf8)))
+            to: HTTPRequest(
+                method: .post, path: "/body", headers: ["Content-Type": "application/json"], body: Array(#"{"x":1}"#.utf8)))
         #expect(body.status == 400)
         #expect(try json(body)["code"] as? String == "invalid_request")
         #expect(try json(body)["detail"] as? String == "field `identity_token` is required")

@@ -23,7 +23,9 @@ enum SQLHome {
     }
 
     /// Statements as they are written in our queries (upper-case keywords); comments are not code.
-    static var statement: Regex<(Substring, Substring?)> { #/\bSELECT\s|\bINSERT\s+INTO\b|\bUPDATE\s+\w+(\s+\w+)?\s+SET\b|\bDELETE\s+FROM\b/# }
+    static var statement: Regex<(Substring, Substring?)> {
+        #/\bSELECT\s|\bINSERT\s+INTO\b|\bUPDATE\s+\w+(\s+\w+)?\s+SET\b|\bDELETE\s+FROM\b/#
+    }
 
     /// `file:line: text` for each line of `text` that writes SQL outside a comment.
     static func statements(in text: String, file: String) -> [String] {

@@ -1,10 +1,11 @@
 import AppleID
-@testable import BrokerCore
 import Foundation
 import PostgresClient
 import StrictJSON
 import TestSupport
 import Testing
+
+@testable import BrokerCore
 
 // The fast layer: the typed states against the names SQL and the API description hold.
 
@@ -25,7 +26,9 @@ struct StateTests {
         for file in files {
             let text = try String(contentsOf: file, encoding: .utf8)
             for match in text.matches(of: #/CHECK \((\w+) IN \(([^)]*)\)\)/#) {
-                let values = match.output.2.split(separator: ",").map { $0.trimmingCharacters(in: CharacterSet(charactersIn: " '")) }
+                let values = match.output.2.split(separator: ",").map {
+                    $0.trimmingCharacters(in: CharacterSet(charactersIn: " '"))
+                }
                 found[String(match.output.1), default: []].append(Set(values))
             }
         }

@@ -1,12 +1,13 @@
 import Dispatch
 import Foundation
 import HTTPClient
-@testable import HTTPServer
 import Locking
 import Observability
 import Synchronization
 import TestSupport
 import Testing
+
+@testable import HTTPServer
 
 /// Starts a server on a free loopback port for the duration of `body`.
 private func withServer<T>(
@@ -70,8 +71,9 @@ struct HTTPServerTests {
             #expect(response.header("x-request-id")?.isEmpty == false)
 
             let created = try client.send(
-                .init(method: "POST", url: base + "/items", headers: [("Content-Type", "application/json")],
-                      body: Array(#"{"name":"Zoë","count":3}"#.utf8)))
+                .init(
+                    method: "POST", url: base + "/items", headers: [("Content-Type", "application/json")],
+                    body: Array(#"{"name":"Zoë","count":3}"#.utf8)))
             #expect(created.status == 201)
             #expect(try JSONDecoder().decode(Echo.self, from: Data(created.body)) == Echo(name: "Zoë", count: 3))
         }
@@ -144,13 +146,15 @@ struct HTTPServerTests {
             #expect(try problem(response)["code"] as? String == "payload_too_large")
 
             let chunked = try client.send(
-                .init(method: "POST", url: base + "/items",
-                      headers: [("Content-Type", "application/json"), ("Transfer-Encoding", "chunked")], body: big))
+                .init(
+                    method: "POST", url: base + "/items",
+                    headers: [("Content-Type", "application/json"), ("Transfer-Encoding", "chunked")], body: big))
             #expect(chunked.status == 413)
 
             let small = try client.send(
-                .init(method: "POST", url: base + "/items", headers: [("Content-Type", "application/json")],
-                      body: Array(#"{"name":"a","count":1}"#.utf8)))
+                .init(
+                    method: "POST", url: base + "/items", headers: [("Content-Type", "application/json")],
+                    body: Array(#"{"name":"a","count":1}"#.utf8)))
             #expect(small.status == 201)
         }
     }
@@ -257,16 +261,21 @@ struct HTTPServerTests {
             let response = try #require(try result.withLock { $0 }?.get())
             #expect(response.status == 200)
             #expect(response.bodyText == "done")
-            #expect(throws: HTTPClientError.self) { try CurlTransport().send(.init(url: base + "/items/1", timeout: .seconds(2))) }
+            #expect(throws: HTTPClientError.self) {
+                try CurlTransport().send(.init(url: base + "/items/1", timeout: .seconds(2)))
+            }
         }
     }
 
     @Test("1,100 stalled connections from one address leave room for another address (per-address limit)")
     func oneAddressCannotHoldEveryConnection() throws {
-        try withServer(demoRouter(), configure: {
-            $0.connectionsPerAddress = 64
-            $0.headerTimeoutSeconds = 0  // the per-address limit alone must hold
-        }) { server, _, _ in
+        try withServer(
+            demoRouter(),
+            configure: {
+                $0.connectionsPerAddress = 64
+                $0.headerTimeoutSeconds = 0  // the per-address limit alone must hold
+            }
+        ) { server, _, _ in
             let port = Int(server.port)
             // Headers never finished: each would hold its connection until the idle timeout.
             var stalled: [RawConnection] = []
@@ -311,10 +320,13 @@ struct HTTPServerTests {
 
     @Test("a client sending its headers a byte at a time is cut off at the header deadline")
     func headerDeadline() throws {
-        try withServer(demoRouter(), configure: {
-            $0.headerTimeoutSeconds = 1
-            $0.connectionTimeoutSeconds = 30
-        }) { server, _, metrics in
+        try withServer(
+            demoRouter(),
+            configure: {
+                $0.headerTimeoutSeconds = 1
+                $0.connectionTimeoutSeconds = 30
+            }
+        ) { server, _, metrics in
             let port = Int(server.port)
             let slow = try #require(RawConnection(port: port, timeoutSeconds: 3))
             let started = ContinuousClock.now
@@ -389,8 +401,11 @@ struct HTTPServerTests {
         let proxies = ClientAddress(trusted: trusted)
         #expect(proxies.resolve(peer: "127.0.0.1", forwardedFor: ["198.51.100.7, 203.0.113.9, 10.1.2.3"]) == "203.0.113.9")
         #expect(proxies.resolve(peer: "127.0.0.1", forwardedFor: ["203.0.113.9", "10.1.2.3"]) == "203.0.113.9")
-        #expect(proxies.resolve(peer: "192.0.2.1", forwardedFor: ["203.0.113.9"]) == "192.0.2.1", "an untrusted peer's header is ignored")
-        #expect(proxies.resolve(peer: "127.0.0.1", forwardedFor: ["10.9.9.9, 10.1.2.3"]) == "10.9.9.9", "all trusted: the left-most")
+        #expect(
+            proxies.resolve(peer: "192.0.2.1", forwardedFor: ["203.0.113.9"]) == "192.0.2.1",
+            "an untrusted peer's header is ignored")
+        #expect(
+            proxies.resolve(peer: "127.0.0.1", forwardedFor: ["10.9.9.9, 10.1.2.3"]) == "10.9.9.9", "all trusted: the left-most")
         #expect(proxies.resolve(peer: "127.0.0.1", forwardedFor: ["203.0.113.9, junk, 10.1.2.3"]) == "10.1.2.3")
         #expect(proxies.resolve(peer: "127.0.0.1", forwardedFor: ["2001:db8:1::5, 2001:db8:ffff::1"]) == "2001:db8:1::5")
         #expect(ClientAddress().resolve(peer: "127.0.0.1", forwardedFor: ["203.0.113.9"]) == "127.0.0.1")
@@ -425,7 +440,9 @@ struct HTTPServerTests {
             return .text("ok")
         }
         func status(_ path: String) -> Int {
-            do { return try handler(HTTPRequest(method: .post, path: path)).status } catch { return (error as? Problem)?.status ?? 0 }
+            do { return try handler(HTTPRequest(method: .post, path: path)).status } catch {
+                return (error as? Problem)?.status ?? 0
+            }
         }
         #expect((0..<4).map { _ in status("/junk") } == [401, 401, 429, 429])
         #expect(status("/signed") == 200)

@@ -79,7 +79,8 @@ struct JWSVerifierTests {
     func embeddedKeys() throws {
         let attacker = try AsymmetricKey.generateRSA()
         let (n, e) = try attacker.rsaComponents()
-        let header = #"{"alg":"RS256","kid":"rsa-1","jku":"https://evil.example/keys","x5u":"https://evil.example/c","jwk":{"kty":"RSA","n":"\#(Base64URL.encode(n))","e":"\#(Base64URL.encode(e))"}}"#
+        let header =
+            #"{"alg":"RS256","kid":"rsa-1","jku":"https://evil.example/keys","x5u":"https://evil.example/c","jwk":{"kty":"RSA","n":"\#(Base64URL.encode(n))","e":"\#(Base64URL.encode(e))"}}"#
         #expect(code(try token(header: header, key: attacker)) == .signatureInvalid)
     }
 

@@ -73,9 +73,12 @@ struct RFCExampleTests {
         let example = try #require(try TestData.json("jose/rfc7520-cookbook/jws/4_1.rsa_v15_signature.json") as? [String: Any])
         let input = example["input"] as! [String: Any]
         let privateKey = try jwk(input["key"]!)
-        let keys = JWKSet(keys: [JWK(key: try AsymmetricKey.rsaPublicKey(
-            modulus: try privateKey.key.rsaComponents().modulus, exponent: try privateKey.key.rsaComponents().exponent),
-            keyID: privateKey.keyID)])
+        let keys = JWKSet(keys: [
+            JWK(
+                key: try AsymmetricKey.rsaPublicKey(
+                    modulus: try privateKey.key.rsaComponents().modulus, exponent: try privateKey.key.rsaComponents().exponent),
+                keyID: privateKey.keyID)
+        ])
         let compact = (example["output"] as! [String: Any])["compact"] as! String
         let verified = try verifier.verify(compact, keys: keys)
         #expect(verified.keyID == "bilbo.baggins@hobbiton.example")

@@ -108,11 +108,14 @@ struct WycheproofTests {
                 } else {
                     result = .failure(JOSEError(.invalidKey, "unusable key"))
                 }
-                let supported = ["es256", "rs256", "SpecialCaseEs256", "rsa_encryption", "ec_key_for_encryption"]
+                let supported =
+                    ["es256", "rs256", "SpecialCaseEs256", "rsa_encryption", "ec_key_for_encryption"]
                     .contains(comment) || (comment.hasPrefix("rfc7520") && key?.algorithm == .rs256)
                 if supported {
                     let valid = (try? result.get()) != nil
-                    if valid != (test["result"] as! String == "valid") { outcome.mismatches.append("tcId \(id) \(test["comment"]!)") }
+                    if valid != (test["result"] as! String == "valid") {
+                        outcome.mismatches.append("tcId \(id) \(test["comment"]!)")
+                    }
                     outcome.checked += 1
                 } else {
                     // RS384/RS512/PS*/ES512: valid JWS, but not an algorithm this service accepts.
@@ -142,7 +145,10 @@ struct WycheproofTests {
                 // tcId 7 is an RSA key with the ROCA weakness (CVE-2017-15361). Detecting ROCA
                 // needs a fingerprint test this service does not implement: Apple's keys are
                 // not affected. We accept it like every library in ../shared/peers does.
-                if id == 7 { #expect(accepted); continue }
+                if id == 7 {
+                    #expect(accepted)
+                    continue
+                }
                 // HMAC keys (tcId 2, 13-15) are valid JWS to Wycheproof but never accepted here.
                 if (group["comment"] as! String).hasPrefix("HS") || group["comment"] as! String == "jws_keyset" {
                     if accepted { mismatches.append("tcId \(id) accepted an HMAC token") }

@@ -45,7 +45,8 @@ struct PostgresConnectionTests {
     func textArrays() throws {
         let connection = try PostgresConnection(configuration: try TestPostgres.freshDatabase())
         let elements = ["com.example.app", "a,b", "{x}", "say \"hi\"", "back\\slash", "NULL", "", "Zoë 🍏"]
-        let rows = try connection.query("SELECT x FROM unnest(\(PostgresTextArray(elements))::text[]) WITH ORDINALITY AS u(x, n) ORDER BY n")
+        let rows = try connection.query(
+            "SELECT x FROM unnest(\(PostgresTextArray(elements))::text[]) WITH ORDINALITY AS u(x, n) ORDER BY n")
         #expect(try rows.map { try $0.decode(String.self, 0) } == elements)
         let empty = try connection.query("SELECT cardinality(\(PostgresTextArray([]))::text[])").single()
         #expect(try empty.decode(Int.self, 0) == 0)
@@ -114,7 +115,9 @@ struct PostgresConnectionTests {
     /// What PgBouncer in transaction pooling needs (issue 29 item 7): no `options` startup
     /// parameter, no named prepared statements, and the settings in every transaction,
     /// whatever the role's defaults say.
-    @Test("through a pooler, settings apply per transaction and per autocommit statement, without startup options or named statements")
+    @Test(
+        "through a pooler, settings apply per transaction and per autocommit statement, without startup options or named statements"
+    )
     func settingsPerTransaction() throws {
         var configuration = try TestPostgres.freshDatabase()
         let admin = try PostgresConnection(configuration: configuration)
@@ -130,7 +133,9 @@ struct PostgresConnectionTests {
         configuration.transactionPooling = true
         configuration.statementTimeoutMilliseconds = 250
         let pool = PostgresPool(configuration: .init(connection: configuration, maximumConnections: 1))
-        let autocommit = try pool.query("SELECT current_setting('TimeZone') AS tz, current_setting('DateStyle') AS ds, now() AS at").single()
+        let autocommit = try pool.query(
+            "SELECT current_setting('TimeZone') AS tz, current_setting('DateStyle') AS ds, now() AS at"
+        ).single()
         let autocommitAt = try autocommit.decode(Date.self, "at")
         #expect(try autocommit.decode(String.self, "tz") == "UTC")
         #expect(try autocommit.decode(String.self, "ds") == "ISO, DMY")

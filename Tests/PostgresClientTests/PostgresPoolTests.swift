@@ -1,13 +1,13 @@
 import Dispatch
 import EmbeddedPostgres
+import Foundation
 import Locking
 import Observability
-import Foundation
 import PostgresClient
-import Workers
 import Synchronization
 import TestSupport
 import Testing
+import Workers
 
 @Suite("PostgresPool", .offPool)
 struct PostgresPoolTests {

@@ -86,7 +86,9 @@ struct JSONParserTests {
             let bytes = Array(text.utf8)
             let strict = try? JSONValue.parseObject(bytes)
             let selected = try? JSONValue.members(ofObject: bytes, named: names)
-            #expect((strict == nil) == (selected == nil), "\(text): parseObject \(strict == nil ? "refused" : "accepted"), members disagrees")
+            #expect(
+                (strict == nil) == (selected == nil),
+                "\(text): parseObject \(strict == nil ? "refused" : "accepted"), members disagrees")
             guard let strict, let selected else { continue }
             for (position, name) in names.enumerated() {
                 #expect(selected[position] == strict[name.description], "\(text): \(name)")

@@ -25,8 +25,12 @@ public final class RawConnection {
         var remote = address("127.0.0.1", port)
         let size = socklen_t(MemoryLayout<sockaddr_in>.size)
         let connected =
-            withUnsafePointer(to: &local) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(descriptor, $0, size) == 0 } }
-            && withUnsafePointer(to: &remote) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(descriptor, $0, size) == 0 } }
+            withUnsafePointer(to: &local) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(descriptor, $0, size) == 0 }
+            }
+            && withUnsafePointer(to: &remote) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(descriptor, $0, size) == 0 }
+            }
         guard connected else {
             close(descriptor)
             return nil

@@ -23,23 +23,23 @@ public final class TestPgBouncer: Sendable {
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         let user = cluster.configuration.superuser
         try """
-            [databases]
-            * = host=\(cluster.socketDirectory) port=5432 user=\(user)
+        [databases]
+        * = host=\(cluster.socketDirectory) port=5432 user=\(user)
 
-            [pgbouncer]
-            listen_addr = 127.0.0.1
-            listen_port = \(port)
-            unix_socket_dir =
-            auth_type = trust
-            auth_file = \(directory)/users.txt
-            admin_users = \(user)
-            pool_mode = transaction
-            default_pool_size = \(poolSize)
-            max_client_conn = 200
-            logfile = \(directory)/pgbouncer.log
-            pidfile = \(directory)/pgbouncer.pid
+        [pgbouncer]
+        listen_addr = 127.0.0.1
+        listen_port = \(port)
+        unix_socket_dir =
+        auth_type = trust
+        auth_file = \(directory)/users.txt
+        admin_users = \(user)
+        pool_mode = transaction
+        default_pool_size = \(poolSize)
+        max_client_conn = 200
+        logfile = \(directory)/pgbouncer.log
+        pidfile = \(directory)/pgbouncer.pid
 
-            """.write(toFile: directory + "/pgbouncer.ini", atomically: true, encoding: .utf8)
+        """.write(toFile: directory + "/pgbouncer.ini", atomically: true, encoding: .utf8)
         try "\"\(user)\" \"\"\n".write(toFile: directory + "/users.txt", atomically: true, encoding: .utf8)
         // PgBouncer refuses to run as root: then it runs as the cluster's account.
         let command = [Self.binary, directory + "/pgbouncer.ini"]

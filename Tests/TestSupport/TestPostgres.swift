@@ -42,7 +42,8 @@ public enum TestPostgres {
     }
 
     private static func database(template: String?) throws -> PostgresConfiguration {
-        try database(named: "t_" + UUID().uuidString.replacingOccurrences(of: "-", with: "").lowercased().prefix(16), template: template)
+        try database(
+            named: "t_" + UUID().uuidString.replacingOccurrences(of: "-", with: "").lowercased().prefix(16), template: template)
     }
 
     /// CREATE DATABASE waits (up to 5 s) for the template's last session, the migration's, to end.

@@ -99,9 +99,11 @@ public final class BrokerApplication: Sendable {
         ProcessMetrics.register(on: metrics)
         let commit = BuildResources.commit
         metrics.collect {
-            [CollectedSample(
-                name: "appleid_broker_build_info", help: "The running build: version and commit (always 1).",
-                labels: [("version", Self.version), ("commit", commit)], value: 1)]
+            [
+                CollectedSample(
+                    name: "appleid_broker_build_info", help: "The running build: version and commit (always 1).",
+                    labels: [("version", Self.version), ("commit", commit)], value: 1)
+            ]
         }
         let apiKeys = self.apiKeys
         listener.subscribe(APIKeyStore.changedChannel) { _ in apiKeys.invalidate() }
@@ -157,7 +159,9 @@ public final class BrokerApplication: Sendable {
         var server = HTTPServer.Configuration()
         server.trustedProxies = try configuration.trustedProxies.map { text in
             guard let range = ClientAddress.Range(text) else {
-                throw BrokerConfiguration.Invalid(problems: ["BROKER_TRUSTED_PROXIES: expected CIDRs such as 10.0.0.0/8 or fd00::/8, got '\(text)'"])
+                throw BrokerConfiguration.Invalid(problems: [
+                    "BROKER_TRUSTED_PROXIES: expected CIDRs such as 10.0.0.0/8 or fd00::/8, got '\(text)'"
+                ])
             }
             return range
         }
@@ -184,7 +188,8 @@ public final class BrokerApplication: Sendable {
         configuration.workerThreads = 2
         configuration.connectionLimit = 64
         configuration.accessLog = false
-        return HTTPServer(configuration: configuration, router: router, logger: logger.labelled("metrics"), metrics: MetricsRegistry())
+        return HTTPServer(
+            configuration: configuration, router: router, logger: logger.labelled("metrics"), metrics: MetricsRegistry())
     }
 
     private func registerPoolMetrics() {
@@ -193,10 +198,14 @@ public final class BrokerApplication: Sendable {
             let statistics = pool.statistics
             let help = "Database connection pool: open, idle, waiting callers and the maximum."
             return [
-                CollectedSample(name: "db_pool_connections", help: help, labels: [("state", "open")], value: Double(statistics.open)),
-                CollectedSample(name: "db_pool_connections", help: help, labels: [("state", "idle")], value: Double(statistics.idle)),
-                CollectedSample(name: "db_pool_connections", help: help, labels: [("state", "waiting")], value: Double(statistics.waiting)),
-                CollectedSample(name: "db_pool_connections", help: help, labels: [("state", "max")], value: Double(statistics.maximum)),
+                CollectedSample(
+                    name: "db_pool_connections", help: help, labels: [("state", "open")], value: Double(statistics.open)),
+                CollectedSample(
+                    name: "db_pool_connections", help: help, labels: [("state", "idle")], value: Double(statistics.idle)),
+                CollectedSample(
+                    name: "db_pool_connections", help: help, labels: [("state", "waiting")], value: Double(statistics.waiting)),
+                CollectedSample(
+                    name: "db_pool_connections", help: help, labels: [("state", "max")], value: Double(statistics.maximum)),
             ]
         }
     }

@@ -52,7 +52,8 @@ struct BrokerParts: Sendable {
             store: APIKeyStore(pool: pool),
             limiter: RateLimiter(rate: configuration.rateLimitPerKey, burst: configuration.rateLimitPerKey * 2),
             failures: RateLimiter(
-                rate: configuration.rateLimitAuthFailuresPerAddress, burst: max(10, configuration.rateLimitAuthFailuresPerAddress * 30)),
+                rate: configuration.rateLimitAuthFailuresPerAddress,
+                burst: max(10, configuration.rateLimitAuthFailuresPerAddress * 30)),
             groups: appleSettings.appGroups)
         let secrets = ClientSecretProvider(
             teamID: appleSettings.teamID, keyID: appleSettings.keyID, keyPath: appleSettings.privateKeyPath,
@@ -94,11 +95,13 @@ struct BrokerParts: Sendable {
     func dispatcher() -> WorkerGroup {
         let dispatch = configuration.dispatch
         return WorkerGroup(
-            name: "dispatcher", lanes: dispatch.concurrency, interval: .milliseconds(dispatch.intervalMilliseconds), logger: logger,
+            name: "dispatcher", lanes: dispatch.concurrency, interval: .milliseconds(dispatch.intervalMilliseconds),
+            logger: logger,
             step: WebhookDispatcher(
                 pool: pool, subscriptions: subscriptions, transport: transport,
                 settings: .init(
-                    timeout: .milliseconds(dispatch.timeoutMilliseconds), retryBase: .milliseconds(dispatch.retryBaseMilliseconds),
+                    timeout: .milliseconds(dispatch.timeoutMilliseconds),
+                    retryBase: .milliseconds(dispatch.retryBaseMilliseconds),
                     retryMaximum: .seconds(dispatch.retryMaximumSeconds), maximumAge: .seconds(dispatch.maximumAgeSeconds),
                     lease: .seconds(dispatch.leaseSeconds), dnsTimeout: .milliseconds(dispatch.dnsTimeoutMilliseconds)),
                 metrics: metrics, logger: logger.labelled("dispatcher")
@@ -121,7 +124,8 @@ struct BrokerParts: Sendable {
             pool: pool, apple: apple, tokenKeys: tokenKeys, settings: configuration.sweep, groups: appleSettings.appGroups,
             teamID: appleSettings.teamID, metrics: metrics, logger: logger.labelled("refresh-sweep"))
         return WorkerGroup(
-            name: "refresh-sweep", lanes: configuration.sweep.concurrency, interval: .seconds(configuration.sweep.intervalSeconds),
+            name: "refresh-sweep", lanes: configuration.sweep.concurrency,
+            interval: .seconds(configuration.sweep.intervalSeconds),
             logger: logger, step: sweep.step)
     }
 
@@ -143,7 +147,8 @@ struct BrokerParts: Sendable {
             settings: configuration.login, validationIntervalSeconds: configuration.sweep.validationIntervalSeconds,
             retry: retry, metrics: metrics, groups: appleSettings.appGroups, redirectURIs: appleSettings.redirectURIs,
             eventsWritten: eventsWritten)
-        LoginRoutes.register(on: &router, login: login, users: UserDirectory(pool: pool, groups: appleSettings.appGroups), keys: apiKeys)
+        LoginRoutes.register(
+            on: &router, login: login, users: UserDirectory(pool: pool, groups: appleSettings.appGroups), keys: apiKeys)
         EventRoutes.register(
             on: &router, subscriptions: subscriptions, feed: EventFeed(pool: pool), keys: apiKeys, wakeDispatcher: eventsWritten)
         DeletionRoutes.register(
@@ -153,7 +158,9 @@ struct BrokerParts: Sendable {
                 codes: .init(
                     tokenKeys: tokenKeys, clientIDs: Set(appleSettings.clientIDs), redirectURIs: appleSettings.redirectURIs,
                     webCallbackURL: configuration.web?.callbackURL),
-                exchangeCode: { [handedOver = HandedOverCode(store: deletionStore, apple: apple, tokenKeys: tokenKeys, validator: validator)] in
+                exchangeCode: {
+                    [handedOver = HandedOverCode(store: deletionStore, apple: apple, tokenKeys: tokenKeys, validator: validator)]
+                    in
                     try handedOver.exchange(deletionID: $0, userID: $1, inRequest: true)
                 }),
             keys: apiKeys)
@@ -183,6 +190,7 @@ struct BrokerParts: Sendable {
 
     /// Requests per client address for the endpoints without an API key (browsers, Apple).
     private func perAddressLimiter() -> RateLimiter {
-        RateLimiter(rate: configuration.rateLimitNotificationsPerAddress, burst: configuration.rateLimitNotificationsPerAddress * 5)
+        RateLimiter(
+            rate: configuration.rateLimitNotificationsPerAddress, burst: configuration.rateLimitNotificationsPerAddress * 5)
     }
 }

@@ -1,4 +1,5 @@
 import BrokerCore
+
 /// One part of the running service with its start and stop (swift-service-lifecycle's
 /// idea, synchronously): `BrokerApplication` starts its list in order and stops it in
 /// reverse, so what depends on another part stops before it.

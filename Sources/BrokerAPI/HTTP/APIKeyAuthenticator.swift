@@ -74,10 +74,11 @@ public final class APIKeyAuthenticator: Sendable {
         }
         var key = stored.key
         key.reach = key.clientIDs.map { ids in
-            Set(ids.flatMap { id in
-                let group = groups.group(of: id)
-                return [id, group.primary] + group.clientIDs
-            })
+            Set(
+                ids.flatMap { id in
+                    let group = groups.group(of: id)
+                    return [id, group.primary] + group.clientIDs
+                })
         }
         return key
     }

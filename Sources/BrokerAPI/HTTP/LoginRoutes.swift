@@ -7,36 +7,48 @@ import StrictJSON
 /// `POST /v1/apple/login` (scope `login`), `GET /v1/users/{id}` and
 /// `GET /v1/users/{id}/credential-state` (scope `read`).
 enum LoginRoutes {
-    static func register(on router: inout Router, login loginService: LoginService, users: UserDirectory, keys: APIKeyAuthenticator) {
+    static func register(
+        on router: inout Router, login loginService: LoginService, users: UserDirectory, keys: APIKeyAuthenticator
+    ) {
         router.group(keys.requiring(.login)) { router in
-            router.post("/v1/apple/login", authenticated { request, key in
-                var login = try LoginRequest(request.jsonObject())
-                login.allowedClientIDs = key.reach
-                return .json(try loginService.login(login).json)
-            })
+            router.post(
+                "/v1/apple/login",
+                authenticated { request, key in
+                    var login = try LoginRequest(request.jsonObject())
+                    login.allowedClientIDs = key.reach
+                    return .json(try loginService.login(login).json)
+                })
         }
         router.group(keys.requiring(.read)) { router in userRoutes(on: &router, users: users) }
     }
 
     private static func userRoutes(on router: inout Router, users: UserDirectory) {
-        router.get("/v1/users/{id}", authenticated { request, key in
-            let id = try userID(request)
-            guard try users.isVisible(id, to: key) else { throw BrokerError.userNotFound }
-            if let user = try users.user(id) { return .json(user.json) }
-            if let deletion = try users.deletion(ofPurgedUser: id) {
-                throw BrokerError.userDeleted("this user was deleted", deletionID: deletion.lowercasedString)
-            }
-            throw BrokerError.userNotFound
-        })
-        router.get("/v1/users/{id}/credential-state", authenticated { request, key in
-            let id = try userID(request)
-            guard try users.isVisible(id, to: key) else { throw BrokerError.userNotFound }
-            let clientID = request.query["client_id"]
-            if let clientID, clientID.isEmpty || clientID.utf8.count > 255 {
-                throw BrokerError(.invalidClientID, "client_id must be a bundle ID or Services ID")
-            }
-            return .json(.object(["user_id": .string(id.lowercasedString), "state": .string(try users.credentialState(id, clientID: clientID).rawValue)]))
-        })
+        router.get(
+            "/v1/users/{id}",
+            authenticated { request, key in
+                let id = try userID(request)
+                guard try users.isVisible(id, to: key) else { throw BrokerError.userNotFound }
+                if let user = try users.user(id) { return .json(user.json) }
+                if let deletion = try users.deletion(ofPurgedUser: id) {
+                    throw BrokerError.userDeleted("this user was deleted", deletionID: deletion.lowercasedString)
+                }
+                throw BrokerError.userNotFound
+            })
+        router.get(
+            "/v1/users/{id}/credential-state",
+            authenticated { request, key in
+                let id = try userID(request)
+                guard try users.isVisible(id, to: key) else { throw BrokerError.userNotFound }
+                let clientID = request.query["client_id"]
+                if let clientID, clientID.isEmpty || clientID.utf8.count > 255 {
+                    throw BrokerError(.invalidClientID, "client_id must be a bundle ID or Services ID")
+                }
+                return .json(
+                    .object([
+                        "user_id": .string(id.lowercasedString),
+                        "state": .string(try users.credentialState(id, clientID: clientID).rawValue),
+                    ]))
+            })
     }
 
     static func userID(_ request: HTTPRequest) throws -> UUID {

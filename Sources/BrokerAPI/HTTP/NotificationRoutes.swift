@@ -11,7 +11,8 @@ enum NotificationRoutes {
     static func register(on router: inout Router, path: String, receiver: NotificationReceiver, perAddress: RateLimiter) {
         // Only refusals are charged: a flood of junk from an address (a proxy's, or one Apple
         // shares with others) never makes Apple's own signed notifications answer 429.
-        router.group(AddressBudget(perAddress, charge: .failures)) { router in route(on: &router, path: path, receiver: receiver) }
+        router.group(AddressBudget(perAddress, charge: .failures)) { router in route(on: &router, path: path, receiver: receiver)
+        }
     }
 
     private static func route(on router: inout Router, path: String, receiver: NotificationReceiver) {

@@ -16,12 +16,14 @@ enum WebSignInRoutes {
         router.group(BrowserPages(service: service), AddressBudget(perAddress)) { router in
             router.get("/v1/apple/web/authorize") { request in
                 let started = try service.authorize(
-                    clientID: request.query["client_id"], returnTo: request.query["return_to"], appState: request.query["app_state"])
+                    clientID: request.query["client_id"], returnTo: request.query["return_to"],
+                    appState: request.query["app_state"])
                 var response = redirect(to: started.location, status: 302)
                 // SameSite=None: Apple's callback is a cross-site form post, which Lax would strip.
                 response.headers.add(
                     "Set-Cookie",
-                    "\(bindingCookie)=\(started.browserBinding); Path=/; Max-Age=\(started.lifetimeSeconds); Secure; HttpOnly; SameSite=None")
+                    "\(bindingCookie)=\(started.browserBinding); Path=/; Max-Age=\(started.lifetimeSeconds); Secure; HttpOnly; SameSite=None"
+                )
                 return response
             }
             router.post("/v1/apple/web/callback") { request in
@@ -32,16 +34,19 @@ enum WebSignInRoutes {
                 }
                 // 303: the browser follows a form POST's redirect with a GET.
                 let location = try service.callback(
-                    form: FormEncoding.fields(String(decoding: request.body, as: UTF8.self)), browserBinding: cookie(bindingCookie, in: request))
+                    form: FormEncoding.fields(String(decoding: request.body, as: UTF8.self)),
+                    browserBinding: cookie(bindingCookie, in: request))
                 var response = redirect(to: location, status: 303)
                 response.headers.add("Set-Cookie", "\(bindingCookie)=; Path=/; Max-Age=0; Secure; HttpOnly; SameSite=None")
                 return response
             }
         }
         router.group(keys.requiring(.login)) { router in
-            router.post("/v1/apple/web/redeem", authenticated { request, key in
-                .json(try service.redeem(try request.jsonObject().requiredString("result_code"), by: key))
-            })
+            router.post(
+                "/v1/apple/web/redeem",
+                authenticated { request, key in
+                    .json(try service.redeem(try request.jsonObject().requiredString("result_code"), by: key))
+                })
         }
     }
 
@@ -63,7 +68,8 @@ enum WebSignInRoutes {
     }
 
     static func redirect(to location: String, status: Int) -> HTTPResponse {
-        HTTPResponse(status: status, headers: ["Location": location, "Cache-Control": "no-store", "Referrer-Policy": "no-referrer"])
+        HTTPResponse(
+            status: status, headers: ["Location": location, "Cache-Control": "no-store", "Referrer-Policy": "no-referrer"])
     }
 
     /// A problem becomes a page when a browser asked (the authorize query's app and
@@ -74,14 +80,16 @@ enum WebSignInRoutes {
         func handle(_ request: HTTPRequest, next: HTTPHandler) throws -> HTTPResponse {
             do {
                 return try next(request)
-            } catch where request.prefersHTML {
+            } catch  where request.prefersHTML {
                 guard let problem = (error as? Problem) ?? ProblemCatalog.problem(for: error) else { throw error }
                 let form = request.method == .post ? FormEncoding.fields(String(decoding: request.body, as: UTF8.self)) : [:]
                 let cancelled = form["error"] != nil
-                let back = service.returnTo(state: form["state"], clientID: request.query["client_id"], returnTo: request.query["return_to"])
+                let back = service.returnTo(
+                    state: form["state"], clientID: request.query["client_id"], returnTo: request.query["return_to"])
                 return HTMLPage.response(
                     status: problem.status, title: cancelled ? "Sign-in cancelled" : pageTitle(problem.code),
-                    message: cancelled ? "Sign in with Apple was cancelled. Go back to the app to try again." : pageMessage(problem),
+                    message: cancelled
+                        ? "Sign in with Apple was cancelled. Go back to the app to try again." : pageMessage(problem),
                     link: back.map { ($0, "Back to the app") },
                     headers: HTTPHeaders(problem.headers.map { ($0.key, $0.value) }))
             }
@@ -102,7 +110,8 @@ enum WebSignInRoutes {
         case "invalid_state":
             "The page was probably submitted twice or reopened with the Back button. Go back to the app and sign in again."
         case "rate_limited": "Wait a minute, then try again from the app."
-        default: (problem.detail ?? problem.title) + ". Go back to the app and try again; if it keeps happening, tell the app's team."
+        default:
+            (problem.detail ?? problem.title) + ". Go back to the app and try again; if it keeps happening, tell the app's team."
         }
     }
 }

@@ -117,9 +117,11 @@ public struct APIKeyStore: Sendable {
     }
 
     package func find(id: String) throws -> Stored? {
-        guard let row = try pool.query(
-            "SELECT id, name, scopes, created_at, revoked_at, array_to_string(client_ids, ',') AS client_ids, key_hash FROM api_keys WHERE id = \(id)"
-        ).first else { return nil }
+        guard
+            let row = try pool.query(
+                "SELECT id, name, scopes, created_at, revoked_at, array_to_string(client_ids, ',') AS client_ids, key_hash FROM api_keys WHERE id = \(id)"
+            ).first
+        else { return nil }
         return Stored(key: try Self.key(row), hash: try row.decode([UInt8].self, "key_hash"))
     }
 

@@ -58,7 +58,8 @@ public struct AppGroups: Sendable, Equatable {
             let parts = entry.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
                 .map { $0.trimmingCharacters(in: .whitespaces) }
             let primary = parts[0]
-            let members = parts.count > 1
+            let members =
+                parts.count > 1
                 ? parts[1].split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty } : []
             guard !primary.isEmpty, parts.count == 1 || !members.isEmpty else {
                 problems.append("APPLE_APP_GROUPS: expected primary=member,member entries separated by ';', got '\(entry)'")

@@ -110,7 +110,8 @@ public struct BrokerConfiguration: Sendable {
             }
             while publicURL.hasSuffix("/") { publicURL.removeLast() }
             if !URLRule.accepts(publicURL) || publicURL.contains("?") {
-                reader.problem("BROKER_PUBLIC_URL: expected an https URL without query (http only on loopback), got '\(publicURL)'")
+                reader.problem(
+                    "BROKER_PUBLIC_URL: expected an https URL without query (http only on loopback), got '\(publicURL)'")
             }
             let returnURLs = reader.urlsPerClientID("APPLE_WEB_RETURN_URLS", returns, clientIDs: clientIDs)
             return WebSignInSettings(publicURL: publicURL, returnURLs: returnURLs)
@@ -243,7 +244,8 @@ public struct BrokerConfiguration: Sendable {
             reader.problem("BROKER_LISTEN: expected host:port such as 127.0.0.1:8080, got '\(configuration.listen)'")
         }
         configuration.metricsListen = reader.string("BROKER_METRICS_LISTEN")
-        if let metricsListen = configuration.metricsListen, !metricsListen.contains(":") || metricsListen == configuration.listen {
+        if let metricsListen = configuration.metricsListen, !metricsListen.contains(":") || metricsListen == configuration.listen
+        {
             reader.problem("BROKER_METRICS_LISTEN: expected host:port other than BROKER_LISTEN, got '\(metricsListen)'")
         }
         configuration.dataDirectory = reader.string("BROKER_DATA_DIR") ?? configuration.dataDirectory
@@ -284,13 +286,16 @@ public struct BrokerConfiguration: Sendable {
         configuration.connectionsPerAddress =
             reader.integer("BROKER_MAX_CONNECTIONS_PER_IP", in: 0...65_536) ?? (configuration.tls == nil ? 0 : 64)
         if let proxies = reader.string("BROKER_TRUSTED_PROXIES") {
-            configuration.trustedProxies = proxies.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
+            configuration.trustedProxies = proxies.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter {
+                !$0.isEmpty
+            }
         }
         if let seconds = reader.integer("BROKER_HEADER_TIMEOUT_SECONDS", in: 0...3600) {
             configuration.headerTimeoutSeconds = seconds
             if seconds > configuration.connectionTimeoutSeconds {
                 reader.problem(
-                    "BROKER_HEADER_TIMEOUT_SECONDS: at most BROKER_CONNECTION_TIMEOUT_SECONDS (\(configuration.connectionTimeoutSeconds))")
+                    "BROKER_HEADER_TIMEOUT_SECONDS: at most BROKER_CONNECTION_TIMEOUT_SECONDS (\(configuration.connectionTimeoutSeconds))"
+                )
             }
         } else {
             configuration.headerTimeoutSeconds = min(configuration.headerTimeoutSeconds, configuration.connectionTimeoutSeconds)
@@ -304,7 +309,8 @@ public struct BrokerConfiguration: Sendable {
             if path.hasPrefix("/") && !path.contains("{") && !path.contains("?") {
                 configuration.notificationsPath = path
             } else {
-                reader.problem("BROKER_NOTIFICATIONS_PATH: expected an absolute path such as /v1/apple/notifications, got '\(path)'")
+                reader.problem(
+                    "BROKER_NOTIFICATIONS_PATH: expected an absolute path such as /v1/apple/notifications, got '\(path)'")
             }
         }
         if let roles = reader.string("BROKER_ROLES") {
@@ -341,27 +347,37 @@ public struct BrokerConfiguration: Sendable {
         configuration.deletion = deletion
         var dispatch = DispatchSettings()
         dispatch.concurrency = reader.integer("BROKER_DISPATCH_CONCURRENCY", in: 1...256) ?? dispatch.concurrency
-        dispatch.intervalMilliseconds = reader.integer("BROKER_DISPATCH_INTERVAL_MS", in: 10...60_000) ?? dispatch.intervalMilliseconds
-        dispatch.timeoutMilliseconds = reader.integer("BROKER_WEBHOOK_TIMEOUT_MS", in: 100...120_000) ?? dispatch.timeoutMilliseconds
+        dispatch.intervalMilliseconds =
+            reader.integer("BROKER_DISPATCH_INTERVAL_MS", in: 10...60_000) ?? dispatch.intervalMilliseconds
+        dispatch.timeoutMilliseconds =
+            reader.integer("BROKER_WEBHOOK_TIMEOUT_MS", in: 100...120_000) ?? dispatch.timeoutMilliseconds
         dispatch.retryBaseMilliseconds =
             reader.integer("BROKER_WEBHOOK_RETRY_BASE_MS", in: 1...3_600_000) ?? dispatch.retryBaseMilliseconds
-        dispatch.retryMaximumSeconds = reader.integer("BROKER_WEBHOOK_RETRY_MAX_SECONDS", in: 1...86_400) ?? dispatch.retryMaximumSeconds
-        dispatch.maximumAgeSeconds = reader.integer("BROKER_WEBHOOK_MAX_AGE_SECONDS", in: 1...(30 * 86_400)) ?? dispatch.maximumAgeSeconds
-        dispatch.retentionSeconds = reader.integer("BROKER_EVENT_RETENTION_SECONDS", in: 60...(365 * 86_400)) ?? dispatch.retentionSeconds
+        dispatch.retryMaximumSeconds =
+            reader.integer("BROKER_WEBHOOK_RETRY_MAX_SECONDS", in: 1...86_400) ?? dispatch.retryMaximumSeconds
+        dispatch.maximumAgeSeconds =
+            reader.integer("BROKER_WEBHOOK_MAX_AGE_SECONDS", in: 1...(30 * 86_400)) ?? dispatch.maximumAgeSeconds
+        dispatch.retentionSeconds =
+            reader.integer("BROKER_EVENT_RETENTION_SECONDS", in: 60...(365 * 86_400)) ?? dispatch.retentionSeconds
         dispatch.allowPrivateNetworks = reader.boolean("BROKER_WEBHOOK_ALLOW_PRIVATE_NETWORKS") ?? false
-        dispatch.maximumSubscriptions = reader.integer("BROKER_WEBHOOK_MAX_SUBSCRIPTIONS", in: 1...1000) ?? dispatch.maximumSubscriptions
+        dispatch.maximumSubscriptions =
+            reader.integer("BROKER_WEBHOOK_MAX_SUBSCRIPTIONS", in: 1...1000) ?? dispatch.maximumSubscriptions
         dispatch.deadLetterRetentionSeconds =
-            reader.integer("BROKER_WEBHOOK_DEAD_LETTER_RETENTION_SECONDS", in: 3600...(365 * 86_400)) ?? dispatch.deadLetterRetentionSeconds
-        dispatch.dnsTimeoutMilliseconds = reader.integer("BROKER_WEBHOOK_DNS_TIMEOUT_MS", in: 100...30_000) ?? dispatch.dnsTimeoutMilliseconds
+            reader.integer("BROKER_WEBHOOK_DEAD_LETTER_RETENTION_SECONDS", in: 3600...(365 * 86_400))
+            ?? dispatch.deadLetterRetentionSeconds
+        dispatch.dnsTimeoutMilliseconds =
+            reader.integer("BROKER_WEBHOOK_DNS_TIMEOUT_MS", in: 100...30_000) ?? dispatch.dnsTimeoutMilliseconds
         dispatch.leaseSeconds = reader.integer("BROKER_WEBHOOK_LEASE_SECONDS", in: 1...3600) ?? dispatch.leaseSeconds
         // A lease that can end while the delivery still runs lets another lane send it again.
         if dispatch.leaseSeconds * 1000 <= dispatch.timeoutMilliseconds + dispatch.dnsTimeoutMilliseconds + 5000 {
             reader.problem(
                 "BROKER_WEBHOOK_LEASE_SECONDS: \(dispatch.leaseSeconds) s must exceed BROKER_WEBHOOK_TIMEOUT_MS + "
-                    + "BROKER_WEBHOOK_DNS_TIMEOUT_MS + 5 s (\(dispatch.timeoutMilliseconds + dispatch.dnsTimeoutMilliseconds + 5000) ms)")
+                    + "BROKER_WEBHOOK_DNS_TIMEOUT_MS + 5 s (\(dispatch.timeoutMilliseconds + dispatch.dnsTimeoutMilliseconds + 5000) ms)"
+            )
         }
         dispatch.notificationRetentionSeconds =
-            reader.integer("BROKER_NOTIFICATION_RETENTION_SECONDS", in: 86_400...(3_650 * 86_400)) ?? dispatch.notificationRetentionSeconds
+            reader.integer("BROKER_NOTIFICATION_RETENTION_SECONDS", in: 86_400...(3_650 * 86_400))
+            ?? dispatch.notificationRetentionSeconds
         configuration.dispatch = dispatch
         if let keys = reader.string("TOKEN_ENCRYPTION_KEY") {
             do {

@@ -117,7 +117,9 @@ package final class DeletionJob: Sendable {
             if try !store.hasSteps(request.id, named: .revoke), try !store.hasSteps(request.id, named: .nothingToRevoke) {
                 try store.addStep(
                     request.id, step: .nothingToRevoke, outcome: .manualRevocationRequired,
-                    detail: "no refresh token on file and no authorization code: the user must stop using Sign in with Apple for this app in Settings")
+                    detail:
+                        "no refresh token on file and no authorization code: the user must stop using Sign in with Apple for this app in Settings"
+                )
             }
             return
         }
@@ -127,7 +129,9 @@ package final class DeletionJob: Sendable {
             if !token.refreshRevoked {
                 let refreshToken = try open(
                     SealedAppleToken(.refresh, sealed: token.sealed, keyID: token.keyID), for: owner, request: request)
-                try revoke(refreshToken, hint: "refresh_token", step: .revoke, token: token.id, clientID: token.clientID, request: request)
+                try revoke(
+                    refreshToken, hint: "refresh_token", step: .revoke, token: token.id, clientID: token.clientID,
+                    request: request)
             }
             if let access = token.access {
                 let accessToken = try open(
@@ -139,7 +143,9 @@ package final class DeletionJob: Sendable {
         }
     }
 
-    private func open(_ token: SealedAppleToken, for owner: SealedAppleToken.Owner, request: DeletionStore.Claimed) throws -> String {
+    private func open(_ token: SealedAppleToken, for owner: SealedAppleToken.Owner, request: DeletionStore.Claimed) throws
+        -> String
+    {
         do {
             return try token.open(for: owner, keys: tokenKeys)
         } catch {
@@ -154,7 +160,8 @@ package final class DeletionJob: Sendable {
     /// may be live: an error of the step, retried and then dead-lettered, like any other
     /// refusal. Apple unavailable is retried later, after at least its `Retry-After`.
     private func revoke(
-        _ token: String, hint: String, step: DeletionStep, token tokenID: UUID? = nil, accessTokenOf: UUID? = nil, clientID: String,
+        _ token: String, hint: String, step: DeletionStep, token tokenID: UUID? = nil, accessTokenOf: UUID? = nil,
+        clientID: String,
         request: DeletionStore.Claimed
     ) throws {
         do {
@@ -180,7 +187,8 @@ package final class DeletionJob: Sendable {
     /// Retry-After), or dead-letters the request.
     private func settle(_ request: DeletionStore.Claimed, _ setback: Setback) {
         let exponent = min(request.attempts - 1, 20)
-        let cap = min(Double(settings.retryBaseMilliseconds) * pow(2, Double(exponent)), Double(settings.retryMaximumSeconds) * 1000)
+        let cap = min(
+            Double(settings.retryBaseMilliseconds) * pow(2, Double(exponent)), Double(settings.retryMaximumSeconds) * 1000)
         var milliseconds = Double.random(in: cap / 2...max(cap / 2, cap))
         if let retryAfter = setback.retryAfter { milliseconds = max(milliseconds, Double(retryAfter) * 1000) }
         do {

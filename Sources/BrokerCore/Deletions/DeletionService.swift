@@ -34,7 +34,9 @@ package struct DeletionService: Sendable {
         package let redirectURIs: [String: Set<String>]
         package let webCallbackURL: String?
 
-        package init(tokenKeys: TokenKeyRing, clientIDs: Set<String>, redirectURIs: [String: Set<String>], webCallbackURL: String?) {
+        package init(
+            tokenKeys: TokenKeyRing, clientIDs: Set<String>, redirectURIs: [String: Set<String>], webCallbackURL: String?
+        ) {
             self.tokenKeys = tokenKeys
             self.clientIDs = clientIDs
             self.redirectURIs = redirectURIs
@@ -48,7 +50,8 @@ package struct DeletionService: Sendable {
             }
             if let redirectURI = request.redirectURI {
                 guard let clientID = request.clientID else {
-                    throw BrokerError.invalidRequest("field `redirect_uri` needs `client_id`: the client id the web code was issued to")
+                    throw BrokerError.invalidRequest(
+                        "field `redirect_uri` needs `client_id`: the client id the web code was issued to")
                 }
                 guard redirectURI == webCallbackURL || redirectURIs[clientID]?.contains(redirectURI) == true else {
                     throw BrokerError(
@@ -96,14 +99,18 @@ package struct DeletionService: Sendable {
                 }
                 target = .user(id)
             case (nil, let sub?):
-                guard !sub.isEmpty, sub.utf8.count <= 256 else { throw BrokerError.invalidRequest("field `apple_sub` is invalid") }
+                guard !sub.isEmpty, sub.utf8.count <= 256 else {
+                    throw BrokerError.invalidRequest("field `apple_sub` is invalid")
+                }
                 target = .appleSub(sub)
             default:
                 throw BrokerError.invalidRequest("give exactly one of `user_id` and `apple_sub`")
             }
             reason = try body.requiredString("reason")
             requestedBy = try body.requiredString("requested_by")
-            guard !reason.isEmpty, reason.utf8.count <= 500 else { throw BrokerError.invalidRequest("field `reason` must be 1…500 bytes") }
+            guard !reason.isEmpty, reason.utf8.count <= 500 else {
+                throw BrokerError.invalidRequest("field `reason` must be 1…500 bytes")
+            }
             guard !requestedBy.isEmpty, requestedBy.utf8.count <= 200 else {
                 throw BrokerError.invalidRequest("field `requested_by` must be 1…200 bytes")
             }
@@ -111,7 +118,8 @@ package struct DeletionService: Sendable {
             clientID = try body.string("client_id")
             redirectURI = try body.string("redirect_uri")
             for (field, value, limit) in [
-                ("authorization_code", authorizationCode, 2048), ("client_id", clientID, 256), ("redirect_uri", redirectURI, 2048),
+                ("authorization_code", authorizationCode, 2048), ("client_id", clientID, 256),
+                ("redirect_uri", redirectURI, 2048),
             ] {
                 if let value, value.isEmpty || value.utf8.count > limit {
                     throw BrokerError.invalidRequest("field `\(field)` must be 1…\(limit) bytes")
@@ -121,7 +129,8 @@ package struct DeletionService: Sendable {
                 throw BrokerError.invalidRequest("fields `client_id` and `redirect_uri` go with `authorization_code`")
             }
             if redirectURI != nil && clientID == nil {
-                throw BrokerError.invalidRequest("field `redirect_uri` needs `client_id`: the client id the web code was issued to")
+                throw BrokerError.invalidRequest(
+                    "field `redirect_uri` needs `client_id`: the client id the web code was issued to")
             }
         }
     }
@@ -137,7 +146,8 @@ package struct DeletionService: Sendable {
             if let key {
                 switch resolution {
                 case .user(let id) where try !AppReach.user(id, visibleTo: key, pool: store.pool): throw BrokerError.userNotFound
-                case .deleted(let id) where try !AppReach.deletion(id, visibleTo: key, pool: store.pool): throw BrokerError.userNotFound
+                case .deleted(let id) where try !AppReach.deletion(id, visibleTo: key, pool: store.pool):
+                    throw BrokerError.userNotFound
                 default: break
                 }
             }
@@ -150,14 +160,16 @@ package struct DeletionService: Sendable {
                 let code: DeletionStore.SealedCode?
                 if request.authorizationCode != nil {
                     guard let codes else {
-                        throw BrokerError.invalidRequest("this command cannot take an authorization code (TOKEN_ENCRYPTION_KEY unset)")
+                        throw BrokerError.invalidRequest(
+                            "this command cannot take an authorization code (TOKEN_ENCRYPTION_KEY unset)")
                     }
                     code = try codes.seal(request, userID: userID)
                 } else {
                     code = nil
                 }
-                guard let opened = try store.request(
-                    userID: userID, source: source, reason: request.reason, requestedBy: request.requestedBy, code: code)
+                guard
+                    let opened = try store.request(
+                        userID: userID, source: source, reason: request.reason, requestedBy: request.requestedBy, code: code)
                 else { continue }  // Purged between the two queries: resolve again.
                 if opened.created, code != nil, let exchangeCode {
                     // A failure here (the database) leaves the code to the job.

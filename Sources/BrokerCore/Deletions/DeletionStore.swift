@@ -96,7 +96,8 @@ public struct DeletionRecord: Sendable {
         var fields: [String: JSONValue] = [
             "deletion_id": .string(id.lowercasedString), "user_id": .string(userID.lowercasedString),
             "source": .string(source.rawValue), "reason": .string(reason), "requested_by": .string(requestedBy),
-            "state": .string(state.rawValue), "attempts": .integer(Int64(attempts)), "last_error": lastError.map(JSONValue.string) ?? .null,
+            "state": .string(state.rawValue), "attempts": .integer(Int64(attempts)),
+            "last_error": lastError.map(JSONValue.string) ?? .null,
             "created_at": time(createdAt), "updated_at": time(updatedAt), "completed_at": time(completedAt),
             "next_attempt_at": state == .done || state == .failed ? .null : time(nextAttemptAt),
             "apple_revocation": appleRevocation.map { .string($0.rawValue) } ?? .null,
@@ -131,15 +132,17 @@ package struct DeletionStore: Sendable {
 
     /// Requests not yet done, dead-lettered ones, and the age of the oldest pending one, for `/metrics`.
     func backlog() throws -> QueueBacklog? {
-        guard let row = try pool.query(
-            """
-            SELECT count(*) FILTER (WHERE state IN ('requested', 'revoking', 'purging')) AS backlog,
-                   count(*) FILTER (WHERE state = 'failed') AS dead_letters,
-                   COALESCE(EXTRACT(EPOCH FROM now() - min(created_at) FILTER (WHERE state IN ('requested', 'revoking', 'purging'))), 0)
-                       AS oldest_age
-            FROM deletion_requests
-            """
-        ).first else { return nil }
+        guard
+            let row = try pool.query(
+                """
+                SELECT count(*) FILTER (WHERE state IN ('requested', 'revoking', 'purging')) AS backlog,
+                       count(*) FILTER (WHERE state = 'failed') AS dead_letters,
+                       COALESCE(EXTRACT(EPOCH FROM now() - min(created_at) FILTER (WHERE state IN ('requested', 'revoking', 'purging'))), 0)
+                           AS oldest_age
+                FROM deletion_requests
+                """
+            ).first
+        else { return nil }
         return QueueBacklog(row)
     }
 
@@ -167,13 +170,15 @@ package struct DeletionStore: Sendable {
             if let row = try pool.query("SELECT user_id FROM apple_identities WHERE team_id = \(teamID) AND sub = \(sub)").first {
                 return .user(try row.decode(UUID.self, "user_id"))
             }
-            if let hasher, let deletion = try pool.query(
-                """
-                SELECT deletion_id FROM tombstones
-                WHERE team_id = \(teamID) AND sub_hash = ANY (\(PostgresTextArray(hasher.candidates(teamID: teamID, sub: sub))))
-                ORDER BY deleted_at DESC LIMIT 1
-                """
-            ).first {
+            if let hasher,
+                let deletion = try pool.query(
+                    """
+                    SELECT deletion_id FROM tombstones
+                    WHERE team_id = \(teamID) AND sub_hash = ANY (\(PostgresTextArray(hasher.candidates(teamID: teamID, sub: sub))))
+                    ORDER BY deleted_at DESC LIMIT 1
+                    """
+                ).first
+            {
                 return .deleted(deletionID: try deletion.decode(UUID.self, "deletion_id"))
             }
         }
@@ -196,13 +201,16 @@ package struct DeletionStore: Sendable {
     /// Opens the user's deletion request, or returns the one they have (open or failed: a
     /// failed one is re-driven by `retry`, never reopened beside it); nil when the user vanished meanwhile.
     /// A code is attached in the same transaction, so no worker can claim the request without it.
-    package func request(userID: UUID, source: DeletionSource, reason: String, requestedBy: String, code: SealedCode? = nil) throws
+    package func request(userID: UUID, source: DeletionSource, reason: String, requestedBy: String, code: SealedCode? = nil)
+        throws
         -> (id: UUID, created: Bool)?
     {
         try pool.withTransaction { connection in
-            guard let row = try connection.query(
-                "SELECT * FROM broker_request_deletion_v2(\(userID), \(source), \(reason), \(requestedBy))"
-            ).first else { return nil }
+            guard
+                let row = try connection.query(
+                    "SELECT * FROM broker_request_deletion_v2(\(userID), \(source), \(reason), \(requestedBy))"
+                ).first
+            else { return nil }
             let id = try row.decode(UUID.self, "r_deletion_id")
             if let code {
                 try connection.query(
@@ -217,20 +225,23 @@ package struct DeletionStore: Sendable {
     }
 
     package func record(_ id: UUID) throws -> DeletionRecord? {
-        guard let row = try pool.query(
-            """
-            SELECT id, user_id, source, reason, requested_by, state, attempts, last_error, created_at, updated_at,
-                   completed_at, next_attempt_at, apple_revocation
-            FROM deletion_requests WHERE id = \(id)
-            """
-        ).first else { return nil }
+        guard
+            let row = try pool.query(
+                """
+                SELECT id, user_id, source, reason, requested_by, state, attempts, last_error, created_at, updated_at,
+                       completed_at, next_attempt_at, apple_revocation
+                FROM deletion_requests WHERE id = \(id)
+                """
+            ).first
+        else { return nil }
         var record = try Self.record(row)
         record.steps = try pool.query(
             "SELECT step, client_id, outcome, detail, at FROM deletion_steps WHERE deletion_id = \(id) ORDER BY id"
         ).map { step in
             DeletionRecord.Step(
                 step: try step.decode(DeletionStep.self, "step"), clientID: try step.decode(String?.self, "client_id"),
-                outcome: try step.decode(DeletionStepOutcome.self, "outcome"), detail: try step.decode(String?.self, "detail"), at: try step.decode(Date.self, "at"))
+                outcome: try step.decode(DeletionStepOutcome.self, "outcome"), detail: try step.decode(String?.self, "detail"),
+                at: try step.decode(Date.self, "at"))
         }
         return record
     }
@@ -270,12 +281,14 @@ package struct DeletionStore: Sendable {
 
     private static func record(_ row: PostgresRow) throws -> DeletionRecord {
         DeletionRecord(
-            id: try row.decode(UUID.self, "id"), userID: try row.decode(UUID.self, "user_id"), source: try row.decode(DeletionSource.self, "source"),
+            id: try row.decode(UUID.self, "id"), userID: try row.decode(UUID.self, "user_id"),
+            source: try row.decode(DeletionSource.self, "source"),
             reason: try row.decode(String.self, "reason"), requestedBy: try row.decode(String.self, "requested_by"),
             state: try row.decode(DeletionState.self, "state"), attempts: try row.decode(Int.self, "attempts"),
             lastError: try row.decode(String?.self, "last_error"), createdAt: try row.decode(Date.self, "created_at"),
             updatedAt: try row.decode(Date.self, "updated_at"), completedAt: try row.decode(Date?.self, "completed_at"),
-            nextAttemptAt: try row.decode(Date.self, "next_attempt_at"), appleRevocation: try row.decode(AppleRevocation?.self, "apple_revocation"), steps: nil)
+            nextAttemptAt: try row.decode(Date.self, "next_attempt_at"),
+            appleRevocation: try row.decode(AppleRevocation?.self, "apple_revocation"), steps: nil)
     }
 
     // MARK: The job's side
@@ -307,7 +320,8 @@ package struct DeletionStore: Sendable {
             """
         ).map { row in
             Claimed(
-                id: try row.decode(UUID.self, "id"), userID: try row.decode(UUID.self, "user_id"), source: try row.decode(DeletionSource.self, "source"),
+                id: try row.decode(UUID.self, "id"), userID: try row.decode(UUID.self, "user_id"),
+                source: try row.decode(DeletionSource.self, "source"),
                 state: try row.decode(DeletionState.self, "state"), attempts: try row.decode(Int.self, "attempts"))
         }
     }
@@ -341,8 +355,10 @@ package struct DeletionStore: Sendable {
             let access = try row.decode([UInt8]?.self, "access_token")
             let accessKeyID = try row.decode(String?.self, "access_key_id")
             return StoredToken(
-                id: try row.decode(UUID.self, "id"), clientID: try row.decode(String.self, "client_id"), sealed: try row.decode([UInt8].self, "refresh_token"),
-                keyID: try row.decode(String.self, "key_id"), teamID: try row.decode(String.self, "team_id"), sub: try row.decode(String.self, "sub"),
+                id: try row.decode(UUID.self, "id"), clientID: try row.decode(String.self, "client_id"),
+                sealed: try row.decode([UInt8].self, "refresh_token"),
+                keyID: try row.decode(String.self, "key_id"), teamID: try row.decode(String.self, "team_id"),
+                sub: try row.decode(String.self, "sub"),
                 access: access.flatMap { sealed in accessKeyID.map { (sealed, $0) } },
                 refreshRevoked: try row.decode(Bool.self, "refresh_revoked"))
         }
@@ -355,22 +371,25 @@ package struct DeletionStore: Sendable {
     /// the exchange has stored what it yields.
     package func takeCode(_ id: UUID, leaseSeconds: Int? = nil) throws -> SealedCode? {
         let lease = leaseSeconds.map { String($0) + " seconds" }
-        guard let row = try pool.query(
-            """
-            WITH taken AS (
-                SELECT id, authorization_code, code_key_id, code_client_id, code_redirect_uri FROM deletion_requests
-                WHERE id = \(id) AND authorization_code IS NOT NULL AND (\(lease)::interval IS NULL OR state = 'requested')
-                FOR UPDATE)
-            UPDATE deletion_requests d
-            SET authorization_code = NULL, code_key_id = NULL, code_client_id = NULL, code_redirect_uri = NULL,
-                next_attempt_at = COALESCE(now() + \(lease)::interval, d.next_attempt_at)
-            FROM taken WHERE d.id = taken.id
-            RETURNING taken.authorization_code, taken.code_key_id, taken.code_client_id, taken.code_redirect_uri
-            """
-        ).first else { return nil }
+        guard
+            let row = try pool.query(
+                """
+                WITH taken AS (
+                    SELECT id, authorization_code, code_key_id, code_client_id, code_redirect_uri FROM deletion_requests
+                    WHERE id = \(id) AND authorization_code IS NOT NULL AND (\(lease)::interval IS NULL OR state = 'requested')
+                    FOR UPDATE)
+                UPDATE deletion_requests d
+                SET authorization_code = NULL, code_key_id = NULL, code_client_id = NULL, code_redirect_uri = NULL,
+                    next_attempt_at = COALESCE(now() + \(lease)::interval, d.next_attempt_at)
+                FROM taken WHERE d.id = taken.id
+                RETURNING taken.authorization_code, taken.code_key_id, taken.code_client_id, taken.code_redirect_uri
+                """
+            ).first
+        else { return nil }
         return SealedCode(
             sealed: try row.decode([UInt8].self, "authorization_code"), keyID: try row.decode(String.self, "code_key_id"),
-            clientID: try row.decode(String?.self, "code_client_id"), redirectURI: try row.decode(String?.self, "code_redirect_uri"))
+            clientID: try row.decode(String?.self, "code_client_id"),
+            redirectURI: try row.decode(String?.self, "code_redirect_uri"))
     }
 
     /// Hands a request held by `takeCode(_:leaseSeconds:)` back to the job.
@@ -414,7 +433,8 @@ package struct DeletionStore: Sendable {
     /// `tokenID` and a successful outcome the refresh token is marked revoked in the same
     /// transaction; with `accessTokenOf`, that row's access token is dropped.
     package func addStep(
-        _ id: UUID, step: DeletionStep, clientID: String? = nil, outcome: DeletionStepOutcome, detail: String? = nil, tokenID: UUID? = nil,
+        _ id: UUID, step: DeletionStep, clientID: String? = nil, outcome: DeletionStepOutcome, detail: String? = nil,
+        tokenID: UUID? = nil,
         accessTokenOf: UUID? = nil
     ) throws {
         try pool.withTransaction { connection in
@@ -424,7 +444,8 @@ package struct DeletionStore: Sendable {
             }
             if let accessTokenOf, succeeded {
                 try connection.query(
-                    "UPDATE apple_tokens SET access_token = NULL, access_key_id = NULL, access_expires_at = NULL WHERE id = \(accessTokenOf)")
+                    "UPDATE apple_tokens SET access_token = NULL, access_key_id = NULL, access_expires_at = NULL WHERE id = \(accessTokenOf)"
+                )
             }
             try connection.query(
                 """
@@ -481,27 +502,29 @@ package struct DeletionStore: Sendable {
 
     /// Schedules the next attempt, or dead-letters the request after its last attempt.
     /// - Returns: the resulting state.
-    package func reschedule(_ request: Claimed, after delay: Duration, error: String, maximumAttempts: Int, fail: Bool = false) throws
+    package func reschedule(_ request: Claimed, after delay: Duration, error: String, maximumAttempts: Int, fail: Bool = false)
+        throws
         -> DeletionState
     {
         let failed = fail || request.attempts >= maximumAttempts
         let milliseconds = Int(delay.components.seconds) * 1000 + Int(delay.components.attoseconds / 1_000_000_000_000_000)
         return try pool.withTransaction { connection in
-            let state = try connection.query(
-                """
-                UPDATE deletion_requests SET
-                    state = CASE WHEN \(failed) THEN 'failed' ELSE state END,
-                    -- A dead letter keeps no handed-over code (a five-minute bearer secret).
-                    authorization_code = CASE WHEN \(failed) THEN NULL ELSE authorization_code END,
-                    code_key_id = CASE WHEN \(failed) THEN NULL ELSE code_key_id END,
-                    code_client_id = CASE WHEN \(failed) THEN NULL ELSE code_client_id END,
-                    code_redirect_uri = CASE WHEN \(failed) THEN NULL ELSE code_redirect_uri END,
-                    next_attempt_at = now() + \(String(milliseconds) + " milliseconds")::interval,
-                    last_error = \(error), updated_at = now()
-                WHERE id = \(request.id) AND state IN ('revoking', 'purging')
-                RETURNING state
-                """
-            ).first?.decode(DeletionState.self, "state") ?? .done
+            let state =
+                try connection.query(
+                    """
+                    UPDATE deletion_requests SET
+                        state = CASE WHEN \(failed) THEN 'failed' ELSE state END,
+                        -- A dead letter keeps no handed-over code (a five-minute bearer secret).
+                        authorization_code = CASE WHEN \(failed) THEN NULL ELSE authorization_code END,
+                        code_key_id = CASE WHEN \(failed) THEN NULL ELSE code_key_id END,
+                        code_client_id = CASE WHEN \(failed) THEN NULL ELSE code_client_id END,
+                        code_redirect_uri = CASE WHEN \(failed) THEN NULL ELSE code_redirect_uri END,
+                        next_attempt_at = now() + \(String(milliseconds) + " milliseconds")::interval,
+                        last_error = \(error), updated_at = now()
+                    WHERE id = \(request.id) AND state IN ('revoking', 'purging')
+                    RETURNING state
+                    """
+                ).first?.decode(DeletionState.self, "state") ?? .done
             if state == .failed {
                 try connection.query(
                     """

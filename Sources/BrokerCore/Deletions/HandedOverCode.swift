@@ -34,8 +34,9 @@ package struct HandedOverCode: Sendable {
         func step(_ outcome: DeletionStepOutcome, _ detail: String? = nil, clientID: String? = nil) throws {
             try store.addStep(deletionID, step: .codeExchange, clientID: clientID, outcome: outcome, detail: detail)
         }
-        guard let plain = try? tokenKeys.open(
-            code.sealed, keyID: code.keyID, associatedData: DeletionStore.SealedCode.associatedData(userID: userID))
+        guard
+            let plain = try? tokenKeys.open(
+                code.sealed, keyID: code.keyID, associatedData: DeletionStore.SealedCode.associatedData(userID: userID))
         else { return try step(.undecryptable, "the handed-over code cannot be decrypted") }
         let identities = try store.identities(of: userID)
         guard let clientID = code.clientID ?? identities.first?.clientID else {
@@ -43,7 +44,8 @@ package struct HandedOverCode: Sendable {
         }
         let tokens: AppleTokenResponse
         do {
-            tokens = try apple.exchangeCode(String(decoding: plain, as: UTF8.self), clientID: clientID, redirectURI: code.redirectURI)
+            tokens = try apple.exchangeCode(
+                String(decoding: plain, as: UTF8.self), clientID: clientID, redirectURI: code.redirectURI)
         } catch AppleAPIError.unavailable(let reason, _) {
             // Sent once and no answer: Apple may have used it up; it is not sent again.
             return try step(.answerLost, reason, clientID: clientID)
@@ -52,7 +54,9 @@ package struct HandedOverCode: Sendable {
         }
         guard let refreshToken = tokens.refreshToken, let idToken = tokens.idToken,
             let returned = try? validator.validate(idToken, rawNonce: nil, clientIDHint: clientID, checkAge: false)
-        else { return try step(.idTokenInvalid, "Apple's answer lacked a refresh token or a verifiable id_token", clientID: clientID) }
+        else {
+            return try step(.idTokenInvalid, "Apple's answer lacked a refresh token or a verifiable id_token", clientID: clientID)
+        }
         guard let identity = identities.first(where: { $0.sub == returned.sub }) else {
             // Another user's code: their grant is none of this deletion's business.
             return try step(.wrongUser, "the code belongs to another user than the one being deleted", clientID: clientID)

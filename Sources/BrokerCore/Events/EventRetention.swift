@@ -11,6 +11,7 @@ public enum EventRetention {
     public static func prune(
         _ pool: PostgresPool, retentionSeconds: Int, deadLetterRetentionSeconds: Int
     ) throws -> (deliveries: Int, events: Int) {
-        try WebhookDeliveryStore.prune(pool, retentionSeconds: retentionSeconds, deadLetterRetentionSeconds: deadLetterRetentionSeconds)
+        try WebhookDeliveryStore.prune(
+            pool, retentionSeconds: retentionSeconds, deadLetterRetentionSeconds: deadLetterRetentionSeconds)
     }
 }

@@ -31,15 +31,19 @@ package struct WebhookDeliveryStore: Sendable {
     /// The next due delivery at the head of its (subscription, user) queue, leased for `leaseSeconds`.
     func claim(leaseSeconds: Int) throws -> Claimed? {
         // sql/0005_webhook_claim.sql: the claim's plan is pinned there (why is told there too).
-        guard let row = try pool.query(
-            "SELECT * FROM broker_claim_webhook_delivery(\(String(leaseSeconds) + " seconds")::interval)"
-        ).first else { return nil }
+        guard
+            let row = try pool.query(
+                "SELECT * FROM broker_claim_webhook_delivery(\(String(leaseSeconds) + " seconds")::interval)"
+            ).first
+        else { return nil }
         return Claimed(
             id: try row.decode(Int64.self, "delivery_id"), attempts: try row.decode(Int.self, "attempts"),
             createdAt: try row.decode(Date.self, "delivery_created_at"), eventID: try row.decode(Int64.self, "event_id"),
             type: try row.decode(String.self, "event_type"), payload: try row.decode(String.self, "payload"),
-            eventCreatedAt: try row.decode(Date.self, "event_created_at"), subscriptionID: try row.decode(UUID.self, "subscription_id"),
-            url: try row.decode(String.self, "url"), secret: try row.decode([UInt8].self, "secret"), keyID: try row.decode(String.self, "key_id"))
+            eventCreatedAt: try row.decode(Date.self, "event_created_at"),
+            subscriptionID: try row.decode(UUID.self, "subscription_id"),
+            url: try row.decode(String.self, "url"), secret: try row.decode([UInt8].self, "secret"),
+            keyID: try row.decode(String.self, "key_id"))
     }
 
     /// A failed attempt: `failed` for good when `expired`, else `pending` again after `delayMilliseconds`.
@@ -66,20 +70,24 @@ package struct WebhookDeliveryStore: Sendable {
 
     /// Waiting and dead-lettered deliveries, and the age of the oldest waiting one, for `/metrics`.
     func backlog() throws -> QueueBacklog? {
-        guard let row = try pool.query(
-            """
-            SELECT count(*) FILTER (WHERE state = 'pending') AS backlog, count(*) FILTER (WHERE state = 'failed') AS dead_letters,
-                   COALESCE(EXTRACT(EPOCH FROM now() - min(created_at) FILTER (WHERE state = 'pending')), 0) AS oldest_age
-            FROM webhook_deliveries
-            """
-        ).first else { return nil }
+        guard
+            let row = try pool.query(
+                """
+                SELECT count(*) FILTER (WHERE state = 'pending') AS backlog, count(*) FILTER (WHERE state = 'failed') AS dead_letters,
+                       COALESCE(EXTRACT(EPOCH FROM now() - min(created_at) FILTER (WHERE state = 'pending')), 0) AS oldest_age
+                FROM webhook_deliveries
+                """
+            ).first
+        else { return nil }
         return QueueBacklog(row)
     }
 
     /// Delivered deliveries older than the retention; failed ones, and ones parked by a
     /// paused subscription (pending at 'infinity'), older than the dead-letter retention;
     /// then events older than the retention with no delivery left (see `EventRetention`).
-    static func prune(_ pool: PostgresPool, retentionSeconds: Int, deadLetterRetentionSeconds: Int) throws -> (deliveries: Int, events: Int) {
+    static func prune(_ pool: PostgresPool, retentionSeconds: Int, deadLetterRetentionSeconds: Int) throws -> (
+        deliveries: Int, events: Int
+    ) {
         let retention = String(retentionSeconds) + " seconds"
         let deadLetterRetention = String(deadLetterRetentionSeconds) + " seconds"
         let deliveries = try pool.query(
@@ -115,7 +123,8 @@ extension WebhookSubscriptionStore {
             """
         ).map { row in
             .object([
-                "id": .integer(try row.decode(Int64.self, "id")), "event_id": .string("evt_\(try row.decode(Int64.self, "event_id"))"),
+                "id": .integer(try row.decode(Int64.self, "id")),
+                "event_id": .string("evt_\(try row.decode(Int64.self, "event_id"))"),
                 "type": .string(try row.decode(String.self, "type")),
                 "subscription_id": .string(try row.decode(UUID.self, "subscription_id").lowercasedString),
                 "state": .string(try row.decode(DeliveryState.self, "state").rawValue),

@@ -129,8 +129,12 @@ package final class WebhookDispatcher: Sendable {
     enum Failure: String, Error {
         case addressNotAllowed = "address_not_allowed"
         case dnsFailed = "dns_failed"
-        case timeout, connectionFailed = "connection_failed", connectionClosed = "connection_closed"
-        case responseTooLarge = "response_too_large", invalidURL = "invalid_url", transportError = "transport_error"
+        case timeout
+        case connectionFailed = "connection_failed"
+        case connectionClosed = "connection_closed"
+        case responseTooLarge = "response_too_large"
+        case invalidURL = "invalid_url"
+        case transportError = "transport_error"
         case httpStatus = "http_status"
         case secretUnreadable = "secret_unreadable"
 
@@ -154,11 +158,13 @@ package final class WebhookDispatcher: Sendable {
         do {
             let secret: [UInt8]
             do {
-                secret = try subscriptions.secret(sealed: delivery.secret, keyID: delivery.keyID, subscriptionID: delivery.subscriptionID)
+                secret = try subscriptions.secret(
+                    sealed: delivery.secret, keyID: delivery.keyID, subscriptionID: delivery.subscriptionID)
             } catch {
                 throw Failure.secretUnreadable
             }
-            var request = Self.request(delivery, secret: secret, timestamp: Int(Date().timeIntervalSince1970), timeout: settings.timeout)
+            var request = Self.request(
+                delivery, secret: secret, timestamp: Int(Date().timeIntervalSince1970), timeout: settings.timeout)
             if !subscriptions.allowPrivateNetworks {
                 // Resolved here, every time, and the connection pinned to what was checked.
                 guard let parts = URLParts(delivery.url) else { throw Failure.invalidURL }
@@ -183,7 +189,8 @@ package final class WebhookDispatcher: Sendable {
         do {
             if let failure {
                 let expired = Date().timeIntervalSince(delivery.createdAt) > settings.maximumAge.seconds
-                let cap = min(settings.retryBase.seconds * pow(2, Double(min(delivery.attempts - 1, 30))), settings.retryMaximum.seconds)
+                let cap = min(
+                    settings.retryBase.seconds * pow(2, Double(min(delivery.attempts - 1, 30))), settings.retryMaximum.seconds)
                 let delay = Int(Double.random(in: cap / 2...max(cap / 2, cap)) * 1000)
                 try deliveries.recordFailure(
                     delivery.id, expired: expired, delayMilliseconds: delay, status: status == 0 ? nil : status,
@@ -194,7 +201,9 @@ package final class WebhookDispatcher: Sendable {
                 outcomes.increment("delivered")
             }
             if failure == .addressNotAllowed {
-                logger.warning("webhook receiver refused: its host is not, or does not resolve (in time) to, a public address", [("subscription", delivery.subscriptionID.lowercasedString)])
+                logger.warning(
+                    "webhook receiver refused: its host is not, or does not resolve (in time) to, a public address",
+                    [("subscription", delivery.subscriptionID.lowercasedString)])
             }
         } catch {
             // The lease brings the delivery back; the receiver may see it twice (at least once).

@@ -116,7 +116,8 @@ package struct WebhookSubscriptionStore: Sendable {
         let id = UUID()
         let secret = SecureRandom.bytes(32)
         let sealed = try tokenKeys.seal(secret, associatedData: Self.associatedData(id))
-        let topicsJSON = PostgresJSON(text: String(decoding: JSONValue.array(topics.map(JSONValue.string)).serialized(), as: UTF8.self))
+        let topicsJSON = PostgresJSON(
+            text: String(decoding: JSONValue.array(topics.map(JSONValue.string)).serialized(), as: UTF8.self))
         let maximum = maximumSubscriptions
         let createdAt = try pool.withTransaction { connection in
             // Creators count one at a time (the lock ends with the transaction, so it works
@@ -126,7 +127,8 @@ package struct WebhookSubscriptionStore: Sendable {
             guard existing < maximum else {
                 throw BrokerError(
                     .webhookSubscriptionLimit,
-                    "this broker holds at most \(maximum) webhook subscriptions (BROKER_WEBHOOK_MAX_SUBSCRIPTIONS); delete one first")
+                    "this broker holds at most \(maximum) webhook subscriptions (BROKER_WEBHOOK_MAX_SUBSCRIPTIONS); delete one first"
+                )
             }
             let row = try connection.query(
                 """
@@ -145,7 +147,9 @@ package struct WebhookSubscriptionStore: Sendable {
     }
 
     /// The audit entry names the receiving host only: a URL's path or query may hold a token.
-    private static func audit(_ connection: PostgresConnection, actor: String, action: String, id: UUID, url: String? = nil) throws {
+    private static func audit(_ connection: PostgresConnection, actor: String, action: String, id: UUID, url: String? = nil)
+        throws
+    {
         var detail: [String: JSONValue] = ["subscription_id": .string(id.lowercasedString)]
         if let host = url.flatMap({ URL(string: $0)?.host }) { detail["host"] = .string(host) }
         try AuditLog.record(connection, actor: actor, action: action, detail: detail)
@@ -178,12 +182,13 @@ package struct WebhookSubscriptionStore: Sendable {
     /// of the dispatcher's way); resuming makes them all due at once, in order.
     package func setStatus(_ id: UUID, _ status: SubscriptionStatus, actor: String, ownedBy owner: String? = nil) throws -> Bool {
         try pool.withTransaction { connection in
-            guard try connection.query(
-                """
-                UPDATE webhook_subscriptions SET status = \(status)
-                WHERE id = \(id) AND (\(owner)::text IS NULL OR api_key_id = \(owner)::text)
-                """
-            ).affectedRows == 1
+            guard
+                try connection.query(
+                    """
+                    UPDATE webhook_subscriptions SET status = \(status)
+                    WHERE id = \(id) AND (\(owner)::text IS NULL OR api_key_id = \(owner)::text)
+                    """
+                ).affectedRows == 1
             else { return false }
             try connection.query(
                 """
@@ -191,7 +196,9 @@ package struct WebhookSubscriptionStore: Sendable {
                 SET next_attempt_at = CASE WHEN \(status) = 'active' THEN now() ELSE 'infinity' END
                 WHERE subscription_id = \(id) AND state = 'pending'
                 """)
-            try Self.audit(connection, actor: actor, action: status == .paused ? "webhook_subscription.paused" : "webhook_subscription.resumed", id: id)
+            try Self.audit(
+                connection, actor: actor,
+                action: status == .paused ? "webhook_subscription.paused" : "webhook_subscription.resumed", id: id)
             return true
         }
     }
@@ -218,9 +225,11 @@ package struct WebhookSubscriptionStore: Sendable {
     /// Deletes the subscription and its queued deliveries.
     package func delete(_ id: UUID, actor: String, ownedBy owner: String? = nil) throws -> Bool {
         try pool.withTransaction { connection in
-            guard try connection.query(
-                "DELETE FROM webhook_subscriptions WHERE id = \(id) AND (\(owner)::text IS NULL OR api_key_id = \(owner)::text)"
-            ).affectedRows == 1 else { return false }
+            guard
+                try connection.query(
+                    "DELETE FROM webhook_subscriptions WHERE id = \(id) AND (\(owner)::text IS NULL OR api_key_id = \(owner)::text)"
+                ).affectedRows == 1
+            else { return false }
             try Self.audit(connection, actor: actor, action: "webhook_subscription.deleted", id: id)
             return true
         }
@@ -232,7 +241,8 @@ package struct WebhookSubscriptionStore: Sendable {
     }
 
     private static func subscription(_ row: PostgresRow) throws -> WebhookSubscription {
-        let topics = try JSONValue.parse(Array(try row.decode(String.self, "topics").utf8)).arrayValue?.compactMap(\.stringValue) ?? []
+        let topics =
+            try JSONValue.parse(Array(try row.decode(String.self, "topics").utf8)).arrayValue?.compactMap(\.stringValue) ?? []
         return WebhookSubscription(
             id: try row.decode(UUID.self, "id"), url: try row.decode(String.self, "url"), topics: topics,
             status: try row.decode(SubscriptionStatus.self, "status"), description: try row.decode(String?.self, "description"),
@@ -254,8 +264,9 @@ package final class ActiveSubscriptionProbe: Sendable {
         let now = ContinuousClock.now
         if let cached = answer.withLock({ $0 }), now - cached.at < lifetime { return cached.any }
         // On a failed query, assume yes: a needless wake costs one claim, a missed one a delay.
-        let any = (try? pool.query("SELECT EXISTS (SELECT 1 FROM webhook_subscriptions WHERE status = 'active') AS any_active")
-            .single().decode(Bool.self, "any_active")) ?? true
+        let any =
+            (try? pool.query("SELECT EXISTS (SELECT 1 FROM webhook_subscriptions WHERE status = 'active') AS any_active")
+                .single().decode(Bool.self, "any_active")) ?? true
         answer.withLock { $0 = (now, any) }
         return any
     }

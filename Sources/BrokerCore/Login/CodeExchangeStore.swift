@@ -36,12 +36,14 @@ struct CodeExchangeStore: Sendable {
         if !inserted.isEmpty { return .claimed }
         let deadline = ContinuousClock.now + waitLimit
         while ContinuousClock.now < deadline {
-            guard let row = try pool.query(
-                """
-                SELECT state, error_code, now() - updated_at > interval '60 seconds' AS abandoned
-                FROM authorization_codes WHERE code_hash = \(hash)
-                """
-            ).first else {
+            guard
+                let row = try pool.query(
+                    """
+                    SELECT state, error_code, now() - updated_at > interval '60 seconds' AS abandoned
+                    FROM authorization_codes WHERE code_hash = \(hash)
+                    """
+                ).first
+            else {
                 // The other attempt failed transiently and let go: try to take it.
                 return try claim(code, clientID: clientID)
             }
@@ -73,7 +75,9 @@ struct CodeExchangeStore: Sendable {
     func finish(_ code: String, succeeded: Bool, errorCode: BrokerError.Code? = nil) {
         let hash = SHA256.hexHash(code)
         if succeeded {
-            _ = try? pool.query("UPDATE authorization_codes SET state = \(State.exchanged.rawValue), updated_at = now() WHERE code_hash = \(hash)")
+            _ = try? pool.query(
+                "UPDATE authorization_codes SET state = \(State.exchanged.rawValue), updated_at = now() WHERE code_hash = \(hash)"
+            )
         } else if let errorCode {
             _ = try? pool.query(
                 """

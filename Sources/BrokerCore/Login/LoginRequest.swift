@@ -30,7 +30,10 @@ public struct LoginRequest: Sendable {
     /// callback spends its single-use state here, so only a real sign-in costs a row.
     var afterVerification: (@Sendable (AppleIdentity) throws -> Void)?
 
-    public init(identityToken: String, authorizationCode: String? = nil, rawNonce: String? = nil, user: AppleUserField? = nil, clientID: String? = nil) {
+    public init(
+        identityToken: String, authorizationCode: String? = nil, rawNonce: String? = nil, user: AppleUserField? = nil,
+        clientID: String? = nil
+    ) {
         self.identityToken = identityToken
         self.authorizationCode = authorizationCode
         self.rawNonce = rawNonce
@@ -53,7 +56,9 @@ public struct LoginRequest: Sendable {
         func check(_ value: String?, _ field: String, _ limit: Int) throws {
             guard let value else { return }
             guard !value.isEmpty else { throw BrokerError.invalidRequest("field `\(field)` must not be empty") }
-            guard value.utf8.count <= limit else { throw BrokerError.invalidRequest("field `\(field)` is longer than \(limit) bytes") }
+            guard value.utf8.count <= limit else {
+                throw BrokerError.invalidRequest("field `\(field)` is longer than \(limit) bytes")
+            }
         }
         try check(identityToken, "identity_token", 16 * 1024)
         try check(authorizationCode, "authorization_code", 2048)

@@ -54,7 +54,8 @@ public final class LoginService: Sendable {
             labels: ["private_email"])
         codeOutcomes = metrics.counter(
             "login_code_unsendable_total",
-            help: "Codes not sent to Apple again: answer_lost (a code grant got no usable answer), spent (a retry of such a code).",
+            help:
+                "Codes not sent to Apple again: answer_lost (a code grant got no usable answer), spent (a retry of such a code).",
             labels: ["outcome"])
     }
 
@@ -172,7 +173,9 @@ public final class LoginService: Sendable {
                 validationJitterSeconds: validationIntervalSeconds - 86_400 + jitter)
         } catch {
             // The code was exchanged: sending it again could only be refused.
-            if let claimedCode, sealed != nil { ledger.finishSpent(claimedCode) } else if let claimedCode {
+            if let claimedCode, sealed != nil {
+                ledger.finishSpent(claimedCode)
+            } else if let claimedCode {
                 ledger.finish(claimedCode, succeeded: false)
             }
             throw error

@@ -47,12 +47,15 @@ struct LoginStore: Sendable {
         if sealedRefreshToken == nil, let record = try unchangedRepeatLogin(identity, user: user) { return record }
         guard let transferSub = identity.transferSub else {
             guard user?.name != nil else {
-                return try upsert(pool, identity, user: user, sealedRefreshToken: sealedRefreshToken, validationJitterSeconds: validationJitterSeconds)
+                return try upsert(
+                    pool, identity, user: user, sealedRefreshToken: sealedRefreshToken,
+                    validationJitterSeconds: validationJitterSeconds)
             }
             return try pool.withTransaction { connection in
                 try keepReauthorizationName(connection, identity, user: user)
                 return try upsert(
-                    connection, identity, user: user, sealedRefreshToken: sealedRefreshToken, validationJitterSeconds: validationJitterSeconds)
+                    connection, identity, user: user, sealedRefreshToken: sealedRefreshToken,
+                    validationJitterSeconds: validationJitterSeconds)
             }
         }
         // A token carrying transfer_sub (the 60 days after a team transfer): the login joins the
@@ -60,7 +63,8 @@ struct LoginStore: Sendable {
         // refresh tokens as `transfer import` does.
         return try pool.withTransaction { connection in
             let record = try upsert(
-                connection, identity, user: user, sealedRefreshToken: sealedRefreshToken, validationJitterSeconds: validationJitterSeconds)
+                connection, identity, user: user, sealedRefreshToken: sealedRefreshToken,
+                validationJitterSeconds: validationJitterSeconds)
             guard record.outcome == .ok else { return record }
             try TeamTransferStore.retireOldTeam(connection, userID: record.userID, teamID: teamID, transferSub: transferSub)
             return record
@@ -85,8 +89,10 @@ struct LoginStore: Sendable {
         return Record(
             outcome: try row.decode(LoginOutcome.self, "r_outcome"), userID: try row.decode(UUID.self, "r_user_id"),
             isNewUser: try row.decode(Bool.self, "r_is_new_user"), email: try row.decode(String?.self, "r_email"),
-            emailVerified: try row.decode(Bool?.self, "r_email_verified") ?? false, isPrivateEmail: try row.decode(Bool?.self, "r_is_private_email") ?? false,
-            realUserStatus: try row.decode(RealUserStatus?.self, "r_real_user_status"), refreshTokenStored: try row.decode(Bool.self, "r_refresh_token_stored"),
+            emailVerified: try row.decode(Bool?.self, "r_email_verified") ?? false,
+            isPrivateEmail: try row.decode(Bool?.self, "r_is_private_email") ?? false,
+            realUserStatus: try row.decode(RealUserStatus?.self, "r_real_user_status"),
+            refreshTokenStored: try row.decode(Bool.self, "r_refresh_token_stored"),
             unverifiedEmail: try row.decode(String?.self, "r_unverified_email"))
     }
 
@@ -108,7 +114,9 @@ struct LoginStore: Sendable {
     /// Apple sends the `user` field (name) once more, and it is kept over the old one, which
     /// broker_login would otherwise prefer (it keeps a stored name). Runs before broker_login,
     /// in its transaction, only while the group's consent is still revoked.
-    private func keepReauthorizationName(_ connection: some PostgresQuerying, _ identity: AppleIdentity, user: AppleUserField?) throws {
+    private func keepReauthorizationName(_ connection: some PostgresQuerying, _ identity: AppleIdentity, user: AppleUserField?)
+        throws
+    {
         guard let name = user?.name, name.firstName != nil || name.lastName != nil else { return }
         try connection.query(
             """
@@ -150,27 +158,32 @@ struct LoginStore: Sendable {
     private func unchangedRepeatLogin(_ identity: AppleIdentity, user: AppleUserField?) throws -> Record? {
         // broker_identity_unchanged over a century is "nothing but the time changed"; with the
         // resolution it is broker_login's own test, which is this and a recent last_login_at.
-        guard let row = try pool.query(
-            """
-            SELECT i.id, i.user_id, i.email, i.email_verified, i.is_private_email, i.real_user_status, u.status, i.unverified_email,
-                   EXISTS (SELECT 1 FROM apple_tokens t WHERE t.identity_id = i.id AND t.revoked_at IS NULL) AS has_token,
-                   broker_identity_unchanged(i, \(identity.clientID), g.identity_id IS NOT NULL,
-                       \(identity.email), \(identity.emailVerified),
-                       \(identity.isPrivateEmail), \(identity.realUserStatus), \(user?.name?.firstName),
-                       \(user?.name?.lastName), \(user?.email), interval '100 years') AS unchanged,
-                   i.last_login_at >= now() - \(String(lastLoginResolution) + " seconds")::interval AS recent
-            FROM apple_identities i JOIN users u ON u.id = i.user_id
-            LEFT JOIN apple_grants g
-                ON g.identity_id = i.id AND g.app_id = \(groups.group(of: identity.clientID).primary) AND g.consent = 'revoked'
-            WHERE i.team_id = \(teamID) AND i.sub = \(identity.sub)
-            """
-        ).first else { return nil }
+        guard
+            let row = try pool.query(
+                """
+                SELECT i.id, i.user_id, i.email, i.email_verified, i.is_private_email, i.real_user_status, u.status, i.unverified_email,
+                       EXISTS (SELECT 1 FROM apple_tokens t WHERE t.identity_id = i.id AND t.revoked_at IS NULL) AS has_token,
+                       broker_identity_unchanged(i, \(identity.clientID), g.identity_id IS NOT NULL,
+                           \(identity.email), \(identity.emailVerified),
+                           \(identity.isPrivateEmail), \(identity.realUserStatus), \(user?.name?.firstName),
+                           \(user?.name?.lastName), \(user?.email), interval '100 years') AS unchanged,
+                       i.last_login_at >= now() - \(String(lastLoginResolution) + " seconds")::interval AS recent
+                FROM apple_identities i JOIN users u ON u.id = i.user_id
+                LEFT JOIN apple_grants g
+                    ON g.identity_id = i.id AND g.app_id = \(groups.group(of: identity.clientID).primary) AND g.consent = 'revoked'
+                WHERE i.team_id = \(teamID) AND i.sub = \(identity.sub)
+                """
+            ).first
+        else { return nil }
         let status = try row.decode(UserStatus.self, "status")
         let record = Record(
             outcome: status == .deleting ? .deletionPending : .ok, userID: try row.decode(UUID.self, "user_id"),
-            isNewUser: false, email: try row.decode(String?.self, "email"), emailVerified: try row.decode(Bool.self, "email_verified"),
-            isPrivateEmail: try row.decode(Bool.self, "is_private_email"), realUserStatus: try row.decode(RealUserStatus?.self, "real_user_status"),
-            refreshTokenStored: try row.decode(Bool.self, "has_token"), unverifiedEmail: try row.decode(String?.self, "unverified_email"),
+            isNewUser: false, email: try row.decode(String?.self, "email"),
+            emailVerified: try row.decode(Bool.self, "email_verified"),
+            isPrivateEmail: try row.decode(Bool.self, "is_private_email"),
+            realUserStatus: try row.decode(RealUserStatus?.self, "real_user_status"),
+            refreshTokenStored: try row.decode(Bool.self, "has_token"),
+            unverifiedEmail: try row.decode(String?.self, "unverified_email"),
             wroteThrough: false)
         if status == .deleting { return record }
         guard try row.decode(Bool?.self, "unchanged") ?? false else { return nil }

@@ -132,7 +132,9 @@ package final class RefreshTokenSweep: Sendable {
         // "invalid" twice while another token's identical request went through, so the
         // defect is this grant's, not ours. Without such a success nothing is concluded.
         if anyValid {
-            for token in repeated { revokeConsent(token, outcome: "revoked_repeated_invalid_request", appleError: "invalid_request") }
+            for token in repeated {
+                revokeConsent(token, outcome: "revoked_repeated_invalid_request", appleError: "invalid_request")
+            }
         } else if !repeated.isEmpty {
             outcomes.increment("request_error_unconfirmed", by: Double(repeated.count))
         }

@@ -68,7 +68,8 @@ public final class NotificationReceiver: Sendable {
         self.onDeletionRequested = onDeletionRequested
         outcomes = metrics.counter(
             "apple_notifications_total",
-            help: "Server-to-server notifications by event type and outcome (applied, duplicate, stale, unknown_subject, unknown_type, rejected, unavailable).",
+            help:
+                "Server-to-server notifications by event type and outcome (applied, duplicate, stale, unknown_subject, unknown_type, rejected, unavailable).",
             labels: ["type", "outcome"])
     }
 
@@ -120,8 +121,11 @@ public final class NotificationReceiver: Sendable {
         }
         outcomes.increment(notification.type, outcome.rawValue)
         logger.info(
-            "notification", [("type", notification.type), ("outcome", outcome.rawValue), ("jti", notification.jti),
-                             ("subject", String(subjectHash.prefix(24)))])
+            "notification",
+            [
+                ("type", notification.type), ("outcome", outcome.rawValue), ("jti", notification.jti),
+                ("subject", String(subjectHash.prefix(24))),
+            ])
         if outcome == .applied {
             eventsWritten()
             if Self.deletionTypes.contains(notification.type) { onDeletionRequested() }

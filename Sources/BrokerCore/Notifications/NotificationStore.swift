@@ -30,18 +30,21 @@ struct NotificationStore: Sendable {
     /// protocol reference §11.8): their `email` and `is_private_email` replace the identity's,
     /// unless a sign-in verified a newer state (a second's grace: event times may come in whole
     /// seconds), with `identity.updated` (source `apple`).
-    private static func applyEmail(_ notification: AppleNotification, teamID: String, _ connection: some PostgresQuerying) throws {
+    private static func applyEmail(_ notification: AppleNotification, teamID: String, _ connection: some PostgresQuerying) throws
+    {
         guard notification.type.hasPrefix("email-"), let email = notification.email else { return }
         let isPrivate = notification.isPrivateEmail ?? false
-        guard let row = try connection.query(
-            """
-            UPDATE apple_identities SET email = \(email), is_private_email = \(isPrivate)
-            WHERE team_id = \(teamID) AND sub = \(notification.sub)
-              AND (last_verified_at IS NULL OR last_verified_at < \(notification.eventTime)::timestamptz + interval '1 second')
-              AND (email IS DISTINCT FROM \(email) OR is_private_email IS DISTINCT FROM \(isPrivate))
-            RETURNING user_id, email_verified
-            """
-        ).first else { return }
+        guard
+            let row = try connection.query(
+                """
+                UPDATE apple_identities SET email = \(email), is_private_email = \(isPrivate)
+                WHERE team_id = \(teamID) AND sub = \(notification.sub)
+                  AND (last_verified_at IS NULL OR last_verified_at < \(notification.eventTime)::timestamptz + interval '1 second')
+                  AND (email IS DISTINCT FROM \(email) OR is_private_email IS DISTINCT FROM \(isPrivate))
+                RETURNING user_id, email_verified
+                """
+            ).first
+        else { return }
         let userID = try row.decode(UUID.self, "user_id")
         try connection.query(
             """

@@ -38,7 +38,9 @@ package struct EventFeed: Sendable {
     }
 
     /// - Parameter reach: a limited key's client ids: only events of those apps' users.
-    package func page(after cursor: Cursor, limit: Int, reach: PostgresTextArray? = nil) throws -> (events: [JSONValue], next: Cursor) {
+    package func page(after cursor: Cursor, limit: Int, reach: PostgresTextArray? = nil) throws -> (
+        events: [JSONValue], next: Cursor
+    ) {
         // ORDER BY qualifies its columns: a bare `txid` would name the *output* column
         // `txid::text` and sort "1000" before "995", which once skipped and repeated events.
         let rows = try pool.query(
@@ -60,7 +62,8 @@ package struct EventFeed: Sendable {
                     "id": .string("evt_\(id)"), "type": .string(try row.decode(String.self, "type")),
                     "user_id": try row.decode(UUID?.self, "user_id").map { .string($0.lowercasedString) } ?? .null,
                     "data": try JSONValue.parse(Array(try row.decode(String.self, "payload").utf8)),
-                    "created_at": .string(RFC3339.string(from: try row.decode(Date.self, "created_at"))), "cursor": .string(next.text),
+                    "created_at": .string(RFC3339.string(from: try row.decode(Date.self, "created_at"))),
+                    "cursor": .string(next.text),
                 ]))
         }
         return (events, next)

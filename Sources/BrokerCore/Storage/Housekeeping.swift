@@ -12,7 +12,9 @@ package struct Housekeeping: Sendable {
     /// `BROKER_NOTIFICATION_RETENTION_SECONDS`: the inbox of Apple's notifications.
     let notificationRetentionSeconds: Int
 
-    package init(pool: PostgresPool, eventRetentionSeconds: Int, deadLetterRetentionSeconds: Int, notificationRetentionSeconds: Int) {
+    package init(
+        pool: PostgresPool, eventRetentionSeconds: Int, deadLetterRetentionSeconds: Int, notificationRetentionSeconds: Int
+    ) {
         self.pool = pool
         self.eventRetentionSeconds = eventRetentionSeconds
         self.deadLetterRetentionSeconds = deadLetterRetentionSeconds
@@ -22,7 +24,8 @@ package struct Housekeeping: Sendable {
     /// One round; never more to do at once (the worker waits for its interval).
     package func step() throws -> Bool {
         try CodeExchangeStore.prune(pool)
-        try EventRetention.prune(pool, retentionSeconds: eventRetentionSeconds, deadLetterRetentionSeconds: deadLetterRetentionSeconds)
+        try EventRetention.prune(
+            pool, retentionSeconds: eventRetentionSeconds, deadLetterRetentionSeconds: deadLetterRetentionSeconds)
         try WebSignInStore.prune(pool)
         try NotificationReceiver.prune(pool, retentionSeconds: notificationRetentionSeconds)
         return false

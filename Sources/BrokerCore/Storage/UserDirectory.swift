@@ -67,7 +67,7 @@ package struct UserDirectory: Sendable {
                 ("given_name", givenName), ("family_name", familyName),
                 ("last_login_at", lastLoginAt.map(RFC3339.string(from:))),
             ]
-            for case let (name, value?) in optional { members[name] = .string(value) }
+            for case (let name, let value?) in optional { members[name] = .string(value) }
             return .object(members)
         }
     }
@@ -80,7 +80,8 @@ package struct UserDirectory: Sendable {
 
         package var json: JSONValue {
             .object([
-                "user_id": .string(userID), "status": .string(status.rawValue), "created_at": .string(RFC3339.string(from: createdAt)),
+                "user_id": .string(userID), "status": .string(status.rawValue),
+                "created_at": .string(RFC3339.string(from: createdAt)),
                 "identities": .array(identities.map(\.json)),
             ])
         }
@@ -99,19 +100,25 @@ package struct UserDirectory: Sendable {
         ).map { row in
             let clientID = try row.decode(String.self, "client_id")
             // The group of `clientID` comes first.
-            let apps = (grants[try row.decode(UUID.self, "id")] ?? KnownGrants()).apps(including: groups.group(of: clientID).primary)
+            let apps = (grants[try row.decode(UUID.self, "id")] ?? KnownGrants()).apps(
+                including: groups.group(of: clientID).primary)
             let current = apps[0]
             return Identity(
                 appleSub: try row.decode(String.self, "sub"), teamID: try row.decode(String.self, "team_id"),
-                clientID: clientID, email: try row.decode(String?.self, "email"), unverifiedEmail: try row.decode(String?.self, "unverified_email"),
-                emailVerified: try row.decode(Bool.self, "email_verified"), isPrivateEmail: try row.decode(Bool.self, "is_private_email"),
-                emailForwarding: current.emailForwarding, realUserStatus: try row.decode(RealUserStatus?.self, "real_user_status"),
+                clientID: clientID, email: try row.decode(String?.self, "email"),
+                unverifiedEmail: try row.decode(String?.self, "unverified_email"),
+                emailVerified: try row.decode(Bool.self, "email_verified"),
+                isPrivateEmail: try row.decode(Bool.self, "is_private_email"),
+                emailForwarding: current.emailForwarding,
+                realUserStatus: try row.decode(RealUserStatus?.self, "real_user_status"),
                 consent: current.consent, givenName: try row.decode(String?.self, "given_name"),
                 familyName: try row.decode(String?.self, "family_name"), transferred: try row.decode(Bool.self, "transferred"),
-                createdAt: try row.decode(Date.self, "created_at"), lastLoginAt: try row.decode(Date?.self, "last_login_at"), apps: apps)
+                createdAt: try row.decode(Date.self, "created_at"), lastLoginAt: try row.decode(Date?.self, "last_login_at"),
+                apps: apps)
         }
         return User(
-            userID: id.lowercasedString, status: try row.decode(UserStatus.self, "status"), createdAt: try row.decode(Date.self, "created_at"),
+            userID: id.lowercasedString, status: try row.decode(UserStatus.self, "status"),
+            createdAt: try row.decode(Date.self, "created_at"),
             identities: identities)
     }
 
@@ -133,8 +140,10 @@ package struct UserDirectory: Sendable {
 
     private func appGrants(ofUser id: UUID) throws -> [UUID: KnownGrants] {
         var known: [UUID: KnownGrants] = [:]
-        for row in try pool.query("SELECT identity_id, app_id, consent, email_forwarding FROM apple_grants WHERE user_id = \(id)") {
-            known[try row.decode(UUID.self, "identity_id"), default: KnownGrants()].states[try row.decode(String.self, "app_id")] =
+        for row in try pool.query("SELECT identity_id, app_id, consent, email_forwarding FROM apple_grants WHERE user_id = \(id)")
+        {
+            known[try row.decode(UUID.self, "identity_id"), default: KnownGrants()].states[
+                try row.decode(String.self, "app_id")] =
                 (try row.decode(Consent.self, "consent"), try row.decode(EmailForwarding.self, "email_forwarding"))
         }
         for row in try pool.query(

@@ -70,7 +70,8 @@ package struct TeamTransfer: Sendable {
 
         package var json: String {
             String(
-                decoding: JSONValue.object(["user_id": .string(userID.lowercasedString), "transfer_sub": .string(transferSub)]).serialized(),
+                decoding: JSONValue.object(["user_id": .string(userID.lowercasedString), "transfer_sub": .string(transferSub)])
+                    .serialized(),
                 as: UTF8.self)
         }
 
@@ -185,8 +186,10 @@ package struct TeamTransfer: Sendable {
                 report.failed.append((user, "Apple's answer had no sub"))
                 continue
             }
-            if let reason = try store.link(line, sub: sub, clientID: clientID, email: answer["email"]?.stringValue,
-                                     isPrivateEmail: answer["is_private_email"]?.lenientBoolValue ?? false) {
+            if let reason = try store.link(
+                line, sub: sub, clientID: clientID, email: answer["email"]?.stringValue,
+                isPrivateEmail: answer["is_private_email"]?.lenientBoolValue ?? false)
+            {
                 report.failed.append((user, reason))
             } else {
                 report.done += 1
@@ -219,7 +222,9 @@ package struct TeamTransfer: Sendable {
             if tolerateTornTail { return ([], 0) }
             throw TransferError(description: "\(path) does not exist")
         }
-        guard let data = FileManager.default.contents(atPath: path) else { throw TransferError(description: "cannot read \(path)") }
+        guard let data = FileManager.default.contents(atPath: path) else {
+            throw TransferError(description: "cannot read \(path)")
+        }
         let text = String(decoding: data, as: UTF8.self)
         var lines: [Line] = []
         var goodLength = 0

@@ -69,7 +69,9 @@ struct TeamTransferStore: Sendable {
             // The same database: the user exists. A recipient with a database of its own
             // gets the user under the sender's id, so the app's references stay valid.
             try connection.query("INSERT INTO users (id) VALUES (\(line.userID)) ON CONFLICT (id) DO NOTHING")
-            if try connection.query("SELECT status FROM users WHERE id = \(line.userID)").single().decode(UserStatus.self, "status") != .active {
+            if try connection.query("SELECT status FROM users WHERE id = \(line.userID)").single().decode(
+                UserStatus.self, "status") != .active
+            {
                 return "the user's deletion is pending"
             }
             try connection.query(

@@ -77,11 +77,13 @@ package final class WebSignInService: Sendable {
             clientID: clientID, returnTo: returnTo, appState: appState, rawNonce: rawNonce,
             expiresAt: Int(Date().timeIntervalSince1970) + settings.stateLifetimeSeconds, browser: SHA256.hexHash(binding)
         ).sealed(with: keys)
-        let location = appleBaseURL + "/auth/authorize?" + Self.query([
-            ("client_id", clientID), ("redirect_uri", settings.callbackURL), ("response_type", "code id_token"),
-            ("response_mode", "form_post"), ("scope", "name email"), ("state", state),
-            ("nonce", SHA256.hexHash(rawNonce)),
-        ])
+        let location =
+            appleBaseURL + "/auth/authorize?"
+            + Self.query([
+                ("client_id", clientID), ("redirect_uri", settings.callbackURL), ("response_type", "code id_token"),
+                ("response_mode", "form_post"), ("scope", "name email"), ("state", state),
+                ("nonce", SHA256.hexHash(rawNonce)),
+            ])
         return Authorization(location: location, browserBinding: binding, lifetimeSeconds: settings.stateLifetimeSeconds)
     }
 

@@ -34,7 +34,8 @@ struct WebSignInState: Sendable, Equatable {
         if let appState { members["a"] = .string(appState) }
         if let browser { members["b"] = .string(browser) }
         let key = keys.derivedKey(Self.purpose)!
-        let sealed = try AES256GCM.seal(JSONValue.object(members).serialized(), key: key, associatedData: Array(Self.purpose.utf8))
+        let sealed = try AES256GCM.seal(
+            JSONValue.object(members).serialized(), key: key, associatedData: Array(Self.purpose.utf8))
         return keys.currentKeyID + "." + Base64URL.encode(sealed)
     }
 
@@ -51,7 +52,8 @@ struct WebSignInState: Sendable, Equatable {
         let appState: String? = if case .string(let value)? = members["a"] { value } else { nil }
         let browser: String? = if case .string(let value)? = members["b"] { value } else { nil }
         return WebSignInState(
-            clientID: clientID, returnTo: returnTo, appState: appState, rawNonce: rawNonce, expiresAt: Int(expiresAt), browser: browser)
+            clientID: clientID, returnTo: returnTo, appState: appState, rawNonce: rawNonce, expiresAt: Int(expiresAt),
+            browser: browser)
     }
 
     var isExpired: Bool { Int(Date().timeIntervalSince1970) >= expiresAt }

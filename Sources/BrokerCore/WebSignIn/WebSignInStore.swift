@@ -44,13 +44,15 @@ package struct WebSignInStore: Sendable {
 
     /// The client id a result code was issued for, without redeeming it.
     func clientID(ofResult code: String) throws -> String? {
-        try pool.query("SELECT client_id FROM web_results WHERE code_hash = \(SHA256.hexHash(code))").first?.decode(String.self, "client_id")
+        try pool.query("SELECT client_id FROM web_results WHERE code_hash = \(SHA256.hexHash(code))").first?.decode(
+            String.self, "client_id")
     }
 
     /// The login answer for a result code, which is deleted: nil when unknown, used or expired.
     func redeem(_ code: String) throws -> JSONValue? {
         let rows = try pool.query(
-            "DELETE FROM web_results WHERE code_hash = \(SHA256.hexHash(code)) RETURNING response::text AS response, expires_at > now() AS live")
+            "DELETE FROM web_results WHERE code_hash = \(SHA256.hexHash(code)) RETURNING response::text AS response, expires_at > now() AS live"
+        )
         guard let row = rows.first, try row.decode(Bool.self, "live") else { return nil }
         return try JSONValue.parse(Array(try row.decode(String.self, "response").utf8))
     }

@@ -156,7 +156,8 @@ extension HTTPClientResponse {
 /// The `appleid-broker` executable built beside this test binary.
 enum BrokerExecutable {
     static var path: String {
-        let testBinary = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
+        let testBinary =
+            (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
         var directory = (testBinary as NSString).deletingLastPathComponent
         // …/debug/appleid-brokerPackageTests.xctest may itself be a directory on some layouts.
         if directory.hasSuffix(".xctest") { directory = (directory as NSString).deletingLastPathComponent }
@@ -164,12 +165,15 @@ enum BrokerExecutable {
     }
 
     /// Runs the CLI to completion; stdout and stderr separately.
-    static func run(_ arguments: [String], environment: [String: String]) throws -> (status: Int32, stdout: String, stderr: String) {
+    static func run(_ arguments: [String], environment: [String: String]) throws -> (
+        status: Int32, stdout: String, stderr: String
+    ) {
         let directory = NSTemporaryDirectory() + "abk-cli-\(UUID().uuidString)"
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(atPath: directory) }
         // The shell keeps the two streams apart; ChildProcess.run merges them.
-        let quoted = ([path] + arguments).map { "'" + $0.replacingOccurrences(of: "'", with: "'\\''") + "'" }.joined(separator: " ")
+        let quoted = ([path] + arguments).map { "'" + $0.replacingOccurrences(of: "'", with: "'\\''") + "'" }.joined(
+            separator: " ")
         let result = try ChildProcess.run(
             "/bin/sh", ["-c", "\(quoted) 2>\(directory)/stderr"], environment: environment)
         let stderr = (try? String(contentsOfFile: directory + "/stderr", encoding: .utf8)) ?? ""

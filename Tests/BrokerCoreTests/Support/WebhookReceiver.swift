@@ -80,12 +80,18 @@ final class WebhookReceiver: Sendable {
             }
             let id = request.headers["webhook-id"] ?? ""
             let timestamp = request.headers["webhook-timestamp"] ?? ""
-            let expected = "v1," + Data(HMACSHA256.authenticate(Array("\(id).\(timestamp).".utf8) + request.body, key: receiver.secret.withLock { $0 })).base64EncodedString()
+            let expected =
+                "v1,"
+                + Data(
+                    HMACSHA256.authenticate(
+                        Array("\(id).\(timestamp).".utf8) + request.body, key: receiver.secret.withLock { $0 })
+                ).base64EncodedString()
             let object = (try? JSONValue.parseObject(request.body)) ?? [:]
             receiver.received.withLock {
                 $0.append(
                     Received(
-                        id: id, eventID: object["id"]?.stringValue ?? "", type: object["type"]?.stringValue ?? "", data: object["data"]?.objectValue ?? [:],
+                        id: id, eventID: object["id"]?.stringValue ?? "", type: object["type"]?.stringValue ?? "",
+                        data: object["data"]?.objectValue ?? [:],
                         signatureValid: request.headers["webhook-signature"] == expected && !id.isEmpty, body: request.body,
                         headers: Dictionary(request.headers.map { ($0.name.lowercased(), $0.value) }) { first, _ in first }))
             }
