@@ -224,7 +224,7 @@ if fuzzing {
     package.targets.append(.target(name: "FuzzDriver", path: "Fuzz/FuzzDriver", swiftSettings: swiftSettings))
     let fuzzTargets: [(name: String, folder: String, dependencies: [Target.Dependency])] = [
         ("fuzz-jose", "FuzzJOSE", ["JOSE", "BrokerCrypto", "StrictJSON"]),
-        ("fuzz-notification", "FuzzNotification", ["AppleID", "BrokerCore", "StrictJSON"]),
+        ("fuzz-notification", "FuzzNotification", ["AppleID", "BrokerCore", "BrokerAPI", "StrictJSON"]),
         ("fuzz-request-json", "FuzzRequestJSON", ["BrokerAPI", "BrokerCore", "HTTPServer", "StrictJSON"]),
     ]
     for fuzz in fuzzTargets {
