@@ -45,7 +45,7 @@ struct EventDeliveryTests {
 
     @Test("every delivery is signed per Standard Webhooks; payloads carry the user id and no personal data")
     func signedDeliveries() throws {
-        let broker = try TestBroker(roles: [.api, .dispatch], extra: Self.fast)
+        let broker = try TestBroker(roles: [.api, .notifications, .dispatch], extra: Self.fast)
         let receiver = try WebhookReceiver()
         _ = try subscribe(broker, receiver)
         let minted = try broker.mint()
@@ -72,7 +72,7 @@ struct EventDeliveryTests {
 
     @Test("a receiver down for a while, then failing with 500, a redirect and a stall, gets every event, in per-user order")
     func receiverOutage() throws {
-        let broker = try TestBroker(roles: [.api, .dispatch], extra: Self.fast)
+        let broker = try TestBroker(roles: [.api, .notifications, .dispatch], extra: Self.fast)
         let receiver = try WebhookReceiver()
         _ = try subscribe(broker, receiver, topics: ["email.forwarding_disabled", "email.forwarding_enabled"])
         let subs = try (0..<4).map { _ -> String in
