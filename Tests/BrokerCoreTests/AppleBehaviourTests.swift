@@ -46,7 +46,7 @@ struct AppleBehaviourTests {
 
     @Test("two apps in one team: a consent-revoked for one leaves the other authorized, and its token is revoked at deletion")
     func consentPerApp() throws {
-        let broker = try TestBroker(extra: Self.twoApps)
+        let broker = try TestBroker(roles: [.api, .notifications, .deletion], extra: Self.twoApps)
         let (userID, sub) = try userOfBothApps(broker)
         #expect(try broker.count("SELECT count(*) FROM apple_tokens WHERE user_id = \(userID)") == 2)
 
@@ -83,7 +83,7 @@ struct AppleBehaviourTests {
     @Test("grouped apps share consent: a notification names the primary App ID and revokes the whole group")
     func groupedApps() throws {
         // Default grouping: every client id in one group, the first (com.example.app) primary.
-        let broker = try TestBroker()
+        let broker = try TestBroker(roles: [.api, .notifications])
         broker.simulator.setAppGroups([[Self.app, Self.other]])
         let (userID, sub) = try userOfBothApps(broker)
         // The web Services ID's consent is revoked: Apple's aud is the primary App ID.
@@ -95,7 +95,9 @@ struct AppleBehaviourTests {
 
     @Test("a web-only deployment accepts notifications for its primary App ID")
     func primaryOutsideClientIDs() throws {
-        let broker = try TestBroker(extra: ["APPLE_CLIENT_IDS": Self.other, "APPLE_APP_GROUPS": "com.example.ios=\(Self.other)"])
+        let broker = try TestBroker(
+            roles: [.api, .notifications],
+            extra: ["APPLE_CLIENT_IDS": Self.other, "APPLE_APP_GROUPS": "com.example.ios=\(Self.other)"])
         broker.simulator.setAppGroups([["com.example.ios", Self.other]])
         let minted = try broker.mint { $0.clientID = Self.other }
         #expect(try broker.login(["identity_token": minted.idToken]).status == 200)
@@ -108,7 +110,7 @@ struct AppleBehaviourTests {
 
     @Test("invalid_request on the sweep's refresh is a revocation: credential state revoked within one sweep interval")
     func invalidRequestRevokes() throws {
-        let broker = try TestBroker(extra: ["BROKER_SWEEP_INTERVAL_SECONDS": "1"])
+        let broker = try TestBroker(roles: [.api, .sweep], extra: ["BROKER_SWEEP_INTERVAL_SECONDS": "1"])
         let minted = try broker.mint { $0.withCode = true }
         let login = try broker.login(["identity_token": minted.idToken, "authorization_code": minted.code!])
         let userID = try #require(UUID(uuidString: login.json["user_id"] as? String ?? ""))
@@ -125,9 +127,11 @@ struct AppleBehaviourTests {
 
     @Test("invalid_client on every refresh: the breaker stops the sweep after a handful of calls, each token backs off")
     func noStormOnInvalidClient() throws {
-        let broker = try TestBroker(extra: [
-            "BROKER_SWEEP_INTERVAL_SECONDS": "1", "BROKER_SWEEP_BREAKER_SECONDS": "3600", "BROKER_SWEEP_CONCURRENCY": "1",
-        ])
+        let broker = try TestBroker(
+            roles: [.api, .sweep],
+            extra: [
+                "BROKER_SWEEP_INTERVAL_SECONDS": "1", "BROKER_SWEEP_BREAKER_SECONDS": "3600", "BROKER_SWEEP_CONCURRENCY": "1",
+            ])
         for _ in 0..<10 {
             let minted = try broker.mint { $0.withCode = true }
             #expect(try broker.login(["identity_token": minted.idToken, "authorization_code": minted.code!]).status == 200)
@@ -159,7 +163,8 @@ struct AppleBehaviourTests {
 
     @Test("one token failing again and again backs off exponentially, capped at the validation interval")
     func perTokenBackoff() throws {
-        let broker = try TestBroker(extra: ["BROKER_SWEEP_INTERVAL_SECONDS": "1", "BROKER_REFRESH_VALIDATION_SECONDS": "3000"])
+        let broker = try TestBroker(
+            roles: [.api, .sweep], extra: ["BROKER_SWEEP_INTERVAL_SECONDS": "1", "BROKER_REFRESH_VALIDATION_SECONDS": "3000"])
         let minted = try broker.mint { $0.withCode = true }
         #expect(try broker.login(["identity_token": minted.idToken, "authorization_code": minted.code!]).status == 200)
         var faults = FaultSettings()
@@ -213,7 +218,7 @@ struct AppleBehaviourTests {
 
     @Test("the notification endpoint reads the JWS whatever the Content-Type says")
     func anyContentType() throws {
-        let broker = try TestBroker()
+        let broker = try TestBroker(roles: [.api, .notifications])
         let minted = try broker.mint()
         #expect(try broker.login(["identity_token": minted.idToken]).status == 200)
         for contentType in ["text/plain", "application/x-www-form-urlencoded", nil] {
@@ -305,7 +310,7 @@ struct DeletionWithoutTokenTests {
 
     @Test("a deletion with a fresh code revokes the tokens it yields, and says revoked")
     func freshCode() throws {
-        let broker = try TestBroker(extra: Self.fast)
+        let broker = try TestBroker(roles: [.api, .deletion], extra: Self.fast)
         // Signed in without a code: the broker holds no token for this user.
         let minted = try broker.mint()
         let login = try broker.login(["identity_token": minted.idToken])
@@ -335,7 +340,7 @@ struct DeletionWithoutTokenTests {
 
     @Test("nothing to revoke and no code: done, with apple_revocation manual_required in the answer, user.deleted and the metric")
     func manualRequired() throws {
-        let broker = try TestBroker(extra: Self.fast)
+        let broker = try TestBroker(roles: [.api, .deletion], extra: Self.fast)
         let minted = try broker.mint()
         let userID = try #require(try broker.login(["identity_token": minted.idToken]).json["user_id"] as? String)
         let record = try deleteAndWait(broker, ["user_id": userID, "reason": "test", "requested_by": "test"])
@@ -351,7 +356,7 @@ struct DeletionWithoutTokenTests {
 
     @Test("a login's access token is kept and revoked at deletion beside the refresh token")
     func accessTokenRevoked() throws {
-        let broker = try TestBroker(extra: Self.fast)
+        let broker = try TestBroker(roles: [.api, .deletion], extra: Self.fast)
         let (userID, sub) = try broker.signIn()
         #expect(
             try broker.count("SELECT count(*) FROM apple_tokens WHERE access_token IS NOT NULL AND access_expires_at > now()")
@@ -368,7 +373,7 @@ struct DeletionWithoutTokenTests {
 
     @Test("a code of another user revokes nothing of theirs; a code for an unknown client or redirect_uri is refused")
     func wrongCodes() throws {
-        let broker = try TestBroker(extra: Self.fast)
+        let broker = try TestBroker(roles: [.api, .deletion], extra: Self.fast)
         let victim = try broker.mint()
         let userID = try #require(try broker.login(["identity_token": victim.idToken]).json["user_id"] as? String)
         let stranger = try broker.simulator.mintToken(
@@ -411,7 +416,7 @@ struct DeletionWithoutTokenTests {
 struct TransferLoginTests {
     @Test("a login carrying transfer_sub joins the old user and retires the old team's identity and tokens")
     func retiresOldTeam() throws {
-        let broker = try TestBroker(extra: ["BROKER_SWEEP_INTERVAL_SECONDS": "1"])
+        let broker = try TestBroker(roles: [.api, .sweep], extra: ["BROKER_SWEEP_INTERVAL_SECONDS": "1"])
         let (userID, _) = try broker.signIn()
         // What the old team left: its identity (with the transfer identifier `transfer export`
         // recorded) and a refresh token this team cannot refresh or revoke.

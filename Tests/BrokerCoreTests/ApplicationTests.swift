@@ -13,7 +13,7 @@ import Testing
 struct ApplicationTests {
     @Test("/healthz, /readyz and /metrics answer")
     func operations() throws {
-        let broker = try TestBroker()
+        let broker = try TestBroker(roles: TestBroker.allRoles)
         #expect(try broker.get("/healthz").json["status"] as? String == "ok")
         let ready = try broker.get("/readyz")
         #expect(ready.status == 200)
@@ -28,7 +28,7 @@ struct ApplicationTests {
     func databaseOutage() throws {
         let cluster = try TestPostgres.dedicatedCluster()
         defer { try? cluster.stop() }
-        let broker = try TestBroker(database: cluster.connectionConfiguration)
+        let broker = try TestBroker(database: cluster.connectionConfiguration, roles: TestBroker.allRoles)
         #expect(try broker.get("/readyz").status == 200)
 
         try cluster.stop()
@@ -43,7 +43,7 @@ struct ApplicationTests {
 
     @Test("logs are JSON lines and hold no API key")
     func logsAreSafe() throws {
-        let broker = try TestBroker()
+        let broker = try TestBroker(roles: TestBroker.allRoles)
         let key = try broker.apiKey([.read])
         _ = try broker.get("/readyz", key: key)
         let lines = broker.logs.capturedLines

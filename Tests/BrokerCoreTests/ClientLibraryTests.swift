@@ -15,9 +15,12 @@ struct ClientLibraryTests {
     @Test(
         "login, user, credential state, the feed, deletions and problems, typed; webhook deliveries verify, tampered ones do not")
     func endToEnd() async throws {
-        let broker = try TestBroker(extra: [
-            "BROKER_DISPATCH_INTERVAL_MS": "50", "BROKER_DELETION_RETRY_BASE_MS": "50", "BROKER_DELETION_INTERVAL_SECONDS": "1",
-        ])
+        let broker = try TestBroker(
+            roles: [.api, .deletion, .dispatch],
+            extra: [
+                "BROKER_DISPATCH_INTERVAL_MS": "50", "BROKER_DELETION_RETRY_BASE_MS": "50",
+                "BROKER_DELETION_INTERVAL_SECONDS": "1",
+            ])
         let key = try broker.key([.login, .read, .compliance, .events, .admin])
         let client = AppleIDBrokerClient(baseURL: URL(string: broker.baseURL)!, apiKey: key)
         let receiver = try WebhookReceiver()

@@ -101,7 +101,7 @@ struct DatabaseTLSTests {
             #expect(try ssl.decode(Bool.self, "ssl") == true)
             #expect(try ssl.decode(String.self, "version").hasPrefix("TLS"))
 
-            let broker = try TestBroker(database: configuration)
+            let broker = try TestBroker(database: configuration, roles: TestBroker.allRoles)
             _ = try broker.signIn()
             #expect(try broker.count("SELECT count(*) FROM users") == 1)
         }

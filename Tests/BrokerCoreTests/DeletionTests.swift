@@ -46,7 +46,7 @@ struct DeletionTests {
         "tokens for two client ids are revoked with the right client id each, then the user is purged without a trace of personal data"
     )
     func twoClients() throws {
-        let broker = try TestBroker(extra: Self.fast)
+        let broker = try TestBroker(roles: [.api, .deletion], extra: Self.fast)
         let (userID, sub) = try user(broker, clients: [TestBroker.clientID, TestBroker.webClientID])
         #expect(try broker.count("SELECT count(*) FROM apple_tokens WHERE user_id = \(userID)") == 2)
         let tokens = broker.simulator.revocations  // none yet
@@ -121,7 +121,7 @@ struct DeletionTests {
 
     @Test("bad requests: unknown user 404, malformed id 400, missing scope 403, neither or both targets 400")
     func badInput() throws {
-        let broker = try TestBroker(extra: Self.fast)
+        let broker = try TestBroker(roles: [.api, .deletion], extra: Self.fast)
         #expect(
             try requestDeletion(broker, ["user_id": UUID().lowercasedString, "reason": "r", "requested_by": "q"]).status == 404)
         let malformed = try requestDeletion(broker, ["user_id": "nope", "reason": "r", "requested_by": "q"])
@@ -153,7 +153,7 @@ struct DeletionTests {
 
     @Test("Apple failing half the revokes with 503 and 429 does not stop any deletion from completing")
     func flakyApple() throws {
-        let broker = try TestBroker(extra: Self.fast)
+        let broker = try TestBroker(roles: [.api, .deletion], extra: Self.fast)
         let users = try (0..<12).map { _ in try user(broker) }
         var faults = FaultSettings()
         faults.errorRate = 0.5
@@ -175,7 +175,7 @@ struct DeletionTests {
 
     @Test("an account-delete notification ends done without calling revoke")
     func appleInitiated() throws {
-        let broker = try TestBroker(extra: Self.fast)
+        let broker = try TestBroker(roles: [.api, .notifications, .deletion], extra: Self.fast)
         let (userID, sub) = try user(broker)
         let result = try broker.simulator.sendNotification(
             NotificationRequest(
@@ -192,7 +192,8 @@ struct DeletionTests {
 
     @Test("a user with no stored token is recorded as nothing to revoke; failures dead-letter and can be retried")
     func nothingToRevokeAndDeadLetters() throws {
-        let broker = try TestBroker(extra: Self.fast.merging(["BROKER_DELETION_MAX_ATTEMPTS": "2"]) { $1 })
+        let broker = try TestBroker(
+            roles: [.api, .deletion], extra: Self.fast.merging(["BROKER_DELETION_MAX_ATTEMPTS": "2"]) { $1 })
         let plain = try broker.login(["identity_token": try broker.mint().idToken])
         let plainID = plain.json["user_id"] as! String
         #expect(try requestDeletion(broker, ["user_id": plainID, "reason": "r", "requested_by": "q"]).status == 202)
@@ -222,7 +223,8 @@ struct DeletionTests {
 
     @Test("a dead-lettered deletion is returned by a second request, not reopened; the retry re-drives it to one user.deleted")
     func deadLetterIsRedrivenNotReopened() throws {
-        let broker = try TestBroker(extra: Self.fast.merging(["BROKER_DELETION_MAX_ATTEMPTS": "2"]) { $1 })
+        let broker = try TestBroker(
+            roles: [.api, .deletion], extra: Self.fast.merging(["BROKER_DELETION_MAX_ATTEMPTS": "2"]) { $1 })
         failEveryRevoke(broker)
         let (userID, _) = try user(broker)
         let body: [String: Any] = ["user_id": userID.lowercasedString, "reason": "r", "requested_by": "q"]
@@ -255,7 +257,7 @@ struct DeletionTests {
         "the database refuses a second user.deleted for one user: a second request purged, a re-run purge, a retry beside an open request"
     )
     func userDeletedOnce() throws {
-        let broker = try TestBroker(extra: Self.fast)
+        let broker = try TestBroker(roles: [.api, .deletion], extra: Self.fast)
         let (userID, _) = try user(broker)
         #expect(
             try requestDeletion(broker, ["user_id": userID.lowercasedString, "reason": "r", "requested_by": "q"]).status == 202)
@@ -296,7 +298,7 @@ struct DeletionTests {
     @Test("a deletion worker killed with SIGKILL three times during 200 deletions loses none and purges each once")
     func crashSafety() throws {
         // The API runs here; the deletion job runs in a separate broker process we kill.
-        let broker = try TestBroker(extra: ["BROKER_ROLES": "api,notifications"])
+        let broker = try TestBroker(roles: [.api, .notifications])
         let users = try (0..<200).map { _ in try user(broker) }
         var faults = FaultSettings()
         faults.latencyMilliseconds = 15
@@ -344,7 +346,7 @@ struct DeletionTests {
 
     @Test("the CLI requests and lists deletions")
     func commandLine() throws {
-        let broker = try TestBroker(extra: Self.fast)
+        let broker = try TestBroker(roles: [.api, .deletion], extra: Self.fast)
         let (userID, _) = try user(broker)
         let requested = try BrokerExecutable.run(
             ["delete-user", "--user-id", userID.lowercasedString, "--reason", "ticket 7", "--requested-by", "ops"],

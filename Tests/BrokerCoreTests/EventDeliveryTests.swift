@@ -45,7 +45,7 @@ struct EventDeliveryTests {
 
     @Test("every delivery is signed per Standard Webhooks; payloads carry the user id and no personal data")
     func signedDeliveries() throws {
-        let broker = try TestBroker(extra: Self.fast)
+        let broker = try TestBroker(roles: [.api, .notifications, .dispatch], extra: Self.fast)
         let receiver = try WebhookReceiver()
         _ = try subscribe(broker, receiver)
         let minted = try broker.mint()
@@ -72,7 +72,7 @@ struct EventDeliveryTests {
 
     @Test("a receiver down for a while, then failing with 500, a redirect and a stall, gets every event, in per-user order")
     func receiverOutage() throws {
-        let broker = try TestBroker(extra: Self.fast)
+        let broker = try TestBroker(roles: [.api, .notifications, .dispatch], extra: Self.fast)
         let receiver = try WebhookReceiver()
         _ = try subscribe(broker, receiver, topics: ["email.forwarding_disabled", "email.forwarding_enabled"])
         let subs = try (0..<4).map { _ -> String in
@@ -111,7 +111,8 @@ struct EventDeliveryTests {
 
     @Test("deliveries older than the maximum age fail, are listed, and can be re-driven; pause holds deliveries back")
     func deadLettersAndPause() throws {
-        let broker = try TestBroker(extra: Self.fast.merging(["BROKER_WEBHOOK_MAX_AGE_SECONDS": "1"]) { $1 })
+        let broker = try TestBroker(
+            roles: [.api, .dispatch], extra: Self.fast.merging(["BROKER_WEBHOOK_MAX_AGE_SECONDS": "1"]) { $1 })
         let receiver = try WebhookReceiver()
         let subscriptionID = try subscribe(broker, receiver)
         receiver.set(.status(500))
@@ -174,7 +175,7 @@ struct EventDeliveryTests {
         "subscriptions are capped by BROKER_WEBHOOK_MAX_SUBSCRIPTIONS: 409 webhook_subscription_limit beyond, room again after a delete"
     )
     func subscriptionCap() throws {
-        let broker = try TestBroker(extra: ["BROKER_WEBHOOK_MAX_SUBSCRIPTIONS": "3", "BROKER_ROLES": "api"])
+        let broker = try TestBroker(roles: [.api], extra: ["BROKER_WEBHOOK_MAX_SUBSCRIPTIONS": "3"])
         let admin = try broker.key([.admin])
         let body = #"{"url":"https://example.com/hook","topics":["*"]}"#
         // Eight creators at once: exactly three get in.
@@ -199,7 +200,7 @@ struct EventDeliveryTests {
 
     @Test("a paused subscription's deliveries are parked out of the dispatcher's way; resume and the reconciler bring them back")
     func parkedWhilePaused() throws {
-        let broker = try TestBroker(extra: ["BROKER_ROLES": "api"])
+        let broker = try TestBroker(roles: [.api])
         let admin = try broker.key([.admin])
         let created = try broker.post(
             "/v1/webhook-subscriptions", json: #"{"url":"http://127.0.0.1:9/hook","topics":["*"]}"#, key: admin)
@@ -234,7 +235,7 @@ struct EventDeliveryTests {
 
     @Test("a dispatcher killed with SIGKILL mid-run loses nothing")
     func dispatcherCrash() throws {
-        let broker = try TestBroker(extra: ["BROKER_ROLES": "api,notifications"])
+        let broker = try TestBroker(roles: [.api, .notifications])
         let receiver = try WebhookReceiver()
         receiver.set(.stall(seconds: 0.02))
         _ = try subscribe(broker, receiver)
@@ -272,7 +273,7 @@ struct EventDeliveryTests {
 
     @Test("the pull feed orders by transaction id as a number: 9, 10, 100 — not as text")
     func feedOrdersTransactionsNumerically() throws {
-        let broker = try TestBroker(extra: ["BROKER_ROLES": "api"])
+        let broker = try TestBroker(roles: [.api])
         let events = try broker.key([.events])
         // Old transaction ids (below every snapshot's xmin), written out of numeric order so
         // neither id order nor text order ("10" < "100" < "9") matches the right one.
@@ -295,7 +296,7 @@ struct EventDeliveryTests {
 
     @Test("the pull feed, read while 8 writers commit out of order, returns every event exactly once")
     func feedWithLateCommits() throws {
-        let broker = try TestBroker(extra: ["BROKER_ROLES": "api"])
+        let broker = try TestBroker(roles: [.api])
         let events = try broker.key([.events])
         let configuration = broker.application.database.connection
         let writers = 8
@@ -353,7 +354,7 @@ struct EventDeliveryTests {
 struct EventRetentionTests {
     @Test("delivered events age out; failed and parked deliveries after the dead-letter retention; due ones never")
     func prune() throws {
-        let broker = try TestBroker(extra: ["BROKER_ROLES": "api"])
+        let broker = try TestBroker(roles: [.api])
         let pool = broker.pool
         try pool.query(
             """

@@ -19,7 +19,7 @@ struct KeyRotationTests {
         let old = "k1:" + Data(SecureRandom.bytes(32)).base64EncodedString()
         let new = "k2:" + Data(SecureRandom.bytes(32)).base64EncodedString()
         // The first broker serves the API only, so no job of its own touches the deletion below.
-        let first = try TestBroker(database: database, extra: ["TOKEN_ENCRYPTION_KEY": old, "BROKER_ROLES": "api"])
+        let first = try TestBroker(database: database, roles: [.api], extra: ["TOKEN_ENCRYPTION_KEY": old])
         let (userID, sub) = try first.signIn(clients: [TestBroker.clientID, TestBroker.webClientID])
         let subscription = try first.post(
             "/v1/webhook-subscriptions", json: #"{"url":"https://hooks.example.com/in","topics":["*"]}"#, key: first.key([.admin])
@@ -50,7 +50,7 @@ struct KeyRotationTests {
         #expect("whsec_" + Data(opened).base64EncodedString() == webhookSecret)
 
         let second = try TestBroker(
-            database: database,
+            database: database, roles: [.api, .deletion],
             extra: [
                 "TOKEN_ENCRYPTION_KEY": new, "BROKER_DELETION_RETRY_BASE_MS": "50", "BROKER_DELETION_INTERVAL_SECONDS": "1",
                 // The same Apple credentials as before: the first broker's simulator knows them.
@@ -81,7 +81,7 @@ struct KeyRotationTests {
         let bySub = #"{"apple_sub":"\#(sub)","reason":"again","requested_by":"test"}"#
         let next = "k3:" + Data(SecureRandom.bytes(32)).base64EncodedString()
         for (ring, expected) in [(next + "," + new, 410), (next, 404)] {
-            let third = try TestBroker(database: database, extra: ["TOKEN_ENCRYPTION_KEY": ring, "BROKER_ROLES": "api"])
+            let third = try TestBroker(database: database, roles: [.api], extra: ["TOKEN_ENCRYPTION_KEY": ring])
             let answer = try third.post("/v1/deletions", json: bySub, key: third.key([.compliance]))
             #expect(answer.status == expected, "\(ring.prefix(2)): \(answer.bodyText)")
             if expected == 410 { #expect(answer.json["deletion_id"] as? String == deletionID) }

@@ -15,11 +15,13 @@ struct LimitedKeyTests {
     @Test("a key limited to one app logs in only its tokens and sees only its users, deletions, events and subscriptions")
     func isolation() throws {
         // Two apps in separate groups: com.example.app and com.example.web do not share users here.
-        let broker = try TestBroker(extra: [
-            "APPLE_APP_GROUPS": "\(TestBroker.clientID);\(TestBroker.webClientID)",
-            "BROKER_DELETION_RETRY_BASE_MS": "50", "BROKER_DELETION_INTERVAL_SECONDS": "1",
-            "BROKER_DISPATCH_INTERVAL_MS": "50",
-        ])
+        let broker = try TestBroker(
+            roles: [.api, .deletion, .dispatch],
+            extra: [
+                "APPLE_APP_GROUPS": "\(TestBroker.clientID);\(TestBroker.webClientID)",
+                "BROKER_DELETION_RETRY_BASE_MS": "50", "BROKER_DELETION_INTERVAL_SECONDS": "1",
+                "BROKER_DISPATCH_INTERVAL_MS": "50",
+            ])
         let store = APIKeyStore(pool: broker.pool)
         let all: Set<Scope> = [.login, .read, .compliance, .events, .admin]
         let limited = try store.create(name: "app-backend", scopes: all, clientIDs: [TestBroker.clientID]).secret

@@ -456,7 +456,7 @@ struct LoginTests {
         "the sweep turns Apple's revocation answer (invalid_request, TN3107's wording) into a consent revocation and a consent.revoked event"
     )
     func refreshSweep() throws {
-        let broker = try TestBroker(extra: ["BROKER_SWEEP_INTERVAL_SECONDS": "1"])
+        let broker = try TestBroker(roles: [.api, .sweep], extra: ["BROKER_SWEEP_INTERVAL_SECONDS": "1"])
         let kept = try broker.mint { $0.withCode = true }
         let revoked = try broker.mint { $0.withCode = true }
         for minted in [kept, revoked] {

@@ -155,7 +155,7 @@ struct MonitoringTests {
     /// Every series name a broker with all roles serves: the `# TYPE` families, and the
     /// `_bucket`/`_sum`/`_count` series of its histograms.
     static func servedMetrics() throws -> Set<String> {
-        let broker = try TestBroker()
+        let broker = try TestBroker(roles: TestBroker.allRoles)
         let response = try broker.get("/metrics")
         #expect(response.status == 200)
         var names = Set<String>()

@@ -50,7 +50,7 @@ struct NotificationTests {
 
     @Test("email-disabled and email-enabled switch relay forwarding and write their events")
     func emailForwarding() throws {
-        let broker = try TestBroker()
+        let broker = try TestBroker(roles: [.api, .notifications])
         let (_, sub) = try brokerWithUser(broker)
         #expect(
             try notify(broker, "email-disabled", sub: sub) {
@@ -74,7 +74,7 @@ struct NotificationTests {
 
     @Test("consent-revoked revokes consent and deletes the refresh token but keeps the user; a later sign-in re-activates")
     func consentRevoked() throws {
-        let broker = try TestBroker()
+        let broker = try TestBroker(roles: [.api, .notifications])
         let (userID, sub) = try brokerWithUser(broker)
         #expect(try broker.count("SELECT count(*) FROM apple_tokens") == 1)
         let result = try notify(broker, "consent-revoked", sub: sub) { $0.eventsAsObject = true }
@@ -92,7 +92,7 @@ struct NotificationTests {
     func accountDelete() throws {
         // Without the deletion role, so the request stays open for us to look at (the deletion
         // job would otherwise purge the user at once; DeletionTests cover that part).
-        let broker = try TestBroker(extra: ["BROKER_ROLES": "api,notifications"])
+        let broker = try TestBroker(roles: [.api, .notifications])
         let (userID, sub) = try brokerWithUser(broker)
         #expect(try notify(broker, "account-delete", sub: sub).status == 200)
         let request = try broker.pool.query("SELECT source, state FROM deletion_requests WHERE user_id = \(userID)").single()
@@ -112,7 +112,7 @@ struct NotificationTests {
     @Test(
         "the same notification posted five times at once is applied once; unknown subjects and types are stored and answered 200")
     func duplicatesAndUnknowns() throws {
-        let broker = try TestBroker()
+        let broker = try TestBroker(roles: [.api, .notifications])
         let (_, sub) = try brokerWithUser(broker)
         var request = NotificationRequest(
             url: broker.baseURL + "/v1/apple/notifications", type: "email-disabled", sub: sub, clientID: TestBroker.clientID)
@@ -142,7 +142,7 @@ struct NotificationTests {
 
     @Test("the inbox keeps notifications for BROKER_NOTIFICATION_RETENTION_SECONDS; one older than that is stale, not applied")
     func inboxRetention() throws {
-        let broker = try TestBroker(extra: ["BROKER_NOTIFICATION_RETENTION_SECONDS": "86400"])
+        let broker = try TestBroker(roles: [.api, .notifications], extra: ["BROKER_NOTIFICATION_RETENTION_SECONDS": "86400"])
         let (_, sub) = try brokerWithUser(broker)
         let old = Int64(Date().timeIntervalSince1970 - 2 * 86_400) * 1000
         var request = NotificationRequest(
@@ -164,7 +164,7 @@ struct NotificationTests {
 
     @Test("an older event arriving late does not overwrite a newer state")
     func outOfOrder() throws {
-        let broker = try TestBroker()
+        let broker = try TestBroker(roles: [.api, .notifications])
         let (_, sub) = try brokerWithUser(broker)
         let base = Int64(Date().timeIntervalSince1970 * 1000)
         #expect(try notify(broker, "email-enabled", sub: sub) { $0.eventTimeMilliseconds = base + 2000 }.status == 200)
@@ -187,7 +187,7 @@ struct NotificationTests {
 
     @Test("forged or malformed payloads are 4xx and change nothing")
     func forgeries() throws {
-        let broker = try TestBroker()
+        let broker = try TestBroker(roles: [.api, .notifications])
         let (_, sub) = try brokerWithUser(broker)
         let before = try broker.count("SELECT count(*) FROM outbox_events")
         let now = Int64(Date().timeIntervalSince1970)
@@ -253,7 +253,7 @@ struct NotificationTests {
     func databaseOutage() throws {
         let cluster = try TestPostgres.dedicatedCluster()
         defer { try? cluster.stop() }
-        let broker = try TestBroker(database: cluster.connectionConfiguration)
+        let broker = try TestBroker(database: cluster.connectionConfiguration, roles: [.api, .notifications])
         let (_, sub) = try brokerWithUser(broker)
         let request = NotificationRequest(
             url: broker.baseURL + "/v1/apple/notifications", type: "consent-revoked", sub: sub, clientID: TestBroker.clientID)

@@ -20,7 +20,7 @@ struct PgBouncerTests {
         let bouncer = try TestPgBouncer(database: database, poolSize: 2)
         let url = try bouncer.url(for: database)
         let broker = try TestBroker(
-            database: try PostgresConfiguration(connectionString: url),
+            database: try PostgresConfiguration(connectionString: url), roles: TestBroker.allRoles,
             extra: DeletionTests.fast.merging([
                 "DATABASE_LISTEN_URL": database.connectionString, "BROKER_SWEEP_INTERVAL_SECONDS": "1",
             ]) { $1 })

@@ -44,7 +44,8 @@ struct RevocationPrecisionTests {
 
     @Test("an invalid_request that does not say revoked (a request defect, TN3107) revokes nothing; many alike trip the breaker")
     func unwordedInvalidRequestRevokesNothing() throws {
-        let broker = try TestBroker(extra: Self.sweep.merging(["BROKER_SWEEP_BREAKER_SECONDS": "3600"]) { $1 })
+        let broker = try TestBroker(
+            roles: [.api, .sweep], extra: Self.sweep.merging(["BROKER_SWEEP_BREAKER_SECONDS": "3600"]) { $1 })
         for _ in 0..<5 { _ = try signedIn(broker) }
         var faults = FaultSettings()
         faults.malformedRequest = true
@@ -62,7 +63,7 @@ struct RevocationPrecisionTests {
 
     @Test("a token-specific invalid_request counts as revoked only when it repeats while other tokens refresh fine")
     func tokenSpecificInvalidRequestRepeats() throws {
-        let broker = try TestBroker(extra: Self.sweep)
+        let broker = try TestBroker(roles: [.api, .sweep], extra: Self.sweep)
         let (victim, victimSub) = try signedIn(broker)
         let (fine, _) = try signedIn(broker)
         var faults = FaultSettings()
@@ -87,7 +88,7 @@ struct RevocationPrecisionTests {
 
     @Test("invalid_request on /auth/revoke is an error of the step, retried, never already_invalid")
     func revokeInvalidRequestIsNoSuccess() throws {
-        let broker = try TestBroker(extra: Self.fastDeletions)
+        let broker = try TestBroker(roles: [.api, .deletion], extra: Self.fastDeletions)
         let (userID, sub) = try signedIn(broker)
         var faults = FaultSettings()
         faults.malformedRequest = true
@@ -120,7 +121,7 @@ struct RevocationPrecisionTests {
     @Test(
         "a password change kills the refresh token, not the consent: token_invalid, no consent.revoked, deletion manual_required")
     func passwordChangeKeepsConsent() throws {
-        let broker = try TestBroker(extra: Self.sweep.merging(Self.fastDeletions) { $1 })
+        let broker = try TestBroker(roles: [.api, .deletion, .sweep], extra: Self.sweep.merging(Self.fastDeletions) { $1 })
         let (userID, sub) = try signedIn(broker)
         #expect(broker.simulator.changePassword(teamID: TestBroker.teamID, sub: sub) == 1)
         try broker.pool.query("UPDATE apple_tokens SET next_validation_at = now()")
@@ -161,7 +162,7 @@ struct RevocationPrecisionTests {
     @Test("a deletion's fresh code is exchanged in the request, before the queue: no deletion worker needed for it")
     func deletionCodeExchangedAtOnce() throws {
         // This process runs the API only: a queue that is slower than Apple's five minutes.
-        let broker = try TestBroker(extra: ["BROKER_ROLES": "api"])
+        let broker = try TestBroker(roles: [.api])
         let minted = try broker.mint()
         let login = try broker.login(["identity_token": minted.idToken])
         let userID = try #require(login.json["user_id"] as? String)
@@ -185,7 +186,7 @@ struct RevocationPrecisionTests {
 
     @Test("an identity token issued before a consent-revoked never restores the consent; one issued after it does")
     func staleTokenDoesNotRestore() throws {
-        let broker = try TestBroker()
+        let broker = try TestBroker(roles: [.api, .notifications])
         let (userID, sub) = try signedIn(broker)
         let now = Int(Date().timeIntervalSince1970)
         let stale = try broker.mint {
@@ -253,7 +254,7 @@ struct RevocationPrecisionTests {
 
     @Test("a forged kid posted to the notification endpoint cannot suppress the refetch a login's new kid needs")
     func notificationCannotSpendLoginRefetch() throws {
-        let broker = try TestBroker()
+        let broker = try TestBroker(roles: [.api, .notifications])
         #expect(try broker.login(["identity_token": try broker.mint().idToken]).status == 200)  // keys cached
         // Anyone may post: a JWS with a kid Apple never published.
         let input: String = Base64URL.encode(#"{"alg":"RS256","kid":"forged-kid"}"#) + "." + Base64URL.encode(#"{"iss":"x"}"#)
@@ -270,7 +271,7 @@ struct RevocationPrecisionTests {
 
     @Test("an email event's email and is_private_email become what the user record shows, with identity.updated")
     func emailEventApplied() throws {
-        let broker = try TestBroker()
+        let broker = try TestBroker(roles: [.api, .notifications])
         let (userID, sub) = try signedIn(broker)
         var notification = NotificationRequest(
             url: broker.baseURL + "/v1/apple/notifications", type: "email-enabled", sub: sub, clientID: TestBroker.clientID)
@@ -287,7 +288,7 @@ struct RevocationPrecisionTests {
 
     @Test("a sign-in after a revocation is a first authorization again: the user field's name is kept over the old one")
     func reauthorizationKeepsUserField() throws {
-        let broker = try TestBroker()
+        let broker = try TestBroker(roles: [.api, .notifications])
         let minted = try broker.mint()
         let first = try broker.login([
             "identity_token": minted.idToken, "user": ["name": ["firstName": "Jane", "lastName": "Doe"]],

@@ -32,7 +32,7 @@ struct SecurityTests {
 
     @Test("the public notification endpoint limits each source address's junk, never Apple's signed notifications")
     func perAddressRateLimit() throws {
-        let broker = try TestBroker(extra: ["BROKER_RATE_LIMIT_NOTIFICATIONS_PER_IP": "1"])
+        let broker = try TestBroker(roles: [.api, .notifications], extra: ["BROKER_RATE_LIMIT_NOTIFICATIONS_PER_IP": "1"])
         let statuses = try (0..<8).map { _ in try broker.post("/v1/apple/notifications", json: #"{"payload":"x"}"#).status }
         #expect(statuses.prefix(5).allSatisfy { $0 == 401 }, "a burst of five reaches verification")
         #expect(statuses.last == 429)
@@ -90,10 +90,12 @@ struct SecurityTests {
             Issue.record("\(hostname) does not resolve to a private address here; the delivery-time check was not exercised")
             return
         }
-        let broker = try TestBroker(extra: [
-            "BROKER_WEBHOOK_ALLOW_PRIVATE_NETWORKS": "false", "BROKER_DISPATCH_INTERVAL_MS": "50",
-            "BROKER_WEBHOOK_RETRY_BASE_MS": "50",
-        ])
+        let broker = try TestBroker(
+            roles: [.api, .dispatch],
+            extra: [
+                "BROKER_WEBHOOK_ALLOW_PRIVATE_NETWORKS": "false", "BROKER_DISPATCH_INTERVAL_MS": "50",
+                "BROKER_WEBHOOK_RETRY_BASE_MS": "50",
+            ])
         let receiver = try WebhookReceiver()
         let admin = try broker.key([.admin])
         let body = try JSONSerialization.data(withJSONObject: [
@@ -159,10 +161,12 @@ struct SecurityTests {
 
     @Test("a webhook host that does not resolve is recorded as address_not_allowed, like a private one: no internal DNS oracle")
     func webhookUnresolvableIsNotAnOracle() throws {
-        let broker = try TestBroker(extra: [
-            "BROKER_WEBHOOK_ALLOW_PRIVATE_NETWORKS": "false", "BROKER_DISPATCH_INTERVAL_MS": "50",
-            "BROKER_WEBHOOK_RETRY_BASE_MS": "50",
-        ])
+        let broker = try TestBroker(
+            roles: [.api, .dispatch],
+            extra: [
+                "BROKER_WEBHOOK_ALLOW_PRIVATE_NETWORKS": "false", "BROKER_DISPATCH_INTERVAL_MS": "50",
+                "BROKER_WEBHOOK_RETRY_BASE_MS": "50",
+            ])
         let admin = try broker.key([.admin])
         let body = #"{"url":"https://no-such-host.invalid/hook","topics":["*"]}"#
         #expect(try broker.post("/v1/webhook-subscriptions", json: body, key: admin).status == 201)

@@ -366,10 +366,12 @@ struct WebSignInTests {
         "after a purge a pg_dump holds no sub, e-mail or name, nor an unkeyed SHA-256 of any (web results and notifications included)"
     )
     func nothingPersonalAfterPurge() throws {
-        let broker = try TestBroker(extra: [
-            "BROKER_PUBLIC_URL": Self.publicURL, "APPLE_WEB_RETURN_URLS": "\(TestBroker.webClientID)=\(Self.returnTo)",
-            "BROKER_DELETION_RETRY_BASE_MS": "50", "BROKER_DELETION_INTERVAL_SECONDS": "1",
-        ])
+        let broker = try TestBroker(
+            roles: [.api, .notifications, .deletion],
+            extra: [
+                "BROKER_PUBLIC_URL": Self.publicURL, "APPLE_WEB_RETURN_URLS": "\(TestBroker.webClientID)=\(Self.returnTo)",
+                "BROKER_DELETION_RETRY_BASE_MS": "50", "BROKER_DELETION_INTERVAL_SECONDS": "1",
+            ])
         broker.simulator.registerReturnURLs(clientID: TestBroker.webClientID, urls: [Self.publicURL + "/v1/apple/web/callback"])
         // A web sign-in whose result is never redeemed: its answer (sub, e-mail, name) waits in web_results.
         let back = try Redirect(

@@ -87,7 +87,7 @@ struct WorkerGroupTests {
 struct ActiveSubscriptionProbeTests {
     @Test("answers from PostgreSQL, remembers for a second, and says yes when it cannot ask")
     func probe() throws {
-        let broker = try TestBroker(extra: ["BROKER_ROLES": "api"])
+        let broker = try TestBroker(roles: [.api])
         let probe = ActiveSubscriptionProbe(pool: broker.pool)
         #expect(probe.anyActive() == false)
         let admin = try broker.key([.admin])

@@ -53,12 +53,24 @@ final class TestBroker: Sendable {
     var baseURL: String { "http://127.0.0.1:\(application.port)" }
     var pool: PostgresPool { application.database.pool }
 
-    /// - Parameter appleBaseURL: where the broker finds Apple; default the simulator.
-    init(database: PostgresConfiguration? = nil, extra: [String: String] = [:], appleBaseURL: String? = nil) throws {
+    /// Every role, for tests of what the roles do together.
+    static let allRoles = Set(BrokerConfiguration.Role.allCases)
+
+    /// - Parameters:
+    ///   - roles: the parts this broker runs (`BROKER_ROLES`). Default the API alone: a test that
+    ///     needs the notification endpoint or a worker (deletion, dispatch, sweep) names it, so
+    ///     no test pays for idle workers polling its database.
+    ///   - appleBaseURL: where the broker finds Apple; default the simulator.
+    init(
+        database: PostgresConfiguration? = nil, roles: Set<BrokerConfiguration.Role> = [.api], extra: [String: String] = [:],
+        appleBaseURL: String? = nil
+    ) throws {
+        precondition(extra["BROKER_ROLES"] == nil, "pass roles:, not BROKER_ROLES")
         simulator = try AppleSimulator(logger: Logger(label: "sim", sink: .capturing(level: .warning)))
         try simulator.start()
         var variables = extra
         variables["APPLE_BASE_URL"] = appleBaseURL ?? simulator.baseURL
+        variables["BROKER_ROLES"] = roles.sorted().map(\.rawValue).joined(separator: ",")
         environment = try TestEnvironment.variables(database: database ?? TestPostgres.freshDatabase(), extra: variables)
         let pem = try String(contentsOfFile: environment["APPLE_PRIVATE_KEY_PATH"]!, encoding: .utf8)
         simulator.registerTeam(
