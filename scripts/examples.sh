@@ -59,7 +59,7 @@ for lang in python node go; do
 
   # The app's side: a raw nonce, its lowercase hex SHA-256 in the Apple request (here the
   # simulator playing Apple), the raw one to the backend.
-  raw_nonce=$(python3 -c 'import secrets; print(secrets.token_urlsafe(32))')
+  raw_nonce=$(python3 -c 'import secrets; print(secrets.token_hex(32))')
   hashed=$(python3 -c 'import hashlib,sys; print(hashlib.sha256(sys.argv[1].encode()).hexdigest())' "$raw_nonce")
   minted=$(curl -sf -X POST "http://127.0.0.1:$SIM_PORT/sim/tokens" -H 'Content-Type: application/json' \
     -d "{\"client_id\":\"$APPLE_CLIENT_IDS\",\"with_code\":true,\"nonce_claim\":\"$hashed\"}")
