@@ -118,4 +118,77 @@ struct LimitedKeyTests {
         #expect(
             events.contains { $0["type"] as? String == "user.deleted" && $0["user_id"] as? String == appUser.lowercasedString })
     }
+
+    @Test(
+        "with the default app grouping a limited key reaches exactly its client ids, and a shared user's grants and account stay the other app's too"
+    )
+    func exactReachAndSharedUsers() throws {
+        // No APPLE_APP_GROUPS: both apps are one group (com.example.app its primary), which
+        // widened a key limited to com.example.web to both apps.
+        let broker = try TestBroker(roles: [.api, .dispatch], extra: ["BROKER_DISPATCH_INTERVAL_MS": "50"])
+        let store = APIKeyStore(pool: broker.pool)
+        let all: Set<Scope> = [.login, .read, .compliance, .events]
+        let web = try store.create(name: "web-backend", scopes: all, clientIDs: [TestBroker.webClientID]).secret
+        let unlimited = try broker.key(all)
+        let (appOnly, _) = try broker.signIn(clients: [TestBroker.clientID])
+        let (webOnly, _) = try broker.signIn(clients: [TestBroker.webClientID])
+        let (shared, _) = try broker.signIn(clients: [TestBroker.clientID, TestBroker.webClientID])
+        // Apple's verdict on the group's grant (a notification or the sweep): one grant, both apps'.
+        try broker.pool.query(
+            """
+            INSERT INTO apple_grants (identity_id, user_id, app_id, consent, email_forwarding)
+            SELECT id, user_id, \(TestBroker.clientID), 'active', 'enabled' FROM apple_identities WHERE user_id = \(shared)
+            """)
+
+        // Logins: a token of the other app is refused.
+        let appToken = try broker.mint { $0.clientID = TestBroker.clientID }
+        let refused = try broker.login(["identity_token": appToken.idToken], key: web)
+        #expect(refused.status == 403)
+        #expect(refused.json["code"] as? String == "client_not_allowed")
+
+        // Reading: the other app's user does not exist for this key; the shared one does, with
+        // the grant of its group (com.example.web's own) and no other.
+        #expect(try broker.get("/v1/users/\(appOnly.lowercasedString)", key: web).status == 404)
+        #expect(try broker.get("/v1/users/\(appOnly.lowercasedString)/credential-state", key: web).status == 404)
+        #expect(try broker.get("/v1/users/\(webOnly.lowercasedString)", key: web).status == 200)
+        let user = try broker.get("/v1/users/\(shared.lowercasedString)", key: web)
+        #expect(user.status == 200)
+        let identities = try #require(user.json["identities"] as? [[String: Any]])
+        let apps = try #require(identities.first?["apps"] as? [[String: Any]])
+        #expect(apps.compactMap { $0["client_id"] as? String } == [TestBroker.clientID], "the group's one grant")
+        let state = try broker.get(
+            "/v1/users/\(shared.lowercasedString)/credential-state?client_id=\(TestBroker.clientID)", key: web)
+        #expect(state.status == 403, "another app's client id")
+        #expect(state.json["code"] as? String == "client_not_allowed")
+        #expect(
+            try broker.get(
+                "/v1/users/\(shared.lowercasedString)/credential-state?client_id=\(TestBroker.webClientID)", key: web
+            ).json["state"] as? String == "authorized")
+
+        // Deleting: not another app's user (404), not a user other apps share (403, nothing
+        // opened), its own user yes; an unlimited key deletes the shared one.
+        func delete(_ user: UUID, _ key: String) throws -> HTTPClientResponse {
+            try broker.post(
+                "/v1/deletions", json: #"{"user_id":"\#(user.lowercasedString)","reason":"asked","requested_by":"t"}"#, key: key)
+        }
+        #expect(try delete(appOnly, web).status == 404)
+        let sharedRefused = try delete(shared, web)
+        #expect(sharedRefused.status == 403)
+        #expect(sharedRefused.json["code"] as? String == "user_shared_with_other_apps")
+        #expect(sharedRefused.header("content-type") == "application/problem+json")
+        #expect(try broker.count("SELECT count(*) FROM deletion_requests WHERE user_id = \(shared)") == 0)
+        #expect(try delete(webOnly, web).status == 202)
+        #expect(try delete(shared, unlimited).status == 202)
+        #expect(
+            (try broker.get("/v1/deletions", key: web).json["deletions"] as? [Any])?.count == 2,
+            "its own user's deletion and the shared user's")
+
+        // The feed: nothing of the other app's user.
+        var events: [[String: Any]] = []
+        try waitUntil(seconds: 30) {
+            events = try broker.get("/v1/events?limit=1000", key: web).json["events"] as? [[String: Any]] ?? []
+            return events.contains { $0["user_id"] as? String == webOnly.lowercasedString }
+        }
+        #expect(!events.contains { $0["user_id"] as? String == appOnly.lowercasedString })
+    }
 }
