@@ -133,12 +133,17 @@ struct LimitedKeyTests {
         let (appOnly, _) = try broker.signIn(clients: [TestBroker.clientID])
         let (webOnly, _) = try broker.signIn(clients: [TestBroker.webClientID])
         let (shared, _) = try broker.signIn(clients: [TestBroker.clientID, TestBroker.webClientID])
-        // Apple's verdict on the group's grant (a notification or the sweep): one grant, both apps'.
+        // Apple's verdicts on the group's grant (a notification or the sweep): one grant, both
+        // apps', named by the group's primary App ID (com.example.app).
         try broker.pool.query(
             """
             INSERT INTO apple_grants (identity_id, user_id, app_id, consent, email_forwarding)
-            SELECT id, user_id, \(TestBroker.clientID), 'active', 'enabled' FROM apple_identities WHERE user_id = \(shared)
+            SELECT id, user_id, \(TestBroker.clientID), 'active', 'enabled' FROM apple_identities
+            WHERE user_id IN (\(shared), \(webOnly))
             """)
+        // A key limited to the primary: the grant row of a user of the other app is no reach.
+        let app = try store.create(name: "app-backend", scopes: all, clientIDs: [TestBroker.clientID]).secret
+        #expect(try broker.get("/v1/users/\(webOnly.lowercasedString)", key: app).status == 404)
 
         // Logins: a token of the other app is refused.
         let appToken = try broker.mint { $0.clientID = TestBroker.clientID }
@@ -183,12 +188,20 @@ struct LimitedKeyTests {
             (try broker.get("/v1/deletions", key: web).json["deletions"] as? [Any])?.count == 2,
             "its own user's deletion and the shared user's")
 
-        // The feed: nothing of the other app's user.
-        var events: [[String: Any]] = []
-        try waitUntil(seconds: 30) {
-            events = try broker.get("/v1/events?limit=1000", key: web).json["events"] as? [[String: Any]] ?? []
-            return events.contains { $0["user_id"] as? String == webOnly.lowercasedString }
+        // A deletion remembers exactly the apps its user was in: the other app's deleted user
+        // stays out of the primary's key's reach.
+        #expect(try broker.get("/v1/users/\(webOnly.lowercasedString)", key: app).status == 404)
+        #expect(
+            (try broker.get("/v1/deletions", key: app).json["deletions"] as? [Any])?.count == 1, "the shared user's only")
+
+        // The feed: nothing of the other app's user, either way.
+        for (key, own, other) in [(web, webOnly, appOnly), (app, appOnly, webOnly)] {
+            var events: [[String: Any]] = []
+            try waitUntil(seconds: 30) {
+                events = try broker.get("/v1/events?limit=1000", key: key).json["events"] as? [[String: Any]] ?? []
+                return events.contains { $0["user_id"] as? String == own.lowercasedString }
+            }
+            #expect(!events.contains { $0["user_id"] as? String == other.lowercasedString })
         }
-        #expect(!events.contains { $0["user_id"] as? String == appOnly.lowercasedString })
     }
 }

@@ -5,18 +5,17 @@ import PostgresClient
 /// place. Unlimited keys see everything, at no cost.
 ///
 /// A user is in an app when one of its identities signed in last with that client id or a
-/// token of that client id is stored: exactly the key's client ids, never widened to their app
-/// groups (a grant row names a whole group by its primary App ID and says nothing about which
-/// member the user uses). A user whose deletion was requested stays visible to the apps it was
-/// in then (`deletion_requests.client_ids`), so the record and the user's events outlive the
-/// purge.
+/// token of that client id is stored (`broker_user_apps`): exactly the key's client ids, never
+/// widened to their app groups (a grant row names a whole group by its primary App ID and says
+/// nothing about which member the user uses). A user whose deletion was requested stays
+/// visible to the apps it was in then (`deletion_requests.client_ids`, written by the
+/// `deletion_requests_apps_v2` trigger), so the record and the user's events outlive the purge.
 package enum AppReach {
     static func user(_ id: UUID, visibleTo key: APIKey, pool: PostgresPool) throws -> Bool {
         guard let reach = key.reachArray else { return true }
         return try pool.query(
             """
-            SELECT EXISTS (SELECT 1 FROM apple_identities WHERE user_id = \(id) AND client_id = ANY (\(reach)::text[]))
-                OR EXISTS (SELECT 1 FROM apple_tokens WHERE user_id = \(id) AND client_id = ANY (\(reach)::text[]))
+            SELECT broker_user_apps(\(id)) && \(reach)::text[]
                 OR EXISTS (SELECT 1 FROM deletion_requests d WHERE d.user_id = \(id) AND d.client_ids && \(reach)::text[])
                 AS visible
             """
