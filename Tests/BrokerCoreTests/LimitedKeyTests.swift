@@ -10,6 +10,13 @@ import Testing
 
 /// API keys limited to some apps (`api-keys create --client-ids`): a team with two apps gives
 /// each backend a key that reaches its own app's users and nothing else.
+extension TestBroker {
+    /// `POST /v1/deletions` for `user` with `key`.
+    fileprivate func requestDeletion(_ user: UUID, _ key: String) throws -> HTTPClientResponse {
+        try post("/v1/deletions", json: #"{"user_id":"\#(user.lowercasedString)","reason":"asked","requested_by":"t"}"#, key: key)
+    }
+}
+
 @Suite("API keys limited to apps", .offPool)
 struct LimitedKeyTests {
     @Test("a key limited to one app logs in only its tokens and sees only its users, deletions, events and subscriptions")
@@ -88,15 +95,11 @@ struct LimitedKeyTests {
 
         // Deletions: the other app's user cannot be deleted with this key; its own can, and the
         // record and user.deleted stay visible to it after the purge.
-        func delete(_ user: UUID, _ key: String) throws -> HTTPClientResponse {
-            try broker.post(
-                "/v1/deletions", json: #"{"user_id":"\#(user.lowercasedString)","reason":"asked","requested_by":"t"}"#, key: key)
-        }
-        #expect(try delete(webUser, limited).status == 404)
-        let accepted = try delete(appUser, limited)
+        #expect(try broker.requestDeletion(webUser, limited).status == 404)
+        let accepted = try broker.requestDeletion(appUser, limited)
         #expect(accepted.status == 202)
         let deletionID = try #require(accepted.json["deletion_id"] as? String)
-        #expect(try delete(webUser, unlimited).status == 202)
+        #expect(try broker.requestDeletion(webUser, unlimited).status == 202)
         try waitUntil(seconds: 30) { try broker.count("SELECT count(*) FROM deletion_requests WHERE state = 'done'") == 2 }
         #expect(try broker.get("/v1/deletions/\(deletionID)", key: limited).json["state"] as? String == "done")
         let deletions = try #require(try broker.get("/v1/deletions", key: limited).json["deletions"] as? [[String: Any]])
@@ -172,18 +175,14 @@ struct LimitedKeyTests {
 
         // Deleting: not another app's user (404), not a user other apps share (403, nothing
         // opened), its own user yes; an unlimited key deletes the shared one.
-        func delete(_ user: UUID, _ key: String) throws -> HTTPClientResponse {
-            try broker.post(
-                "/v1/deletions", json: #"{"user_id":"\#(user.lowercasedString)","reason":"asked","requested_by":"t"}"#, key: key)
-        }
-        #expect(try delete(appOnly, web).status == 404)
-        let sharedRefused = try delete(shared, web)
+        #expect(try broker.requestDeletion(appOnly, web).status == 404)
+        let sharedRefused = try broker.requestDeletion(shared, web)
         #expect(sharedRefused.status == 403)
         #expect(sharedRefused.json["code"] as? String == "user_shared_with_other_apps")
         #expect(sharedRefused.header("content-type") == "application/problem+json")
         #expect(try broker.count("SELECT count(*) FROM deletion_requests WHERE user_id = \(shared)") == 0)
-        #expect(try delete(webOnly, web).status == 202)
-        #expect(try delete(shared, unlimited).status == 202)
+        #expect(try broker.requestDeletion(webOnly, web).status == 202)
+        #expect(try broker.requestDeletion(shared, unlimited).status == 202)
         #expect(
             (try broker.get("/v1/deletions", key: web).json["deletions"] as? [Any])?.count == 2,
             "its own user's deletion and the shared user's")
