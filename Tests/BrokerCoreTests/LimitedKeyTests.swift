@@ -145,8 +145,15 @@ struct LimitedKeyTests {
             WHERE user_id IN (\(shared), \(webOnly))
             """)
         // A key limited to the primary: the grant row of a user of the other app is no reach.
-        let app = try store.create(name: "app-backend", scopes: all, clientIDs: [TestBroker.clientID]).secret
+        let app = try store.create(name: "app-backend", scopes: all.union([.admin]), clientIDs: [TestBroker.clientID])
+            .secret
         #expect(try broker.get("/v1/users/\(webOnly.lowercasedString)", key: app).status == 404)
+        // Its webhook subscription (paused: rows are what count) gets no event of that user.
+        let subscribed = try broker.post(
+            "/v1/webhook-subscriptions", json: #"{"url":"https://hooks.example.com/in","topics":["*"]}"#, key: app)
+        #expect(subscribed.status == 201)
+        let subscription = try #require(subscribed.json["id"] as? String)
+        try broker.pool.query("UPDATE webhook_subscriptions SET status = 'paused'")
 
         // Logins: a token of the other app is refused.
         let appToken = try broker.mint { $0.clientID = TestBroker.clientID }
@@ -192,6 +199,15 @@ struct LimitedKeyTests {
         #expect(try broker.get("/v1/users/\(webOnly.lowercasedString)", key: app).status == 404)
         #expect(
             (try broker.get("/v1/deletions", key: app).json["deletions"] as? [Any])?.count == 1, "the shared user's only")
+
+        let delivered = Set(
+            try broker.pool.query(
+                """
+                SELECT DISTINCT e.user_id FROM webhook_deliveries d JOIN outbox_events e ON e.id = d.event_id
+                WHERE d.subscription_id = \(subscription)::uuid
+                """
+            ).map { try $0.decode(UUID.self, 0) })
+        #expect(delivered == [shared], "the shared user's deletion request, not the other app's user's")
 
         // The feed: nothing of the other app's user, either way.
         for (key, own, other) in [(web, webOnly, appOnly), (app, appOnly, webOnly)] {
