@@ -415,6 +415,9 @@ struct HTTPServerTests {
             }
             #expect(trickle.isClosedByPeer(), "the connection outlived its deadline while sending a body")
             #expect(ContinuousClock.now - bodyStarted < .seconds(6))
+            let freed = ContinuousClock.now + .seconds(2)
+            while server.inFlightRequests > 0 && ContinuousClock.now < freed { Thread.sleep(forTimeInterval: 0.02) }
+            #expect(server.inFlightRequests == 0, "the trickled request's slot was not freed")
 
             // A kept-alive connection that sends whole requests is not affected.
             let steady = try #require(RawConnection(port: port, timeoutSeconds: 3))
