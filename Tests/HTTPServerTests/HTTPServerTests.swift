@@ -151,6 +151,18 @@ struct HTTPServerTests {
                     headers: [("Content-Type", "application/json"), ("Transfer-Encoding", "chunked")], body: big))
             #expect(chunked.status == 413)
 
+            // Exactly at the limit, chunked: accepted (its room is the limit, no more).
+            let prefix = #"{"name":""#
+            let suffix = #"","count":1}"#
+            let atLimit = Array(
+                (prefix + String(repeating: "a", count: 1024 - prefix.utf8.count - suffix.utf8.count) + suffix).utf8)
+            #expect(atLimit.count == 1024)
+            let accepted = try client.send(
+                .init(
+                    method: "POST", url: base + "/items",
+                    headers: [("Content-Type", "application/json"), ("Transfer-Encoding", "chunked")], body: atLimit))
+            #expect(accepted.status == 201)
+
             let small = try client.send(
                 .init(
                     method: "POST", url: base + "/items", headers: [("Content-Type", "application/json")],
