@@ -91,12 +91,14 @@ struct ConsoleStore: Sendable {
         var email: String?
         var emailVerified: Bool
         var isPrivateEmail: Bool
+        /// Consent per app group (`apple_grants`; no row: active).
         var consent: String
         var liveTokens: [String]
     }
 
     /// The user an exact value names: a user id, an Apple `sub` of this team, or an e-mail
-    /// address compared after trimming and lower-casing (no pattern, no prefix).
+    /// address compared after trimming and lower-casing (no pattern, no prefix), verified or
+    /// not (an unverified one, from Apple's unsigned `user` field, is flagged on the page).
     func findUser(userID: UUID?, sub: String?, email: String?) throws -> [UUID] {
         if let userID {
             return try pool.query("SELECT id FROM users WHERE id = \(userID)").map { try $0.decode(UUID.self, "id") }
@@ -110,7 +112,8 @@ struct ConsoleStore: Sendable {
             return try pool.query(
                 """
                 SELECT DISTINCT user_id FROM apple_identities
-                WHERE team_id = \(teamID) AND lower(email) = \(email.lowercased()) LIMIT 5
+                WHERE team_id = \(teamID)
+                  AND (lower(email) = \(email.lowercased()) OR lower(unverified_email) = \(email.lowercased())) LIMIT 5
                 """
             ).map { try $0.decode(UUID.self, "user_id") }
         }
@@ -120,7 +123,10 @@ struct ConsoleStore: Sendable {
     func identities(of userID: UUID) throws -> [Identity] {
         try pool.query(
             """
-            SELECT i.sub, i.client_id, i.email, i.email_verified, i.is_private_email, i.consent,
+            SELECT i.sub, i.client_id, COALESCE(i.email, i.unverified_email) AS email,
+                   i.email IS NOT NULL AND i.email_verified AS email_verified, i.is_private_email,
+                   COALESCE((SELECT string_agg(g.app_id || ': ' || g.consent, ', ' ORDER BY g.app_id) FROM apple_grants g
+                             WHERE g.identity_id = i.id), 'active') AS consent,
                    COALESCE((SELECT string_agg(t.client_id, ',' ORDER BY t.client_id) FROM apple_tokens t
                              WHERE t.identity_id = i.id AND t.revoked_at IS NULL), '') AS tokens
             FROM apple_identities i WHERE i.user_id = \(userID) ORDER BY i.created_at
