@@ -1,5 +1,6 @@
 import BrokerCore
 import Foundation
+import HTTPClient
 import HTTPServer
 import Observability
 import PostgresClient
@@ -16,7 +17,7 @@ public final class ConsoleServer: Sendable {
     ///   - hasher: keys the hashes of looked-up terms in the audit log.
     package init(
         configuration: ConsoleConfiguration, pool: PostgresPool, deletions: DeletionService, teamID: String,
-        hasher: SubjectHasher, logger: Logger
+        hasher: SubjectHasher, logger: Logger, transport: any HTTPTransport = CurlTransport()
     ) {
         self.configuration = configuration
         let sessions = ConsoleSessionStore(
@@ -29,6 +30,11 @@ public final class ConsoleServer: Sendable {
             redemptions: RateLimiter(rate: configuration.linkRedemptionsPerSecond, burst: 10),
             oidcConfigured: configuration.oidc != nil)
         let overview = OverviewPage(store: store)
+        let oidc = configuration.oidc.map { settings in
+            OIDCPages(
+                client: OIDCClient(settings: settings, redirectURI: configuration.publicURL + "/callback", transport: transport),
+                sessions: sessions, stepUpSeconds: configuration.stepUpSeconds, logger: logger.labelled("console"))
+        }
         let deletions = DeletionPages(
             service: deletions, store: store, termHash: { hasher.hash(teamID: "console-lookup", sub: $0) })
         var router = Router()
@@ -42,9 +48,9 @@ public final class ConsoleServer: Sendable {
             case .signIn: page = signIn.signIn
             case .linkForm: page = signIn.linkForm
             case .linkRedeem: page = signIn.redeem
-            case .oidcStart, .oidcCallback:
-                page = { _ in throw ConsoleRefusal.notFound }
-            case .stepUp: page = signIn.stepUp
+            case .oidcStart: page = oidc.map { $0.start } ?? Self.notFound
+            case .oidcCallback: page = oidc.map { $0.callback } ?? Self.notFound
+            case .stepUp: page = oidc.map { $0.stepUp } ?? signIn.stepUp
             case .signOut: page = signIn.signOut
             case .overview: page = overview.render
             case .deletions: page = deletions.list
@@ -68,6 +74,8 @@ public final class ConsoleServer: Sendable {
         self.server = HTTPServer(
             configuration: server, router: router, logger: logger.labelled("console"), metrics: MetricsRegistry())
     }
+
+    private static let notFound: ConsoleHandler = { _ in throw ConsoleRefusal.notFound }
 
     public func start() throws { try server.start() }
     public func shutdown() { server.shutdown() }

@@ -26,7 +26,9 @@ final class ConsoleBroker: Sendable {
     var apiURL: String { "http://127.0.0.1:\(application.port)" }
     var pool: PostgresPool { application.database.pool }
 
-    init(roles: Set<BrokerConfiguration.Role> = [.api], extra: [String: String] = [:]) throws {
+    init(
+        roles: Set<BrokerConfiguration.Role> = [.api], extra: [String: String] = [:], oidc: ConsoleConfiguration.OIDC? = nil
+    ) throws {
         simulator = try AppleSimulator(logger: Logger(label: "sim", sink: .capturing(level: .warning)))
         try simulator.start()
         var environment: [String: String] = [
@@ -45,7 +47,8 @@ final class ConsoleBroker: Sendable {
             teamID: Self.teamID, keyID: "KEYID12345", publicKey: try AppleSimulator.publicKey(fromPEM: pem),
             clientIDs: [Self.clientID])
         let configuration = try BrokerConfiguration.load(environment: environment, requireApple: true)
-        let console = ConsoleConfiguration(listen: "127.0.0.1:0")
+        var console = ConsoleConfiguration(listen: "127.0.0.1:0")
+        console.oidc = oidc
         application = try BrokerApplication(
             configuration: configuration, console: console, logger: Logger(label: "broker", sink: .capturing(level: .warning)))
         try application.start()
