@@ -22,7 +22,12 @@ enum Layout {
         let navigation: HTML
         if let session {
             var links: [HTML] = [link("/", "Overview"), link("/deletions", "Deletions")]
-            if session.allows(.compliance) { links.append(link("/deletions/new", "New deletion")) }
+            if session.allows(.compliance) {
+                links += [link("/deletions/new", "New deletion"), link("/follow-ups", "Follow-ups"), link("/lookup", "Lookup")]
+            }
+            links += [link("/webhooks", "Webhooks"), link("/notifications", "Apple notifications")]
+            if session.allows(.webhookOperators) { links.append(link("/api-keys", "API keys")) }
+            if session.allows(.auditors) { links.append(link("/audit", "Audit log")) }
             navigation = """
                 <header><nav aria-label="Console"><ul>\(links)</ul></nav>
                 <form method="post" action="/logout" class="signout">\(csrfField(session))

@@ -113,19 +113,19 @@ final class ConsoleBroker: Sendable {
     // MARK: Users
 
     /// Signs a user in through the API with a code (so the broker holds a refresh token).
-    func signInUser(email: String? = nil) throws -> (id: UUID, sub: String) {
+    func signInUser(email: String? = nil, withCode: Bool = true) throws -> (id: UUID, sub: String) {
         let key = try APIKeyStore(pool: pool).create(name: "test", scopes: [.login]).secret
         let minted = try simulator.mintToken(
             {
                 var request = TokenRequest(clientID: Self.clientID)
                 request.teamID = Self.teamID
-                request.withCode = true
+                request.withCode = withCode
                 if let email { request.email = email }
                 return request
             }())
-        let body = try JSONSerialization.data(withJSONObject: [
-            "identity_token": minted.idToken, "authorization_code": minted.code!,
-        ])
+        var fields = ["identity_token": minted.idToken]
+        if withCode { fields["authorization_code"] = minted.code! }
+        let body = try JSONSerialization.data(withJSONObject: fields)
         let response = try client.send(
             .init(
                 method: "POST", url: apiURL + "/v1/apple/login",
