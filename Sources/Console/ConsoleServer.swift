@@ -38,8 +38,9 @@ public final class ConsoleServer: Sendable {
                 sessions: sessions, stepUpSeconds: configuration.stepUpSeconds, logger: logger.labelled("console"))
         }
         let termHash: @Sendable (String) -> String = { hasher.hash(teamID: "console-lookup", sub: $0) }
-        let deletions = DeletionPages(service: deletions, store: store, termHash: termHash)
-        let followUps = FollowUpPages(store: store, termHash: termHash)
+        let lookup = ExactLookup(store: store, termHash: termHash)
+        let deletions = DeletionPages(service: deletions, store: store, finder: lookup)
+        let followUps = FollowUpPages(store: store, finder: lookup)
         let operations = OperationsPages(
             store: store, subscriptions: subscriptions, apiKeys: APIKeyStore(pool: pool), sessions: sessions)
         var router = Router()

@@ -11,8 +11,7 @@ import StrictJSON
 struct DeletionPages {
     let service: DeletionService
     let store: ConsoleStore
-    /// Keys the hash of a looked-up term for the audit log (never the term itself).
-    let termHash: @Sendable (String) -> String
+    let finder: ExactLookup
 
     // MARK: List and detail
 
@@ -130,35 +129,14 @@ struct DeletionPages {
             "New deletion", session: session,
             """
             <p>Identify the user by one exact value. Nothing is searched by pattern.</p>
-            <form method="post" action="/deletions/new">\(Layout.csrfField(session))
-            <label for="identify_by">Identify by</label>
-            <select id="identify_by" name="identify_by"><option value="user_id">Broker user id</option>
-            <option value="apple_sub">Apple sub</option><option value="email">Exact e-mail address</option></select>
-            <label for="value">Value</label><input id="value" name="value" required maxlength="320" autocomplete="off">
+            <form method="post" action="/deletions/new">\(Layout.csrfField(session))\(ExactLookup.fields("Identify by"))
             <button type="submit">Find the user</button></form>
             """)
     }
 
     func identify(_ request: ConsoleRequest) throws -> HTTPResponse {
         let session = try request.signedIn
-        let kind = try request.field("identify_by", maximum: 20)
-        let value = try request.field("value", maximum: 320)
-        let users: [UUID]
-        switch kind {
-        case "user_id":
-            guard let id = UUID(uuidString: value) else { throw ConsoleRefusal.invalid("A broker user id is a UUID.") }
-            users = try store.findUser(userID: id, sub: nil, email: nil)
-        case "apple_sub": users = try store.findUser(userID: nil, sub: value, email: nil)
-        case "email":
-            guard value.contains("@") else { throw ConsoleRefusal.invalid("Give a whole e-mail address.") }
-            users = try store.findUser(userID: nil, sub: nil, email: value)
-        default: throw ConsoleRefusal.invalid("Identify the user by user id, Apple sub or e-mail.")
-        }
-        try store.pool.withConnection { connection in
-            try ConsoleSessionStore.audit(
-                connection, actor: session.actor, action: "console.lookup",
-                detail: ["by": .string(kind), "term_hash": .string(termHash(value)), "matches": .integer(Int64(users.count))])
-        }
+        let (kind, users) = try finder.find(request, by: session)
         guard !users.isEmpty else {
             return Layout.refusal(
                 404, "No user found", "No user matches this \(kind.replacingOccurrences(of: "_", with: " ")).", session: session)
