@@ -35,7 +35,8 @@ public final class ConsoleServer: Sendable {
         let oidc = configuration.oidc.map { settings in
             OIDCPages(
                 client: OIDCClient(settings: settings, redirectURI: configuration.publicURL + "/callback", transport: transport),
-                sessions: sessions, stepUpSeconds: configuration.stepUpSeconds, logger: logger.labelled("console"))
+                sessions: sessions, stepUpSeconds: configuration.stepUpSeconds, starts: RateLimiter(rate: 1, burst: 30),
+                logger: logger.labelled("console"))
         }
         let termHash: @Sendable (String) -> String = { hasher.hash(teamID: "console-lookup", sub: $0) }
         let lookup = ExactLookup(store: store, termHash: termHash)
