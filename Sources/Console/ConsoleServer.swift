@@ -18,8 +18,8 @@ public final class ConsoleServer: Sendable {
     ///   - hasher: keys the hashes of looked-up terms in the audit log.
     package init(
         configuration: ConsoleConfiguration, pool: PostgresPool, deletions: DeletionService,
-        subscriptions: WebhookSubscriptionStore, teamID: String, hasher: SubjectHasher, logger: Logger,
-        transport: any HTTPTransport = CurlTransport()
+        subscriptions: WebhookSubscriptionStore, teamID: String, hasher: SubjectHasher,
+        keySetAge: @escaping @Sendable () -> Duration? = { nil }, logger: Logger, transport: any HTTPTransport = CurlTransport()
     ) {
         self.configuration = configuration
         let sessions = ConsoleSessionStore(
@@ -31,7 +31,7 @@ public final class ConsoleServer: Sendable {
             sessions: sessions,
             redemptions: RateLimiter(rate: configuration.linkRedemptionsPerSecond, burst: 10),
             oidcConfigured: configuration.oidc != nil)
-        let overview = OverviewPage(store: store)
+        let overview = OverviewPage(store: store, keySetAge: keySetAge)
         let oidc = configuration.oidc.map { settings in
             OIDCPages(
                 client: OIDCClient(settings: settings, redirectURI: configuration.publicURL + "/callback", transport: transport),
@@ -69,6 +69,7 @@ public final class ConsoleServer: Sendable {
             case .createDeletion: page = deletions.create
             case .report: page = deletions.report
             case .reportJSON: page = deletions.reportJSON
+            case .extend: page = deletions.extend
             case .followUps: page = followUps.followUps
             case .lookupForm: page = followUps.lookupForm
             case .lookup: page = followUps.lookup

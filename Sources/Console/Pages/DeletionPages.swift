@@ -65,6 +65,18 @@ struct DeletionPages {
         if record.state == .failed && session.allows(.retriers) {
             actions.append("<li><a href=\"/deletions/\(record.id.lowercasedString)/retry\">Retry this deletion</a></li>")
         }
+        var extendForm: HTML = .empty
+        if session.allows(.compliance) && record.state != .done {
+            extendForm = """
+                <h2>Extend the deadline</h2>
+                <form method="post" action="/deletions/\(record.id.lowercasedString)/extend">\(Layout.csrfField(session))
+                <label for="extended_until">Answer due on (at most three months after receipt)</label>
+                <input id="extended_until" name="extended_until" type="date" required>
+                <label for="extension_reason">Reason given to the requester</label>
+                <input id="extension_reason" name="extension_reason" required maxlength="500">
+                <button type="submit">Extend</button></form>
+                """
+        }
         if session.allows(.compliance) {
             actions.append(
                 "<li><a href=\"/deletions/\(record.id.lowercasedString)/report\">Evidence report</a> (<a href=\"/deletions/\(record.id.lowercasedString)/report.json\">JSON</a>)</li>"
@@ -80,13 +92,29 @@ struct DeletionPages {
             <dt>Ticket</dt><dd>\(note?.ticket ?? "none")</dd>
             <dt>Received</dt><dd>\(RFC3339Date.string(note?.receivedAt ?? record.createdAt))</dd>
             <dt>Opened</dt><dd>\(RFC3339Date.string(record.createdAt))</dd>
-            <dt>Due</dt><dd>\(RFC3339Date.dayString(due)) (\(DeletionWords.daysLeft(due, state: record.state)))</dd>
+            <dt>Due</dt><dd>\(RFC3339Date.dayString(due)) (\(DeletionWords.daysLeft(due, state: record.state)))\(note?.extendedUntil == nil ? "" : ", extended: " + (note?.extensionReason ?? ""))</dd>
             <dt>Attempts</dt><dd>\(record.attempts)</dd>
             <dt>Next attempt</dt><dd>\(record.state == .done || record.state == .failed ? "none" : RFC3339Date.string(record.nextAttemptAt))</dd>
             <dt>Completed</dt><dd>\(record.completedAt.map(RFC3339Date.string) ?? "not yet")</dd></dl>
             \(actions.isEmpty ? HTML.empty : "<ul>\(actions)</ul>")
             \(HTML.table(caption: "Timeline: each step, and the revocation outcome per client id", headers: ["At", "Step", "Client id", "Outcome"], rows: steps))
+            \(extendForm)
             """)
+    }
+
+    func extend(_ request: ConsoleRequest) throws -> HTTPResponse {
+        let session = try request.signedIn
+        let record = try record(request)
+        guard let until = RFC3339Date.day(try request.field("extended_until", maximum: 10)) else {
+            throw ConsoleRefusal.invalid("Give the new due date as YYYY-MM-DD.")
+        }
+        let reason = try request.field("extension_reason", maximum: 500)
+        guard try store.extend(record.id, until: until, reason: reason, actor: session.actor) else {
+            throw ConsoleRefusal.invalid(
+                "The new date must fall after the first month and at most three months after receipt, and the deletion must not be done."
+            )
+        }
+        return Layout.redirect("/deletions/\(record.id.lowercasedString)")
     }
 
     // MARK: Retry
