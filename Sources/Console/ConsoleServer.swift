@@ -79,6 +79,7 @@ public final class ConsoleServer: Sendable {
             case .reveal: page = followUps.reveal
             case .notifications: page = operations.notifications
             case .webhooks: page = operations.webhooks
+            case .createSubscription: page = operations.createSubscription
             case .pauseSubscription: page = operations.pause
             case .resumeSubscription: page = operations.resume
             case .deleteSubscriptionConfirm: page = operations.deleteConfirm
