@@ -129,7 +129,7 @@ public final class LoginService: Sendable {
         var sealedAccess: (keyID: String, sealed: [UInt8], expiresIn: Int)?
         var claimedCode: String?
         if let code = request.authorizationCode {
-            switch try ledger.claim(code, clientID: identity.clientID) {
+            switch try ledger.claim(code, clientID: identity.clientID, sub: identity.sub) {
             case .alreadyExchanged:
                 break
             case .spent:
