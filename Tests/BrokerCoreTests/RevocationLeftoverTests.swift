@@ -123,4 +123,35 @@ struct RevocationLeftoverTests {
             .first
         #expect(other?["org_id"] == nil)
     }
+
+    @Test("a re-authorization after a revocation keeps the user field's e-mail as well as its name")
+    func reauthorizationKeepsUserFieldEmail() throws {
+        let broker = try TestBroker(roles: [.api, .notifications])
+        let minted = try broker.mint()
+        let first = try broker.login(["identity_token": minted.idToken, "user": ["name": ["firstName": "Jane"]]])
+        let userID = try #require(first.json["user_id"] as? String)
+        var notification = NotificationRequest(
+            url: broker.baseURL + "/v1/apple/notifications", type: "consent-revoked", sub: minted.sub,
+            clientID: TestBroker.clientID)
+        notification.eventTimeMilliseconds = Int64(Date().timeIntervalSince1970 - 5) * 1000
+        #expect(try broker.simulator.sendNotification(notification).status == 200)
+        // The first authorization again: Apple sends the user field once more, here only an e-mail.
+        let again = try broker.login([
+            "identity_token": try broker.mint { $0.sub = minted.sub }.idToken, "user": ["email": "jane@work.example"],
+        ])
+        #expect(again.status == 200, "\(again.bodyText)")
+        #expect(again.json["unverified_email"] as? String == "jane@work.example", "\(again.bodyText)")
+        let identity = (try broker.get("/v1/users/\(userID)", key: broker.key([.read])).json["identities"] as? [[String: Any]])?
+            .first
+        #expect(identity?["unverified_email"] as? String == "jane@work.example")
+        #expect(identity?["email"] as? String == minted.email, "the verified address stays the token's")
+        #expect(identity?["given_name"] as? String == "Jane")
+        // While authorized, a user field is not Apple's (it sends none): not kept.
+        _ = try broker.login([
+            "identity_token": try broker.mint { $0.sub = minted.sub }.idToken, "user": ["email": "mallory@example.com"],
+        ])
+        let after = (try broker.get("/v1/users/\(userID)", key: broker.key([.read])).json["identities"] as? [[String: Any]])?
+            .first
+        #expect(after?["unverified_email"] as? String == "jane@work.example")
+    }
 }

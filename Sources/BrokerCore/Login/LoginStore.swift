@@ -64,13 +64,13 @@ struct LoginStore: Sendable {
     ) throws -> Record {
         if sealedRefreshToken == nil, let record = try unchangedRepeatLogin(identity, user: user) { return record }
         guard let transferSub = identity.transferSub else {
-            guard user?.name != nil else {
+            guard user?.name != nil || user?.email != nil else {
                 return try upsert(
                     pool, identity, user: user, sealedRefreshToken: sealedRefreshToken,
                     validationJitterSeconds: validationJitterSeconds)
             }
             return try pool.withTransaction { connection in
-                try keepReauthorizationName(connection, identity, user: user)
+                try keepReauthorizationUserField(connection, identity, user: user)
                 return try upsert(
                     connection, identity, user: user, sealedRefreshToken: sealedRefreshToken,
                     validationJitterSeconds: validationJitterSeconds)
@@ -164,17 +164,22 @@ struct LoginStore: Sendable {
     }
 
     /// A sign-in after the user revoked this app group's consent is a first authorization again:
-    /// Apple sends the `user` field (name) once more, and it is kept over the old one, which
-    /// broker_login would otherwise prefer (it keeps a stored name). Runs before broker_login,
-    /// in its transaction, only while the group's consent is still revoked.
-    private func keepReauthorizationName(_ connection: some PostgresQuerying, _ identity: AppleIdentity, user: AppleUserField?)
-        throws
-    {
-        guard let name = user?.name, name.firstName != nil || name.lastName != nil else { return }
+    /// Apple sends the `user` field (name, e-mail) once more, and it is kept over the old one,
+    /// which broker_login would otherwise prefer (it keeps a stored name, and the unverified
+    /// e-mail of the first authorization only). The e-mail stays apart as `unverified_email`
+    /// when the verified token has another (as at a first authorization). Runs before
+    /// broker_login, in its transaction, only while the group's consent is still revoked.
+    private func keepReauthorizationUserField(
+        _ connection: some PostgresQuerying, _ identity: AppleIdentity, user: AppleUserField?
+    ) throws {
+        let name = user?.name
+        let email = user?.email.flatMap { $0 == identity.email ? nil : $0 }
+        guard name?.firstName != nil || name?.lastName != nil || email != nil else { return }
         try connection.query(
             """
-            UPDATE apple_identities i SET given_name = COALESCE(\(name.firstName), i.given_name),
-                family_name = COALESCE(\(name.lastName), i.family_name)
+            UPDATE apple_identities i SET given_name = COALESCE(\(name?.firstName), i.given_name),
+                family_name = COALESCE(\(name?.lastName), i.family_name),
+                unverified_email = COALESCE(\(email), i.unverified_email)
             FROM apple_grants g
             WHERE i.team_id = \(teamID) AND i.sub = \(identity.sub) AND g.identity_id = i.id
               AND g.app_id = \(groups.group(of: identity.clientID).primary) AND g.consent = 'revoked'
