@@ -57,7 +57,8 @@ struct RevocationLeftoverTests {
 
     @Test("a login carrying a transfer_sub the import has not reached joins the sender's user id; the import then succeeds")
     func transferLoginBeforeImport() throws {
-        let broker = try TestBroker()
+        let broker = try TestBroker(
+            roles: [.api, .deletion], extra: ["BROKER_DELETION_RETRY_BASE_MS": "50", "BROKER_DELETION_INTERVAL_SECONDS": "1"])
         let oldUser = broker.simulator.createUser(teamID: Self.senderTeam)
         let transferSub = try broker.simulator.transferSub(teamID: Self.senderTeam, sub: oldUser.sub, to: TestBroker.teamID)
         let exportedUserID = UUID()
@@ -97,6 +98,19 @@ struct RevocationLeftoverTests {
         // A repeat login stays on that user.
         let again = try broker.login(["identity_token": try broker.mint { $0.sub = newUser.sub }.idToken])
         #expect(again.json["user_id"] as? String == exportedUserID.lowercasedString)
+
+        // The staged line names the user: the purge takes it with the rest.
+        #expect(try broker.count("SELECT count(*) FROM transfer_staged") == 1)
+        let deletion = try broker.post(
+            "/v1/deletions", json: #"{"user_id":"\#(exportedUserID.lowercasedString)","reason":"r","requested_by":"q"}"#,
+            key: broker.key([.compliance]))
+        #expect(deletion.status == 202, "\(deletion.bodyText)")
+        let deadline = Date().addingTimeInterval(30)
+        while try broker.count("SELECT count(*) FROM deletion_requests WHERE state = 'done'") == 0, Date() < deadline {
+            Thread.sleep(forTimeInterval: 0.05)
+        }
+        #expect(try broker.count("SELECT count(*) FROM users") == 0)
+        #expect(try broker.count("SELECT count(*) FROM transfer_staged") == 0)
     }
 
     // MARK: 12. managed accounts
