@@ -148,7 +148,7 @@ public enum AppleSimulatorCommand {
         let option: String
         let key: FaultSettings.CodingKeys
         let kind: Kind
-        let placeholder: String
+        var placeholder = ""
 
         var usage: String {
             switch kind {
@@ -163,20 +163,20 @@ public enum AppleSimulatorCommand {
         .init(option: "error-rate", key: .errorRate, kind: .double, placeholder: "0.3"),
         .init(option: "error-statuses", key: .errorStatuses, kind: .intList, placeholder: "500,503,429"),
         .init(option: "retry-after", key: .retryAfterSeconds, kind: .int, placeholder: "SECONDS"),
-        .init(option: "retry-after-http-date", key: .retryAfterAsDate, kind: .flag, placeholder: ""),
+        .init(option: "retry-after-http-date", key: .retryAfterAsDate, kind: .flag),
         .init(option: "timeout-rate", key: .timeoutRate, kind: .double, placeholder: "R"),
         .init(option: "timeout-ms", key: .timeoutMilliseconds, kind: .int, placeholder: "N"),
-        .init(option: "timeout-before-work", key: .timeoutAfterWork, kind: .offFlag, placeholder: ""),
-        .init(option: "invalid-grant", key: .forceInvalidGrant, kind: .flag, placeholder: ""),
+        .init(option: "timeout-before-work", key: .timeoutAfterWork, kind: .offFlag),
+        .init(option: "invalid-grant", key: .forceInvalidGrant, kind: .flag),
         .init(
             option: "revoked-grant-error", key: .revokedGrantError, kind: .string, placeholder: "invalid_grant|invalid_request"),
-        .init(option: "invalid-client", key: .forceInvalidClient, kind: .flag, placeholder: ""),
-        .init(option: "empty-key-set", key: .emptyKeySet, kind: .flag, placeholder: ""),
+        .init(option: "invalid-client", key: .forceInvalidClient, kind: .flag),
+        .init(option: "empty-key-set", key: .emptyKeySet, kind: .flag),
         .init(option: "endpoints", key: .endpoints, kind: .list, placeholder: "token,revoke,keys,migration,authorize"),
-        .init(option: "malformed-request", key: .malformedRequest, kind: .flag, placeholder: ""),
+        .init(option: "malformed-request", key: .malformedRequest, kind: .flag),
         .init(option: "malformed-request-subs", key: .malformedRequestSubs, kind: .list, placeholder: "SUB,SUB"),
         .init(option: "transfer-age-days", key: .transferAgeDays, kind: .int, placeholder: "DAYS"),
-        .init(option: "no-user-field-after-revocation", key: .userFieldAfterRevocation, kind: .offFlag, placeholder: ""),
+        .init(option: "no-user-field-after-revocation", key: .userFieldAfterRevocation, kind: .offFlag),
         .init(
             option: "relay-domain", key: .relayDomain, kind: .string, placeholder: "privaterelay.appleid.com|private.icloud.com"),
     ]

@@ -19,21 +19,21 @@ struct RevocationLeftoverTests {
         let broker = try TestBroker()
         let sub = try broker.mint().sub
         // The attack: fresh codes for one user, one login each (each token's c_hash matches).
-        for attempt in 0..<10 {
+        /// A login with a fresh code of this user's.
+        func loginWithFreshCode() throws -> HTTPClientResponse {
             let minted = try broker.mint {
                 $0.sub = sub
                 $0.withCode = true
             }
-            let login = try broker.login(["identity_token": minted.idToken, "authorization_code": minted.code!])
+            return try broker.login(["identity_token": minted.idToken, "authorization_code": minted.code!])
+        }
+        for attempt in 0..<10 {
+            let login = try loginWithFreshCode()
             #expect(login.status == 200, "attempt \(attempt): \(login.bodyText)")
         }
         let before = broker.simulator.statistics.token
         for _ in 0..<5 {
-            let minted = try broker.mint {
-                $0.sub = sub
-                $0.withCode = true
-            }
-            let refused = try broker.login(["identity_token": minted.idToken, "authorization_code": minted.code!])
+            let refused = try loginWithFreshCode()
             #expect(refused.status == 429, "\(refused.bodyText)")
             #expect(refused.json["code"] as? String == "rate_limited")
             let wait = Int(refused.header("retry-after") ?? "") ?? 0
