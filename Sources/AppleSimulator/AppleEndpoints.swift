@@ -327,7 +327,8 @@ extension AppleSimulator {
             }
             if let toSub = transfer.toSub, let existing = state.users[teamID + "|" + toSub] { return existing }
             let user = SimulatedUser(
-                teamID: teamID, sub: SimulatedUser.makeSub(), email: SimulatedUser.makeRelayEmail(),
+                teamID: teamID, sub: SimulatedUser.makeSub(),
+                email: SimulatedUser.makeRelayEmail(domain: state.faults.relayDomain ?? SimulatedUser.relayDomains[0]),
                 isPrivateEmail: true, realUserStatus: 2)
             state.users[teamID + "|" + user.sub] = user
             transfer.toSub = user.sub

@@ -42,7 +42,7 @@ public enum AppleSimulatorCommand {
             CommandSpec(
                 ["faults"], faultOptions.map(\.usage).joined(separator: " ") + " [--url URL]",
                 summary: "set every switch of Apple's behaviour at once (what is not given goes back to\n"
-                    + "Apple's default); docs/testing.md lists what each one does",
+                    + "Apple's default); docs/development.md lists what each one does",
                 options: Set(faultOptions.filter { $0.kind != .flag && $0.kind != .offFlag }.map(\.option) + ["url"]),
                 flags: Set(faultOptions.filter { $0.kind == .flag || $0.kind == .offFlag }.map(\.option))),
             CommandSpec(

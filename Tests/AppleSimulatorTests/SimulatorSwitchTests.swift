@@ -47,6 +47,13 @@ extension AppleSimulatorTests {
                 ("grant_type", "authorization_code"),
             ])
         #expect(exchanged.status == 200)
+        // A password change (from the command line) kills the refresh token, not the authorization.
+        let refreshToken = try #require(try JSONValue.parseObject(exchanged.body)["refresh_token"]?.stringValue)
+        #expect(
+            AppleSimulatorCommand.run(["change-password", "--sub", minted.sub, "--team", Self.teamID, "--url", simulator.baseURL])
+                == 0)
+        #expect(!simulator.isTokenValid(refreshToken))
+        #expect(!simulator.consentRevoked(teamID: Self.teamID, sub: minted.sub, clientID: Self.clientID))
         func authorize() throws -> String {
             let query =
                 "client_id=\(Self.clientID)&redirect_uri=https%3A%2F%2Fexample.com%2Fcb&response_type=code"
@@ -56,7 +63,11 @@ extension AppleSimulatorTests {
             return String(decoding: page.body, as: UTF8.self)
         }
         #expect(!(try authorize()).contains(#"name="user""#), "authorized: no user field")
-        simulator.revokeConsent(teamID: Self.teamID, sub: minted.sub, clientID: Self.clientID)
+        let revoked = AppleSimulatorCommand.run([
+            "revoke-consent", "--sub", minted.sub, "--client-id", Self.clientID, "--team", Self.teamID, "--url",
+            simulator.baseURL,
+        ])
+        #expect(revoked == 0)
         #expect(try authorize().contains(#"name="user""#), "a first authorization again")
         simulator.faults.userFieldAfterRevocation = false
         #expect(!(try authorize()).contains(#"name="user""#))
