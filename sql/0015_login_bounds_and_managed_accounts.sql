@@ -2,9 +2,10 @@
 -- writes and reads these tables as before and never looks at the new columns and table.
 
 -- Code exchanges per user are bounded (a login key plus one valid identity token must not buy
--- unlimited calls to Apple's token endpoint): each ledger row names the (client id, sub) it
--- was for by a SHA-256 (the row lives an hour, like the ledger), and CodeExchangeStore counts
--- them before a code goes to Apple. NULL on rows the previous release writes.
+-- unlimited calls to Apple's token endpoint): each ledger row names the user it was for by
+-- the keyed hash of team and sub (as tombstones do; the row lives an hour, like the ledger),
+-- and CodeExchangeStore counts them per client id before a code goes to Apple. NULL on rows
+-- the previous release writes.
 ALTER TABLE authorization_codes ADD COLUMN subject_hash text;
 CREATE INDEX authorization_codes_subject ON authorization_codes (subject_hash, created_at) WHERE subject_hash IS NOT NULL;
 

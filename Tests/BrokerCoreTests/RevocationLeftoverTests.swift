@@ -41,6 +41,9 @@ struct RevocationLeftoverTests {
         }
         #expect(broker.simulator.statistics.token == before, "no call to Apple over the budget")
         #expect(try broker.count("SELECT count(*) FROM authorization_codes") == 10, "no ledger rows over the budget")
+        // The ledger names the user by the keyed hash tombstones use, never the sub (rows outlive a purge by an hour).
+        let keyed = try broker.subjectHash(sub)
+        #expect(try broker.count("SELECT count(*) FROM authorization_codes WHERE subject_hash = \(keyed)") == 10)
         #expect(try broker.count("SELECT count(*) FROM apple_tokens") == 1, "one stored token per identity and client id")
         #expect(try broker.count("SELECT count(*) FROM users") == 1)
         // A login without a code is not an exchange: the user can still sign in.

@@ -7,6 +7,10 @@ import PostgresClient
 /// second request waits for the first and reuses its outcome.
 struct CodeExchangeStore: Sendable {
     let pool: PostgresPool
+    /// Names a code's user by a keyed hash of team and sub (never the sub, nor a plain hash a
+    /// lookup away): the ledger row outlives a purge by up to an hour.
+    let hasher: SubjectHasher
+    let teamID: String
     /// How long a second request waits for the first to finish.
     var waitLimit: Duration = .seconds(15)
     /// Codes of one user (client id and sub) sent to Apple per hour, the ledger's lifetime: a
@@ -32,10 +36,11 @@ struct CodeExchangeStore: Sendable {
     }
 
     /// Claims `code` for this request. `sub` is the identity token's: over the user's hourly
-    /// budget the claim is taken back and refused with 429 `rate_limited`, before Apple.
+    /// budget (per client id) the claim is taken back and refused with 429 `rate_limited`,
+    /// before Apple.
     func claim(_ code: String, clientID: String, sub: String) throws -> Claim {
         let hash = SHA256.hexHash(code)
-        let subject = SHA256.hexHash(clientID + "|" + sub)
+        let subject = hasher.hash(teamID: teamID, sub: sub)
         let inserted = try pool.query(
             """
             INSERT INTO authorization_codes (code_hash, client_id, state, subject_hash)
@@ -43,7 +48,7 @@ struct CodeExchangeStore: Sendable {
             ON CONFLICT (code_hash) DO NOTHING RETURNING 1
             """)
         if !inserted.isEmpty {
-            try withinBudget(hash, subject: subject)
+            try withinBudget(hash, clientID: clientID, subject: subject)
             return .claimed
         }
         let deadline = ContinuousClock.now + waitLimit
@@ -80,13 +85,13 @@ struct CodeExchangeStore: Sendable {
 
     /// Counted after the insert (each insert commits before its count), so concurrent claims
     /// cannot all pass: at most `exchangesPerUserPerHour` rows of the last hour stay claimed.
-    private func withinBudget(_ hash: String, subject: String) throws {
+    private func withinBudget(_ hash: String, clientID: String, subject: String) throws {
         let row = try pool.query(
             """
             SELECT count(*) AS codes,
                    ceil(extract(epoch FROM min(created_at) + interval '1 hour' - now()))::int AS free_in
             FROM authorization_codes
-            WHERE subject_hash = \(subject) AND created_at > now() - interval '1 hour'
+            WHERE subject_hash = \(subject) AND client_id = \(clientID) AND created_at > now() - interval '1 hour'
             """
         ).single()
         guard try row.decode(Int.self, "codes") > Self.exchangesPerUserPerHour else { return }

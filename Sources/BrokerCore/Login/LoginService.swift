@@ -38,7 +38,7 @@ public final class LoginService: Sendable {
         self.store = LoginStore(
             pool: pool, teamID: teamID, lastLoginResolution: settings.lastLoginResolutionSeconds,
             groups: groups, hasher: SubjectHasher(keys: tokenKeys))
-        self.ledger = CodeExchangeStore(pool: pool)
+        self.ledger = CodeExchangeStore(pool: pool, hasher: SubjectHasher(keys: tokenKeys), teamID: teamID)
         self.tokenKeys = tokenKeys
         self.teamID = teamID
         self.settings = settings
