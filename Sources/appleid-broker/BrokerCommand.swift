@@ -48,10 +48,11 @@ enum BrokerCommand {
                     + "Apple, written to FILE; resumable (rerun the same command)",
                 options: ["recipient-team", "out", "client-id", "rate"]),
             CommandSpec(
-                ["transfer", "import"], "--in FILE [--client-id ID] [--rate 10]",
+                ["transfer", "import"], "--in FILE [--client-id ID] [--rate 10] [--stage-only]",
                 summary: "receiving side: each transfer_sub exchanged for the new sub\n"
-                    + "and linked to its user; prints a report; resumable",
-                options: ["in", "client-id", "rate"]),
+                    + "and linked to its user; prints a report; resumable. --stage-only writes\n"
+                    + "the file's lines down without calling Apple (before the transfer completes)",
+                options: ["in", "client-id", "rate"], flags: ["stage-only"]),
             CommandSpec(
                 ["reencrypt"], "[--batch 500]",
                 summary: "re-seal every secret at rest (refresh and access tokens, webhook secrets,\n"

@@ -38,7 +38,7 @@ public final class LoginService: Sendable {
         self.store = LoginStore(
             pool: pool, teamID: teamID, lastLoginResolution: settings.lastLoginResolutionSeconds,
             groups: groups, hasher: SubjectHasher(keys: tokenKeys))
-        self.ledger = CodeExchangeStore(pool: pool)
+        self.ledger = CodeExchangeStore(pool: pool, hasher: SubjectHasher(keys: tokenKeys), teamID: teamID)
         self.tokenKeys = tokenKeys
         self.teamID = teamID
         self.settings = settings
@@ -129,7 +129,7 @@ public final class LoginService: Sendable {
         var sealedAccess: (keyID: String, sealed: [UInt8], expiresIn: Int)?
         var claimedCode: String?
         if let code = request.authorizationCode {
-            switch try ledger.claim(code, clientID: identity.clientID) {
+            switch try ledger.claim(code, clientID: identity.clientID, sub: identity.sub) {
             case .alreadyExchanged:
                 break
             case .spent:

@@ -24,6 +24,7 @@ package struct Housekeeping: Sendable {
     /// One round; never more to do at once (the worker waits for its interval).
     package func step() throws -> Bool {
         try CodeExchangeStore.prune(pool)
+        try TeamTransferStore.pruneStaged(pool)
         try EventRetention.prune(
             pool, retentionSeconds: eventRetentionSeconds, deadLetterRetentionSeconds: deadLetterRetentionSeconds)
         try WebSignInStore.prune(pool)
