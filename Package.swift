@@ -227,7 +227,7 @@ let package = Package(
             name: "OpenIDProviderTests",
             dependencies: [
                 "OpenIDProvider", "BrokerAPI", "BrokerCore", "AppleSimulator", "HTTPClient", "HTTPServer", "JOSE", "StrictJSON",
-                "BrokerCrypto", "TestSupport", "PostgresClient", "Observability",
+                "BrokerCrypto", "TestSupport", "PostgresClient", "Observability", "ProcessRunner",
             ],
             swiftSettings: swiftSettings
         ),
