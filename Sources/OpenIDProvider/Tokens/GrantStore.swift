@@ -184,6 +184,24 @@ package struct GrantStore: Sendable {
         try connection.query("DELETE FROM oidc_tokens WHERE grant_id = \(grantID) AND kind = 'access'")
     }
 
+    /// Deletes what can no longer be used: expired codes (an hour after, so a late replay still
+    /// revokes), expired tokens, and grants ended or left without codes and tokens for a day.
+    /// Returns the grants deleted.
+    @discardableResult
+    func prune() throws -> Int {
+        try pool.query("DELETE FROM oidc_codes WHERE expires_at < now() - interval '1 hour'")
+        try pool.query("DELETE FROM oidc_tokens WHERE expires_at < now()")
+        return try pool.query(
+            """
+            DELETE FROM oidc_grants g WHERE g.ended_at < now() - interval '1 day'
+               OR (g.created_at < now() - interval '1 day'
+                   AND NOT EXISTS (SELECT 1 FROM oidc_tokens t WHERE t.grant_id = g.id)
+                   AND NOT EXISTS (SELECT 1 FROM oidc_codes c WHERE c.grant_id = g.id))
+            RETURNING 1
+            """
+        ).count
+    }
+
     /// The claims the user's Apple identity gives, read now (e-mail forwarding changes show at once).
     struct Identity: Sendable {
         var email: String?
