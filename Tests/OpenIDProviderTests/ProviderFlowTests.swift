@@ -299,6 +299,19 @@ struct ProviderFlowTests {
         let mismatch = try harness.token(
             [("grant_type", "authorization_code"), ("code", code), ("redirect_uri", "https://rp.example.com/other")], as: client)
         #expect(mismatch.json["error"] as? String == "invalid_grant")
+        // A code is bound to its client: another client's secret does not redeem it (and spends it).
+        let other = try harness.confidentialClient()
+        let code2 = try #require(try harness.signIn(codeRequest(client)).query["code"])
+        let stolen = try harness.token(
+            [("grant_type", "authorization_code"), ("code", code2), ("redirect_uri", client.redirectURI)], as: other)
+        #expect(stolen.json["error"] as? String == "invalid_grant")
+        // An expired code (at most 60 s) is invalid_grant.
+        let code3 = try #require(try harness.signIn(codeRequest(client)).query["code"])
+        #expect(try harness.count("SELECT count(*) FROM oidc_codes WHERE expires_at <= now() + interval '60 seconds'") == 3)
+        try harness.pool.query("UPDATE oidc_codes SET expires_at = now() - interval '1 second'")
+        let expired = try harness.token(
+            [("grant_type", "authorization_code"), ("code", code3), ("redirect_uri", client.redirectURI)], as: client)
+        #expect(expired.json["error"] as? String == "invalid_grant")
         let notForm = try harness.send("POST", "/oidc/token", headers: [("Content-Type", "application/json")], body: "{}")
         #expect(notForm.status == 400 || notForm.status == 401)
         #expect(notForm.json["error"] is String)
