@@ -126,6 +126,17 @@ struct ProviderFlowTests {
         #expect(secondClaims["given_name"]?.stringValue == "Ada")
         #expect(secondClaims["email"] == nil, "no email scope, no email claim")
         #expect(second.json["refresh_token"] == nil, "no offline_access, no refresh token")
+
+        // offline_access from a client without the refresh_token grant is ignored (Core §11), not refused.
+        let noRefresh = try harness.confidentialClient(extra: ["grant_types": ["authorization_code"]])
+        let third = try harness.signIn(codeRequest(noRefresh))
+        let thirdTokens = try harness.token(
+            [
+                ("grant_type", "authorization_code"), ("code", try #require(third.query["code"], "\(third.query)")),
+                ("redirect_uri", noRefresh.redirectURI),
+            ], as: noRefresh)
+        #expect(thirdTokens.json["refresh_token"] == nil)
+        #expect(thirdTokens.json["scope"] as? String == "openid email profile")
     }
 
     func appleSub(_ harness: ProviderHarness, _ userID: String) throws -> String {

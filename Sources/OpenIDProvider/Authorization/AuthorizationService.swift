@@ -80,13 +80,15 @@ package final class AuthorizationService: AppleFormPostContinuation {
                 query["request"] != nil ? "request_not_supported" : "request_uri_not_supported",
                 "request objects are not supported")
         }
-        let scopes = (query["scope"] ?? "").split(separator: " ").map(String.init)
+        var scopes = (query["scope"] ?? "").split(separator: " ").map(String.init)
+        // OpenID Connect Core §11: offline_access that cannot be granted is ignored, not refused
+        // (RPs such as oauth2-proxy ask for it whatever the registration says).
+        if !client.metadata.grantTypes.contains("refresh_token") || !client.metadata.scopes.contains("offline_access") {
+            scopes.removeAll { $0 == "offline_access" }
+        }
         guard scopes.contains("openid") else { return refuse("invalid_scope", "scope must contain openid") }
         guard Set(scopes).isSubset(of: client.metadata.scopes) else {
             return refuse("invalid_scope", "scope may hold only " + client.metadata.scope)
-        }
-        if scopes.contains("offline_access") && !client.metadata.grantTypes.contains("refresh_token") {
-            return refuse("invalid_scope", "offline_access needs the refresh_token grant type")
         }
         let nonce = query["nonce"]
         if let nonce, nonce.isEmpty || nonce.utf8.count > ProviderPolicy.maximumNonceBytes {
