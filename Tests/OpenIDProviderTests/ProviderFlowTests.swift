@@ -358,3 +358,19 @@ struct ProviderFlowTests {
         #expect(try revoke("unknown-token") == 200, "RFC 7009 §2.2: unknown tokens are answered 200")
     }
 }
+
+@Suite("OpenID Provider budgets", .offPool)
+struct ProviderBudgetTests {
+    @Test("refused token and userinfo requests are budgeted per address; a burst of them ends in 429")
+    func failuresBudgeted() throws {
+        let harness = try ProviderHarness(extra: ["BROKER_RATE_LIMIT_NOTIFICATIONS_PER_IP": "1"])
+        var statuses: [Int] = []
+        for _ in 0..<12 {
+            statuses.append(try harness.send("GET", "/oidc/userinfo", headers: [("Authorization", "Bearer guessed")]).status)
+        }
+        #expect(statuses.prefix(5).allSatisfy { $0 == 401 }, "\(statuses)")
+        #expect(statuses.last == 429, "\(statuses)")
+        let token = try harness.token([("grant_type", "authorization_code"), ("code", "guessed")], as: nil)
+        #expect(token.status == 429)
+    }
+}

@@ -43,39 +43,44 @@ enum OpenIDRoutes {
                 }
             }
         }
-        router.post(endpoints.path(Endpoints.token)) { request in
-            try oauth {
-                var response = HTTPResponse.json(try provider.tokens.token(request, form: try form(request)))
+        // Outsiders' refusals (bad client credentials, unknown tokens) are budgeted per address:
+        // each one costs a database lookup. Successes are never charged.
+        router.group(AddressBudget(perAddress, charge: .failures)) { router in
+            router.post(endpoints.path(Endpoints.token)) { request in
+                try oauth {
+                    var response = HTTPResponse.json(try provider.tokens.token(request, form: try form(request)))
+                    response.headers.set("Cache-Control", "no-store")
+                    response.headers.set("Pragma", "no-cache")
+                    return response
+                }
+            }
+            router.post(endpoints.path(Endpoints.revocation)) { request in
+                try oauth {
+                    try provider.tokens.revoke(request, form: try form(request))
+                    return HTTPResponse(status: 200, headers: ["Cache-Control": "no-store"])
+                }
+            }
+            let userinfo: HTTPHandler = { request in
+                // RFC 6750 §3.1: no token, no error code; a bad one, invalid_token.
+                guard let token = request.bearerToken else {
+                    return HTTPResponse(status: 401, headers: ["WWW-Authenticate": "Bearer", "Cache-Control": "no-store"])
+                }
+                guard let claims = try provider.tokens.userinfo(accessToken: token) else {
+                    return HTTPResponse(
+                        status: 401,
+                        headers: [
+                            "WWW-Authenticate":
+                                "Bearer error=\"invalid_token\", error_description=\"the access token is not valid\"",
+                            "Cache-Control": "no-store",
+                        ])
+                }
+                var response = HTTPResponse.json(claims)
                 response.headers.set("Cache-Control", "no-store")
-                response.headers.set("Pragma", "no-cache")
                 return response
             }
+            router.get(endpoints.path(Endpoints.userinfo), userinfo)
+            router.post(endpoints.path(Endpoints.userinfo), userinfo)
         }
-        router.post(endpoints.path(Endpoints.revocation)) { request in
-            try oauth {
-                try provider.tokens.revoke(request, form: try form(request))
-                return HTTPResponse(status: 200, headers: ["Cache-Control": "no-store"])
-            }
-        }
-        let userinfo: HTTPHandler = { request in
-            // RFC 6750 §3.1: no token, no error code; a bad one, invalid_token.
-            guard let token = request.bearerToken else {
-                return HTTPResponse(status: 401, headers: ["WWW-Authenticate": "Bearer", "Cache-Control": "no-store"])
-            }
-            guard let claims = try provider.tokens.userinfo(accessToken: token) else {
-                return HTTPResponse(
-                    status: 401,
-                    headers: [
-                        "WWW-Authenticate": "Bearer error=\"invalid_token\", error_description=\"the access token is not valid\"",
-                        "Cache-Control": "no-store",
-                    ])
-            }
-            var response = HTTPResponse.json(claims)
-            response.headers.set("Cache-Control", "no-store")
-            return response
-        }
-        router.get(endpoints.path(Endpoints.userinfo), userinfo)
-        router.post(endpoints.path(Endpoints.userinfo), userinfo)
         router.post(endpoints.path(Endpoints.registration)) { request in
             let actor = try authorizeAdmin(request)
             return try oauth {
