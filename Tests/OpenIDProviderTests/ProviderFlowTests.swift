@@ -163,6 +163,20 @@ struct ProviderFlowTests {
         #expect(refreshed.json["error"] as? String == "invalid_grant", "\(refreshed.bodyText)")
     }
 
+    @Test("one code sent eight times at once: exactly one answer has tokens, and the replays revoke them")
+    func concurrentRedemption() throws {
+        let harness = try ProviderHarness()
+        let client = try harness.confidentialClient()
+        let code = try #require(try harness.signIn(codeRequest(client)).query["code"])
+        let fields = [("grant_type", "authorization_code"), ("code", code), ("redirect_uri", client.redirectURI)]
+        let answers = try onThreads(8) { _ in try harness.token(fields, as: client) }.map { try $0.get() }
+        let winners = answers.filter { $0.status == 200 }
+        #expect(winners.count == 1, "\(answers.map(\.status))")
+        #expect(answers.filter { $0.json["error"] as? String == "invalid_grant" }.count == 7)
+        let access = try #require(winners.first?.json["access_token"] as? String)
+        #expect(try harness.send("GET", "/oidc/userinfo", headers: [("Authorization", "Bearer \(access)")]).status == 401)
+    }
+
     @Test("refresh tokens rotate; a reused one is invalid_grant and ends the grant")
     func refreshRotation() throws {
         let harness = try ProviderHarness()
