@@ -31,17 +31,21 @@ enum OpenIDRoutes {
             response.headers.set("Access-Control-Allow-Origin", "*")
             return response
         }
-        router.group(AddressBudget(perAddress)) { router in
-            router.get(endpoints.path(Endpoints.authorize)) { request in
-                switch try provider.authorization.authorize(request.query) {
-                case .redirect(let location):
-                    return HTTPResponse(
-                        status: 302,
-                        headers: ["Location": location, "Cache-Control": "no-store", "Referrer-Policy": "no-referrer"])
-                case .page(let status, let title, let message):
-                    return HTMLPage.response(status: status, title: title, message: message, link: nil)
-                }
+        // OpenID Connect Core §3.1.2.1: GET and POST (form) alike.
+        let authorize: HTTPHandler = { request in
+            let parameters =
+                request.method == .post ? FormEncoding.fields(String(decoding: request.body, as: UTF8.self)) : request.query
+            switch try provider.authorization.authorize(parameters) {
+            case .redirect(let location):
+                return HTTPResponse(
+                    status: 302, headers: ["Location": location, "Cache-Control": "no-store", "Referrer-Policy": "no-referrer"])
+            case .page(let status, let title, let message):
+                return HTMLPage.response(status: status, title: title, message: message, link: nil)
             }
+        }
+        router.group(AddressBudget(perAddress)) { router in
+            router.get(endpoints.path(Endpoints.authorize), authorize)
+            router.post(endpoints.path(Endpoints.authorize), authorize)
         }
         // Outsiders' refusals (bad client credentials, unknown tokens) are budgeted per address:
         // each one costs a database lookup. Successes are never charged.
