@@ -108,6 +108,13 @@ struct ProviderFlowTests {
             #expect(info.json["family_name"] as? String == "Lovelace")
             #expect(info.json["email"] as? String == claims["email"]?.stringValue)
         }
+        let inBody = try harness.send(
+            "POST", "/oidc/userinfo", headers: [("Content-Type", "application/x-www-form-urlencoded")],
+            body: FormEncoding.encode([("access_token", access)]))
+        #expect(inBody.json["sub"] as? String == sub, "RFC 6750 §2.2")
+        let missing = try harness.send("GET", "/oidc/userinfo")
+        #expect(missing.status == 401)
+        #expect(missing.header("www-authenticate") == "Bearer")
         let bad = try harness.send("GET", "/oidc/userinfo", headers: [("Authorization", "Bearer nope")])
         #expect(bad.status == 401)
         #expect(bad.header("www-authenticate")?.contains("error=\"invalid_token\"") == true)

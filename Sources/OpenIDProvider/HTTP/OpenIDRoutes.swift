@@ -65,8 +65,12 @@ enum OpenIDRoutes {
                 }
             }
             let userinfo: HTTPHandler = { request in
-                // RFC 6750 §3.1: no token, no error code; a bad one, invalid_token.
-                guard let token = request.bearerToken else {
+                // RFC 6750 §2.1 (header) or §2.2 (a POST's form body); §3.1: no token, no
+                // error code; a bad one, invalid_token.
+                let formToken =
+                    request.method == .post && request.mediaType == "application/x-www-form-urlencoded"
+                    ? FormEncoding.fields(String(decoding: request.body, as: UTF8.self))["access_token"] : nil
+                guard let token = request.bearerToken ?? formToken else {
                     return HTTPResponse(status: 401, headers: ["WWW-Authenticate": "Bearer", "Cache-Control": "no-store"])
                 }
                 guard let claims = try provider.tokens.userinfo(accessToken: token) else {
