@@ -115,6 +115,39 @@ struct BackChannelLogoutTests {
         #expect(claims["sid"] == nil, "the RP did not ask for sessions")
     }
 
+    @Test("a delivery past the maximum age is failed (a dead letter) and the admin API re-drives it")
+    func deadLetterRedriven() throws {
+        let harness = try ProviderHarness(
+            extra: [
+                "BROKER_DISPATCH_INTERVAL_MS": "20", "BROKER_WEBHOOK_RETRY_BASE_MS": "50", "BROKER_WEBHOOK_MAX_AGE_SECONDS": "1",
+            ],
+            roles: "api,notifications,dispatch")
+        let receiver = try LogoutReceiver()
+        receiver.answer(500)
+        let client = try harness.confidentialClient(extra: ["backchannel_logout_uri": receiver.url])
+        let signedIn = try signIn(harness, client)
+        try notify(harness, "consent-revoked", sub: signedIn.sub)
+        let deadline = Date().addingTimeInterval(15)
+        while try harness.count("SELECT count(*) FROM oidc_logout_deliveries WHERE state = 'failed'") == 0 && Date() < deadline {
+            Thread.sleep(forTimeInterval: 0.05)
+        }
+        let key = try harness.adminKey()
+        let failed = try harness.send(
+            "GET", "/v1/oidc-logout-deliveries?state=failed", headers: [("Authorization", "Bearer \(key)")])
+        let delivery = try #require((failed.json["deliveries"] as? [[String: Any]])?.first, "\(failed.bodyText)")
+        #expect(delivery["last_status"] as? Int == 500)
+        #expect(receiver.received.isEmpty)
+        receiver.answer(200)
+        let id = try #require(delivery["id"] as? Int)
+        let retried = try harness.send(
+            "POST", "/v1/oidc-logout-deliveries/\(id)/retry", headers: [("Authorization", "Bearer \(key)")])
+        #expect(retried.status == 204)
+        #expect(receiver.wait(for: 1).count == 1)
+        #expect(
+            try harness.send("POST", "/v1/oidc-logout-deliveries/\(id)/retry", headers: [("Authorization", "Bearer \(key)")])
+                .status == 404, "only a failed delivery is re-driven")
+    }
+
     @Test("email-disabled and email-enabled show in userinfo at once")
     func emailForwarding() throws {
         let harness = try Self.harness()
