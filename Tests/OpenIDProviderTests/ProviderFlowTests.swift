@@ -344,6 +344,12 @@ struct ProviderFlowTests {
         let expired = try harness.token(
             [("grant_type", "authorization_code"), ("code", code3), ("redirect_uri", client.redirectURI)], as: client)
         #expect(expired.json["error"] as? String == "invalid_grant")
+        let metrics = try harness.send("GET", "/metrics").bodyText
+        #expect(
+            metrics.contains(#"oidc_token_requests_total{grant_type="authorization_code",outcome="invalid_client"}"#),
+            "\(metrics)")
+        #expect(metrics.contains(#"oidc_token_requests_total{grant_type="other",outcome="unsupported_grant_type"}"#))
+        #expect(metrics.contains(#"http_request_duration_seconds_count{route="/oidc/token""#), "per-endpoint latency")
         let notForm = try harness.send("POST", "/oidc/token", headers: [("Content-Type", "application/json")], body: "{}")
         #expect(notForm.status == 400 || notForm.status == 401)
         #expect(notForm.json["error"] is String)

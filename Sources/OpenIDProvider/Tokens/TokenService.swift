@@ -11,22 +11,40 @@ package struct TokenService: Sendable {
     let grants: GrantStore
     let keys: SigningKeys
     let authentication: ClientAuthentication
+    private let outcomes: CounterFamily
 
-    package init(issuer: String, clients: ClientStore, grants: GrantStore, keys: SigningKeys) {
+    package init(issuer: String, clients: ClientStore, grants: GrantStore, keys: SigningKeys, metrics: MetricsRegistry) {
         self.issuer = issuer
         self.grants = grants
         self.keys = keys
         authentication = ClientAuthentication(clients: clients)
+        outcomes = metrics.counter(
+            "oidc_token_requests_total", help: "Token endpoint requests by grant type and outcome: success or the OAuth error.",
+            labels: ["grant_type", "outcome"])
     }
 
     /// `POST /token` with its form fields.
     func token(_ request: HTTPRequest, form: [String: String]) throws -> JSONValue {
-        let client = try authentication.authenticate(request, form: form)
-        switch form["grant_type"] {
-        case "authorization_code": return try exchange(form, client: client)
-        case "refresh_token": return try refresh(form, client: client)
-        case nil: throw OAuthError.invalidRequest("grant_type is required")
-        default: throw OAuthError("unsupported_grant_type", "authorization_code or refresh_token")
+        // Only the known grant types label the metric: a caller cannot invent labels.
+        let grantType =
+            ["authorization_code", "refresh_token"].contains(form["grant_type"] ?? "") ? form["grant_type"]! : "other"
+        do {
+            let client = try authentication.authenticate(request, form: form)
+            let answer: JSONValue
+            switch form["grant_type"] {
+            case "authorization_code": answer = try exchange(form, client: client)
+            case "refresh_token": answer = try refresh(form, client: client)
+            case nil: throw OAuthError.invalidRequest("grant_type is required")
+            default: throw OAuthError("unsupported_grant_type", "authorization_code or refresh_token")
+            }
+            outcomes.increment(grantType, "success")
+            return answer
+        } catch let error as OAuthError {
+            outcomes.increment(grantType, error.code)
+            throw error
+        } catch let failure as ClientAuthenticationFailure {
+            outcomes.increment(grantType, "invalid_client")
+            throw failure
         }
     }
 
