@@ -65,7 +65,7 @@ enum BrokerCommand {
                     + "stored hashed, audited; --ttl up to 24h (s, m or h)",
                 options: ["operator", "role", "ttl"]),
             CommandSpec(["version"], summary: "print the version (also --version)"),
-        ],
+        ] + OpenIDCommands.specs,
         footer: """
             Configuration comes from environment variables; see README.md. With DATABASE_URL
             unset, commands use the embedded PostgreSQL in $BROKER_DATA_DIR/postgres.
@@ -124,6 +124,8 @@ enum BrokerCommand {
                 return try ReEncryptCommand.run(parsed, environment: environment)
             case "console link":
                 return try ConsoleCommand.link(parsed, environment: environment)
+            case "oidc-keys rotate", "oidc-keys list", "oidc-clients create", "oidc-clients list", "oidc-clients delete":
+                return try OpenIDCommands.run(parsed, environment: environment)
             case "version":
                 print("appleid-broker \(version)")
                 return 0
