@@ -124,6 +124,30 @@ def api(method, path, body=None):
     return response.status, (json.loads(response.body) if response.body.strip() else None)
 
 
+def api_deletion(user_id, reason):
+    """A deletion requested through the compliance API (as a backend would); returns its id."""
+    status, answer = api("POST", "/v1/deletions", {"user_id": user_id, "reason": reason, "requested_by": "console-tests"})
+    assert status in (200, 201, 202), answer
+    return answer["deletion_id"]
+
+
+def deletion(deletion_id):
+    status, answer = api("GET", f"/v1/deletions/{deletion_id}")
+    assert status == 200, answer
+    return answer
+
+
+def notify(kind, sub, client_id="com.example.app"):
+    """A signed server-to-server notification, as Apple sends it (the simulator signs and posts it)."""
+    return sim("POST", "/sim/notifications", {"url": BROKER + "/v1/apple/notifications", "type": kind, "sub": sub,
+                                              "client_id": client_id})
+
+
+def faults(**settings):
+    """The simulator's fault switches (FaultSettings: latency_ms, error_rate, endpoints, …); none: healthy."""
+    return sim("PUT", "/sim/faults", settings)
+
+
 def sim(method, path, body=None):
     response = request(method, SIM + path, body=json.dumps(body) if body is not None else None,
                        headers={"Content-Type": "application/json"})
@@ -186,7 +210,7 @@ def sign_in(driver, role, sub=None, **quirks):
     idp_operator(sub or f"{role}-1", [ROLE_GROUPS[role]], **quirks)
     driver.get(CONSOLE + "/login")
     driver.find_element("css selector", 'a[href="/login/oidc"]').click()
-    WebDriverWait(driver, 15).until(lambda d: d.current_url.rstrip("/") == CONSOLE and "Sign in" not in d.title)
+    WebDriverWait(driver, 15).until(lambda d: d.current_url.rstrip("/") == CONSOLE and "Overview" in d.title)
     return driver
 
 
