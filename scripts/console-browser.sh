@@ -54,7 +54,7 @@ AXE_JS=$("$TOOLS_VENV/bin/python" -c 'import importlib.util, os; print(os.path.j
 export SE_OFFLINE=true
 echo "== console browser tests: console $CONSOLE_URL, identity provider $IDP_URL, broker $BROKER_URL" >&2
 status=0
-"$TOOLS_VENV/bin/python" -m pytest Tests/ConsoleBrowser -p no:cacheprovider -q -rfE \
+"$TOOLS_VENV/bin/python" -m pytest "${CONSOLE_BROWSER_TESTS:-Tests/ConsoleBrowser}" -p no:cacheprovider -q -rfE \
   --junitxml "$WORK/junit.xml" "$@" || status=$?
 counts=$("$TOOLS_VENV/bin/python" - "$WORK/junit.xml" <<'PY'
 import sys, xml.etree.ElementTree as ET
@@ -81,5 +81,5 @@ stop_all
 [ -n "$idp" ] && kill "$idp" 2>/dev/null && wait "$idp" 2>/dev/null || true
 idp=
 echo "$passed passed, $failed failed"
-[ "$failed" = 0 ] || exit 1
+[ "$failed" = 0 ] || { echo "console-browser: logs (broker, simulator, identity provider) and the pages failed tests ended on are in $WORK" >&2; exit 1; }
 rm -rf "$WORK"

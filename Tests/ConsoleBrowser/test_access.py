@@ -2,7 +2,7 @@
 `appleid-broker console link`); the cross-site form in Chromium."""
 import json, re, urllib.parse
 import pytest
-from conftest import (CONSOLE, IDP, BROKER, ConsoleClient, api_deletion, browser_cookie, console_link, link_session, new_user,
+from conftest import (sign_in_by_link, navigation_status, CONSOLE, IDP, BROKER, ConsoleClient, api_deletion, link_session, new_user,
                       request, wait_for)
 from routes import ROLES, route_table
 
@@ -126,19 +126,17 @@ def test_cross_site_form_from_the_identity_providers_origin_is_refused(browser):
     """A page on localhost auto-submits a form to the console: Chromium sends no SameSite=Strict
     cookie and says Sec-Fetch-Site: cross-site; the console refuses it with 403 even when the
     form carries the session's real CSRF token."""
-    browser.get(console_link("cross-site-victim", "compliance"))
-    browser.find_element("css selector", "form button[type=submit]").click()
-    wait_for(lambda: browser_cookie(browser), what="the session cookie")
+    sign_in_by_link(browser, "compliance", "cross-site-victim")
     browser.get(CONSOLE + "/deletions/new")
     token = browser.find_element("css selector", 'input[name="csrf_token"]').get_attribute("value")
     fields = json.dumps({"csrf_token": token, "identify_by": "user_id", "value": "00000000-0000-4000-8000-000000000000"})
     browser.get(IDP + "/test/post?" + urllib.parse.urlencode({"action": CONSOLE + "/deletions/new", "fields": fields}))
     wait_for(lambda: browser.current_url.startswith(CONSOLE), what="the cross-site form to arrive")
-    status = browser.execute_script("return performance.getEntriesByType('navigation')[0].responseStatus")
+    status = navigation_status(browser)
     assert status == 403, (status, browser.find_element("tag name", "body").text[:300])
     # The same form submitted from the console's own page gets past the check (404: no such user).
     browser.get(CONSOLE + "/deletions/new")
     browser.find_element("id", "value").send_keys("00000000-0000-4000-8000-000000000000")
     browser.find_element("css selector", "main form button[type=submit]").click()
     wait_for(lambda: "/deletions/new" in browser.current_url, what="the same-site form")
-    assert browser.execute_script("return performance.getEntriesByType('navigation')[0].responseStatus") == 404
+    assert navigation_status(browser) == 404

@@ -5,16 +5,12 @@ each client id's outcome. And a follow-up that a later consent-revoked notificat
 import datetime, json, re
 from selenium.webdriver.common.action_chains import ActionChains
 from selenium.webdriver.common.keys import Keys
-from conftest import (CONSOLE, browser_cookie, console_link, deletion, faults, new_user, notify, sim, wait_for,
+from conftest import (sign_in_by_link, navigation_status, CONSOLE, browser_cookie, deletion, faults, new_user, notify, sim, wait_for,
                       api_deletion, request)
 
 APPS = ("com.example.app", "com.example.other")
 
 
-def sign_in_by_link(browser, role, operator):
-    browser.get(console_link(operator, role))
-    browser.find_element("css selector", "main form button[type=submit]").click()
-    wait_for(lambda: browser_cookie(browser) and browser.current_url.rstrip("/") == CONSOLE, what="the overview")
 
 
 def press(browser, *keys):
@@ -134,7 +130,7 @@ def test_follow_up_opened_by_a_tokenless_deletion_and_closed_by_consent_revoked(
 
     def row():
         browser.get(CONSOLE + "/follow-ups")
-        assert browser.execute_script("return performance.getEntriesByType('navigation')[0].responseStatus") == 200
+        assert navigation_status(browser) == 200
         rows = [r.text for r in browser.find_elements("css selector", "main tr") if deletion_id in r.text]
         return rows[0] if rows else ""
     opened = row()

@@ -2,9 +2,9 @@
 on another site) and through `appleid-broker console link`; the session cookie's attributes; a
 new session id at each sign-in and step-up; ID tokens with a defect refused; step-up refusing an
 old auth_time."""
-import re, time, urllib.parse
+import time, urllib.parse
 import pytest
-from conftest import (CONSOLE, COOKIE, ConsoleClient, browser_cookie, console_link, idp_log, idp_operator, new_user,
+from conftest import (sign_in_by_link, navigation_status, CONSOLE, COOKIE, ConsoleClient, browser_cookie, console_link, idp_log, idp_operator, new_user,
                       request, sign_in, wait_for)
 
 
@@ -33,9 +33,8 @@ def test_oidc_sign_in_in_chromium(browser):
 
 
 def test_every_sign_in_gives_a_new_session_id_and_ends_the_old_one(browser):
-    browser.get(console_link("switching-operator", "viewer"))
-    browser.find_element("css selector", "main form button[type=submit]").click()
-    first = wait_for(lambda: browser_cookie(browser), what="the first session")["value"]
+    sign_in_by_link(browser, "viewer", "switching-operator")
+    first = browser_cookie(browser)["value"]
     sign_in(browser, "operator", sub="switching-operator")
     second = browser_cookie(browser)["value"]
     assert second != first
@@ -56,8 +55,7 @@ def test_console_link_signs_in_once(browser):
     browser.delete_all_cookies()
     browser.get(url)
     browser.find_element("css selector", "main form button[type=submit]").click()
-    status = browser.execute_script("return performance.getEntriesByType('navigation')[0].responseStatus")
-    assert status == 403 and browser_cookie(browser) is None
+    assert navigation_status(browser) == 403 and browser_cookie(browser) is None
 
 
 @pytest.mark.parametrize("defect", [
