@@ -26,6 +26,9 @@
 //                 BrokerCore        the components, one folder each, a service and its store (SQL only in
 //                                   *Store.swift, Storage/ and sql/): Login/ Users/ Notifications/ Deletions/
 //                                   Events/ WebSignIn/ Transfer/ Auth/ Errors/ Storage/ Configuration/. No HTTP
+//                 Console           the operators' console (docs/console.md): its own listener, server-rendered
+//                                   HTML, sessions, roles; pages call BrokerCore's services. BrokerCore never
+//                                   imports it; BrokerAPI starts it when BROKER_CONSOLE_LISTEN is set
 //                 BrokerAPI         BrokerCore's HTTP face: HTTP/ (routes, middleware, ProblemCatalog) and
 //                                   Application/ (the roles wired into a running broker)
 //                 appleid-broker    the executable: the command line (serve, migrate, api-keys, delete-user, …)
@@ -109,13 +112,19 @@ let package = Package(
             swiftSettings: swiftSettings,
             plugins: ["EmbedResources"]
         ),
+        // The operators' console: HTML pages on a listener of its own, on BrokerCore's services.
+        .target(
+            name: "Console",
+            dependencies: ["BrokerCore", "HTTPServer", "PostgresClient", "BrokerCrypto", "StrictJSON", "Observability", "JOSE"],
+            swiftSettings: swiftSettings
+        ),
         // The HTTP face of BrokerCore: routes, problem codes, middleware, and the application
         // that wires the components into a running broker. BrokerCore cannot import HTTPServer.
         .target(
             name: "BrokerAPI",
             dependencies: [
-                "BrokerCore", "Observability", "BrokerCrypto", "StrictJSON", "PostgresClient", "HTTPServer", "HTTPClient",
-                "Workers", "AppleID",
+                "BrokerCore", "Console", "Observability", "BrokerCrypto", "StrictJSON", "PostgresClient", "HTTPServer",
+                "HTTPClient", "Workers", "AppleID",
             ],
             swiftSettings: swiftSettings
         ),
@@ -124,8 +133,8 @@ let package = Package(
         .executableTarget(
             name: "appleid-broker",
             dependencies: [
-                "BrokerAPI", "BrokerCore", "AppleID", "CommandArguments", "HTTPClient", "Observability", "PostgresClient",
-                "StrictJSON", "Workers",
+                "BrokerAPI", "BrokerCore", "Console", "AppleID", "CommandArguments", "HTTPClient", "Observability",
+                "PostgresClient", "StrictJSON", "Workers",
             ],
             swiftSettings: swiftSettings),
 
@@ -194,6 +203,15 @@ let package = Package(
             dependencies: [
                 "BrokerAPI", "BrokerCore", "HTTPServer", "JOSE", "StrictJSON", "BrokerCrypto", "TestSupport", "AppleID",
                 "PostgresClient", "Observability",
+            ],
+            swiftSettings: swiftSettings
+        ),
+        // The console end to end: a broker with its console listener, browsers' requests by hand.
+        .testTarget(
+            name: "ConsoleTests",
+            dependencies: [
+                "Console", "BrokerAPI", "BrokerCore", "AppleSimulator", "HTTPServer", "HTTPClient", "JOSE", "StrictJSON",
+                "BrokerCrypto", "TestSupport", "PostgresClient", "Observability",
             ],
             swiftSettings: swiftSettings
         ),

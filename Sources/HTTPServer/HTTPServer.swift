@@ -55,6 +55,9 @@ public final class HTTPServer: Sendable {
         /// The prefix of problem `type` URIs (the code follows it); nil answers RFC 9457's
         /// `about:blank`.
         public var problemTypeBase: String?
+        /// Headers set on every response of this server, its own 404s and 405s included (the
+        /// console's CSP and cache rules, which must not depend on a route matching).
+        public var responseHeaders: HTTPHeaders = [:]
 
         public init() {}
 
@@ -240,7 +243,9 @@ final class ServerCore: Sendable {
             ? ConnectionCap(limit: configuration.connectionsPerAddress, client: client) : nil
         var pipeline: [any HTTPMiddleware] = [
             RequestIDMiddleware(), ClientAddressMiddleware(client: client),
-            SecurityHeadersMiddleware(strictTransportSecurity: configuration.tls != nil), MetricsMiddleware(metrics),
+            SecurityHeadersMiddleware(
+                strictTransportSecurity: configuration.tls != nil, responseHeaders: configuration.responseHeaders),
+            MetricsMiddleware(metrics),
         ]
         if configuration.accessLog { pipeline.append(AccessLogMiddleware()) }
         pipeline.append(ProblemMiddleware(errorMapper: errorMapper, typeBase: configuration.problemTypeBase))

@@ -102,14 +102,17 @@ struct ClientAddressMiddleware: HTTPMiddleware {
     }
 }
 
-/// Nothing is sniffed into another type; HTTPS only from now on when we terminate TLS.
+/// Nothing is sniffed into another type; HTTPS only from now on when we terminate TLS; and
+/// the server's own headers (`HTTPServer.Configuration.responseHeaders`) on every response.
 struct SecurityHeadersMiddleware: HTTPMiddleware {
     let strictTransportSecurity: Bool
+    var responseHeaders: HTTPHeaders = [:]
 
     func handle(_ request: HTTPRequest, next: HTTPHandler) throws -> HTTPResponse {
         var response = try next(request)
         response.headers.set("X-Content-Type-Options", "nosniff")
         if strictTransportSecurity { response.headers.set("Strict-Transport-Security", "max-age=31536000") }
+        for (name, value) in responseHeaders { response.headers.set(name, value) }
         return response
     }
 }

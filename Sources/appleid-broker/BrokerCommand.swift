@@ -1,6 +1,7 @@
 import BrokerAPI
 import BrokerCore
 import CommandArguments
+import Console
 import Foundation
 import Glibc
 import Observability
@@ -57,6 +58,11 @@ enum BrokerCommand {
                     + "deletion codes) with the first key of TOKEN_ENCRYPTION_KEY; resumable.\n"
                     + "Prints counts; exit 0 when no row is left under another key",
                 options: ["batch"]),
+            CommandSpec(
+                ["console", "link"], "--operator NAME --role viewer|operator|compliance|admin [--ttl 15m]",
+                summary: "print a single-use sign-in URL for the console (BROKER_CONSOLE_LISTEN);\n"
+                    + "stored hashed, audited; --ttl up to 24h (s, m or h)",
+                options: ["operator", "role", "ttl"]),
             CommandSpec(["version"], summary: "print the version (also --version)"),
         ],
         footer: """
@@ -115,6 +121,8 @@ enum BrokerCommand {
                 return try TransferCommands.run(parsed, environment: environment)
             case "reencrypt":
                 return try ReEncryptCommand.run(parsed, environment: environment)
+            case "console link":
+                return try ConsoleCommand.link(parsed, environment: environment)
             case "version":
                 print("appleid-broker \(version)")
                 return 0
@@ -125,6 +133,9 @@ enum BrokerCommand {
             printError("\(error)")
             return 2
         } catch let error as BrokerConfiguration.Invalid {
+            printError("\(error)")
+            return 2
+        } catch let error as ConsoleConfiguration.Invalid {
             printError("\(error)")
             return 2
         } catch {

@@ -1,6 +1,7 @@
 import BrokerAPI
 import BrokerCore
 import CommandArguments
+import Console
 import Foundation
 import Observability
 import Workers
@@ -11,10 +12,11 @@ enum ServeCommand {
         var environment = environment
         if let roles = arguments.options["roles"] { environment["BROKER_ROLES"] = roles }
         let configuration = try BrokerConfiguration.load(environment: environment, requireApple: true)
+        let console = try ConsoleConfiguration.load(environment: environment, apiListen: configuration.listen)
         let logger = Logger(label: "broker", sink: LogSink(level: configuration.logLevel))
         let application: BrokerApplication
         do {
-            application = try BrokerApplication(configuration: configuration, logger: logger)
+            application = try BrokerApplication(configuration: configuration, console: console, logger: logger)
             try application.start()
         } catch {
             logger.error("start-up failed", [("error", "\(error)")])

@@ -1,5 +1,6 @@
 import AppleID
 import BrokerCore
+import Console
 import Foundation
 import HTTPClient
 import HTTPServer
@@ -30,6 +31,8 @@ public final class BrokerApplication: Sendable {
     let server: HTTPServer
     /// `/metrics` alone, when `BROKER_METRICS_LISTEN` is set.
     let metricsServer: HTTPServer?
+    /// The operators' console, when `BROKER_CONSOLE_LISTEN` is set (docs/console.md).
+    public let console: ConsoleServer?
     /// Apple's signing keys, shared by login and notifications.
     public let appleKeys: AppleKeyCache
     public let apple: AppleClient
@@ -41,9 +44,12 @@ public final class BrokerApplication: Sendable {
     private let lifecycle: [Lifecycle]
 
     /// Opens the database (migrating it) and builds every component; starts nothing.
-    /// - Parameter transport: how to reach Apple (the seam tests may replace).
+    /// - Parameters:
+    ///   - transport: how to reach Apple (the seam tests may replace).
+    ///   - console: the console's settings (`ConsoleConfiguration.load`); nil: no console.
     public init(
-        configuration: BrokerConfiguration, logger: Logger, transport: any HTTPTransport = CurlTransport()
+        configuration: BrokerConfiguration, console consoleSettings: ConsoleConfiguration? = nil, logger: Logger,
+        transport: any HTTPTransport = CurlTransport()
     ) throws {
         guard let appleSettings = configuration.apple, let tokenKeys = configuration.tokenKeys else {
             throw BrokerConfiguration.Invalid(problems: ["serve needs the Apple settings and TOKEN_ENCRYPTION_KEY"])
@@ -96,6 +102,14 @@ public final class BrokerApplication: Sendable {
             configuration: serverConfiguration, router: router, logger: logger.labelled("http"),
             metrics: metrics, errorMapper: ProblemCatalog.problem(for:))
         metricsServer = configuration.metricsListen.map { Self.metricsServer(listen: $0, metrics: metrics, logger: logger) }
+        let pool = database.pool
+        let console = consoleSettings.map { settings in
+            ConsoleServer(
+                configuration: settings, pool: pool,
+                deletions: DeletionService(store: parts.deletionStore, wake: wakeDeletions), teamID: appleSettings.teamID,
+                hasher: SubjectHasher(keys: tokenKeys), logger: logger)
+        }
+        self.console = console
         ProcessMetrics.register(on: metrics)
         let commit = BuildResources.commit
         metrics.collect {
@@ -116,6 +130,7 @@ public final class BrokerApplication: Sendable {
         }
         lifecycle += workers.map { worker in Lifecycle("workers", start: worker.start, stop: worker.stop) }
         if let metricsServer { lifecycle.append(Lifecycle("metrics", start: metricsServer.start, stop: metricsServer.shutdown)) }
+        if let console { lifecycle.append(Lifecycle("console", start: console.start, stop: console.shutdown)) }
         lifecycle.append(Lifecycle("http", start: server.start, stop: server.shutdown))
         self.lifecycle = lifecycle
         registerPoolMetrics()

@@ -1,0 +1,75 @@
+import BrokerCore
+import Foundation
+import HTTPServer
+import Observability
+import PostgresClient
+
+/// The console on its own listener (`BROKER_CONSOLE_LISTEN`), never on the API's: the
+/// route table's pages behind `ConsoleGate`, every response with the console's headers.
+public final class ConsoleServer: Sendable {
+    let server: HTTPServer
+    public let configuration: ConsoleConfiguration
+    public let sessions: ConsoleSessionStore
+
+    /// - Parameters:
+    ///   - deletions: the deletion service the compliance API uses too.
+    ///   - hasher: keys the hashes of looked-up terms in the audit log.
+    package init(
+        configuration: ConsoleConfiguration, pool: PostgresPool, deletions: DeletionService, teamID: String,
+        hasher: SubjectHasher, logger: Logger
+    ) {
+        self.configuration = configuration
+        let sessions = ConsoleSessionStore(
+            pool: pool, idleSeconds: configuration.sessionIdleSeconds, maximumSeconds: configuration.sessionMaximumSeconds)
+        self.sessions = sessions
+        let store = ConsoleStore(pool: pool, teamID: teamID)
+        let gate = ConsoleGate(sessions: sessions, stepUpSeconds: configuration.stepUpSeconds)
+        let signIn = SignInPages(
+            sessions: sessions,
+            redemptions: RateLimiter(rate: configuration.linkRedemptionsPerSecond, burst: 10),
+            oidcConfigured: configuration.oidc != nil)
+        let overview = OverviewPage(store: store)
+        let deletions = DeletionPages(
+            service: deletions, store: store, termHash: { hasher.hash(teamID: "console-lookup", sub: $0) })
+        var router = Router()
+        for route in ConsoleRoute.table {
+            let page: ConsoleHandler
+            switch route.page {
+            case .stylesheet:
+                page = { _ in
+                    HTTPResponse.text(Layout.stylesheet, contentType: "text/css; charset=utf-8")
+                }
+            case .signIn: page = signIn.signIn
+            case .linkForm: page = signIn.linkForm
+            case .linkRedeem: page = signIn.redeem
+            case .oidcStart, .oidcCallback:
+                page = { _ in throw ConsoleRefusal.notFound }
+            case .stepUp: page = signIn.stepUp
+            case .signOut: page = signIn.signOut
+            case .overview: page = overview.render
+            case .deletions: page = deletions.list
+            case .deletionDetail: page = deletions.detail
+            case .retryConfirm: page = deletions.retryConfirm
+            case .retry: page = deletions.retry
+            case .newDeletion: page = deletions.newForm
+            case .identify: page = deletions.identify
+            case .createDeletion: page = deletions.create
+            case .report: page = deletions.report
+            case .reportJSON: page = deletions.reportJSON
+            }
+            router.on(route.method, route.pattern, gate.handler(for: route, page))
+        }
+        var server = HTTPServer.Configuration()
+        server.listen = configuration.listen
+        server.workerThreads = 4
+        server.connectionLimit = 256
+        server.maximumBodyBytes = ConsoleGate.maximumFormBytes
+        server.responseHeaders = Layout.headers
+        self.server = HTTPServer(
+            configuration: server, router: router, logger: logger.labelled("console"), metrics: MetricsRegistry())
+    }
+
+    public func start() throws { try server.start() }
+    public func shutdown() { server.shutdown() }
+    public var port: UInt16 { server.port }
+}

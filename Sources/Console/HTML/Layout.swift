@@ -1,0 +1,91 @@
+import HTTPServer
+
+/// The frame every console page shares, the one stylesheet, and the headers of every
+/// console response (set by the console's server, so its own 404s carry them too).
+enum Layout {
+    /// No script anywhere; styles only from our stylesheet; forms only to ourselves; never framed.
+    static let contentSecurityPolicy =
+        "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+
+    static let headers: HTTPHeaders = [
+        "Content-Security-Policy": contentSecurityPolicy,
+        "X-Content-Type-Options": "nosniff",
+        "Referrer-Policy": "no-referrer",
+        "Cross-Origin-Opener-Policy": "same-origin",
+        "Cache-Control": "no-store",
+    ]
+
+    /// A whole page. `session` nil: the signed-out frame (no navigation).
+    static func page(_ title: String, session: ConsoleSession?, status: Int = 200, _ body: HTML) -> HTTPResponse {
+        let navigation: HTML
+        if let session {
+            var links: [HTML] = [link("/", "Overview"), link("/deletions", "Deletions")]
+            if session.allows(.compliance) { links.append(link("/deletions/new", "New deletion")) }
+            navigation = """
+                <header><nav aria-label="Console"><ul>\(links)</ul></nav>
+                <form method="post" action="/logout" class="signout">\(csrfField(session))
+                <span>\(session.operatorName) (\(session.roles.sorted().map(\.rawValue).joined(separator: ", ")))</span>
+                <button type="submit">Sign out</button></form></header>
+                """
+        } else {
+            navigation = .empty
+        }
+        let html: HTML = """
+            <!DOCTYPE html>
+            <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
+            <title>\(title) · appleid-broker console</title><link rel="stylesheet" href="/console.css"></head>
+            <body>\(navigation)<main id="main"><h1>\(title)</h1>
+            \(body)</main></body></html>
+            """
+        return HTTPResponse(
+            status: status, headers: ["Content-Type": "text/html; charset=utf-8"], body: Array(html.markup.utf8))
+    }
+
+    static func link(_ href: String, _ label: String) -> HTML { "<li><a href=\"\(href)\">\(label)</a></li>" }
+
+    /// The hidden form field every POST form carries (`csrf_token`).
+    static func csrfField(_ session: ConsoleSession) -> HTML {
+        "<input type=\"hidden\" name=\"csrf_token\" value=\"\(session.csrfToken)\">"
+    }
+
+    /// A page saying why a request was refused (403, 404, 400, …), with a way on.
+    static func refusal(_ status: Int, _ title: String, _ message: String, session: ConsoleSession?) -> HTTPResponse {
+        page(
+            title, session: session, status: status,
+            "<p class=\"refusal\">\(message)</p><p><a href=\"/\">Back to the overview</a></p>")
+    }
+
+    static func redirect(_ location: String, cookie: String? = nil) -> HTTPResponse {
+        var response = HTTPResponse(status: 303, headers: ["Location": location])
+        if let cookie { response.headers.add("Set-Cookie", cookie) }
+        return response
+    }
+
+    static let stylesheet = """
+        :root { color-scheme: light; --ink: #1d1d1f; --muted: #4a4a4f; --line: #c9c9cf; --accent: #0a4fa3; --bad: #a1111b; --good: #1d6b2f; }
+        * { box-sizing: border-box; }
+        body { margin: 0; font: 16px/1.5 system-ui, "DejaVu Sans", sans-serif; color: var(--ink); background: #fff; }
+        header { display: flex; justify-content: space-between; align-items: center; flex-wrap: wrap; gap: 1em; padding: .5em 1.5em; border-bottom: 1px solid var(--line); background: #f5f5f7; }
+        header ul { list-style: none; display: flex; gap: 1.2em; margin: 0; padding: 0; }
+        main { max-width: 72em; margin: 0 auto; padding: 1em 1.5em 3em; }
+        a { color: var(--accent); }
+        a:focus, button:focus, input:focus, select:focus, textarea:focus { outline: 3px solid #f0b400; outline-offset: 2px; }
+        table { border-collapse: collapse; width: 100%; margin: 1em 0; }
+        caption { text-align: left; font-weight: 600; padding: .3em 0; }
+        th, td { text-align: left; padding: .35em .6em; border-bottom: 1px solid var(--line); vertical-align: top; }
+        dl { display: grid; grid-template-columns: max-content 1fr; gap: .3em 1.2em; }
+        dt { font-weight: 600; }
+        dd { margin: 0; }
+        form.signout { display: flex; gap: .8em; align-items: center; }
+        label { display: block; font-weight: 600; margin-top: .8em; }
+        input, select, textarea, button { font: inherit; }
+        input, select, textarea { padding: .3em .4em; border: 1px solid var(--muted); border-radius: 3px; min-width: 18em; }
+        button { margin-top: 1em; padding: .4em 1em; border: 1px solid var(--accent); background: var(--accent); color: #fff; border-radius: 3px; cursor: pointer; }
+        button.danger { background: var(--bad); border-color: var(--bad); }
+        .state-failed, .refusal { color: var(--bad); font-weight: 600; }
+        .state-done { color: var(--good); font-weight: 600; }
+        .hint { color: var(--muted); }
+        .code { font-family: "DejaVu Sans Mono", monospace; font-size: 1.2em; letter-spacing: .1em; }
+        @media print { header, form, nav { display: none; } }
+        """
+}

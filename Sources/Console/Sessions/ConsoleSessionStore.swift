@@ -1,0 +1,150 @@
+import BrokerCrypto
+import Foundation
+import PostgresClient
+import StrictJSON
+
+/// A signed-in operator, as a request sees it.
+public struct ConsoleSession: Sendable {
+    /// The IdP's `sub`, or the name a sign-in link was made for.
+    public var operatorID: String
+    public var operatorName: String
+    public var roles: Set<ConsoleRole>
+    public var authTime: Date
+    /// The cookie's value: the session's secret (never stored; the table holds its hash).
+    var secret: String
+
+    /// The form token of this session: derived from the secret, so a token from another
+    /// session (or none) never matches, and nothing more is stored.
+    public var csrfToken: String { Base64URL.encode(SHA256.hash("console-csrf|" + secret)) }
+    /// `console:<operator>`, the actor of the audit log's rows.
+    public var actor: String { "console:\(operatorID)" }
+
+    func allows(_ roles: Set<ConsoleRole>) -> Bool { !self.roles.isDisjoint(with: roles) }
+}
+
+/// `console_sessions` and `console_links` (sql/0018_console.sql): sessions keyed by the
+/// SHA-256 of the cookie, single-use sign-in links stored hashed, and the audit rows the
+/// console writes (`console.*`, into the existing append-only `audit_log`).
+public struct ConsoleSessionStore: Sendable {
+    let pool: PostgresPool
+    let idleSeconds: Int
+    let maximumSeconds: Int
+
+    public init(pool: PostgresPool, idleSeconds: Int = 1800, maximumSeconds: Int = 8 * 3600) {
+        self.pool = pool
+        self.idleSeconds = idleSeconds
+        self.maximumSeconds = maximumSeconds
+    }
+
+    static func hash(_ secret: String) -> [UInt8] { SHA256.hash(secret) }
+
+    /// A new random secret: 32 bytes, base64url.
+    static func newSecret() -> String { Base64URL.encode(SecureRandom.bytes(32)) }
+
+    /// Opens a session; returns it with its secret (the cookie's value).
+    func open(operatorID: String, name: String, roles: Set<ConsoleRole>, authTime: Date) throws -> ConsoleSession {
+        let secret = Self.newSecret()
+        let roleNames = PostgresTextArray(roles.sorted().map(\.rawValue))
+        try pool.query(
+            """
+            INSERT INTO console_sessions (id_hash, operator, operator_name, roles, auth_time, expires_at)
+            VALUES (\(Self.hash(secret)), \(operatorID), \(name), \(roleNames), \(authTime),
+                    now() + make_interval(secs => \(maximumSeconds)))
+            """)
+        return ConsoleSession(operatorID: operatorID, operatorName: name, roles: roles, authTime: authTime, secret: secret)
+    }
+
+    /// The live session of this cookie value, its last-seen time moved on; nil when unknown,
+    /// ended, past its maximum age or idle too long.
+    func session(secret: String) throws -> ConsoleSession? {
+        guard secret.utf8.count <= 64,
+            let row = try pool.query(
+                """
+                UPDATE console_sessions SET last_seen_at = now()
+                WHERE id_hash = \(Self.hash(secret)) AND ended_at IS NULL AND expires_at > now()
+                  AND last_seen_at > now() - make_interval(secs => \(idleSeconds))
+                RETURNING operator, operator_name, array_to_string(roles, ',') AS roles, auth_time
+                """
+            ).first
+        else { return nil }
+        let roles = try row.decode(String.self, "roles").split(separator: ",").compactMap { ConsoleRole(rawValue: String($0)) }
+        return ConsoleSession(
+            operatorID: try row.decode(String.self, "operator"), operatorName: try row.decode(String.self, "operator_name"),
+            roles: Set(roles), authTime: try row.decode(Date.self, "auth_time"), secret: secret)
+    }
+
+    /// Ends the session on the server: its cookie, replayed, signs nobody in.
+    func end(secret: String) throws {
+        try pool.query("UPDATE console_sessions SET ended_at = now() WHERE id_hash = \(Self.hash(secret)) AND ended_at IS NULL")
+    }
+
+    /// A step-up: the old session ends and a new one (new id) carries the fresh `auth_time`.
+    func renew(_ session: ConsoleSession, authTime: Date, roles: Set<ConsoleRole>? = nil) throws -> ConsoleSession {
+        try end(secret: session.secret)
+        return try open(
+            operatorID: session.operatorID, name: session.operatorName, roles: roles ?? session.roles, authTime: authTime)
+    }
+
+    // MARK: Sign-in links
+
+    /// A single-use link token for `operatorID` with `role`, valid for `ttlSeconds`; audited.
+    public func createLink(operatorID: String, role: ConsoleRole, ttlSeconds: Int, actor: String) throws -> String {
+        let token = Self.newSecret()
+        try pool.withTransaction { connection in
+            try connection.query(
+                """
+                INSERT INTO console_links (token_hash, operator, role, expires_at)
+                VALUES (\(Self.hash(token)), \(operatorID), \(role.rawValue), now() + make_interval(secs => \(ttlSeconds)))
+                """)
+            try Self.audit(
+                connection, actor: actor, action: "console.link_created", subject: "console:\(operatorID)",
+                detail: ["role": .string(role.rawValue), "ttl_seconds": .integer(Int64(ttlSeconds))])
+        }
+        return token
+    }
+
+    /// Uses a link up: the operator and role it was for, once; nil when unknown, used or expired.
+    func redeemLink(token: String) throws -> (operatorID: String, role: ConsoleRole)? {
+        guard token.utf8.count <= 64 else { return nil }
+        return try pool.withTransaction { connection in
+            guard
+                let row = try connection.query(
+                    """
+                    UPDATE console_links SET used_at = now()
+                    WHERE token_hash = \(Self.hash(token)) AND used_at IS NULL AND expires_at > now()
+                    RETURNING operator, role
+                    """
+                ).first,
+                let role = ConsoleRole(rawValue: try row.decode(String.self, "role"))
+            else { return nil }
+            let operatorID = try row.decode(String.self, "operator")
+            try Self.audit(
+                connection, actor: "console:\(operatorID)", action: "console.link_redeemed", subject: "console:\(operatorID)",
+                detail: ["role": .string(role.rawValue)])
+            return (operatorID, role)
+        }
+    }
+
+    // MARK: Audit
+
+    /// One `console.*` row in `audit_log`: identifiers and hashes only, never a body or a term.
+    func audit(
+        actor: String, action: String, subject: String? = nil, deletionID: UUID? = nil, detail: [String: JSONValue] = [:]
+    ) throws {
+        try pool.withConnection { connection in
+            try Self.audit(connection, actor: actor, action: action, subject: subject, deletionID: deletionID, detail: detail)
+        }
+    }
+
+    static func audit(
+        _ connection: PostgresConnection, actor: String, action: String, subject: String? = nil, deletionID: UUID? = nil,
+        detail: [String: JSONValue] = [:]
+    ) throws {
+        let json = PostgresJSON(text: String(decoding: JSONValue.object(detail).serialized(), as: UTF8.self))
+        try connection.query(
+            """
+            INSERT INTO audit_log (actor, action, subject, deletion_id, detail)
+            VALUES (\(actor), \(action), \(subject), \(deletionID), \(json))
+            """)
+    }
+}

@@ -1,0 +1,39 @@
+import BrokerCore
+import CommandArguments
+import Console
+import Foundation
+
+/// `appleid-broker console link`: the console's break-glass sign-in, for when no identity
+/// provider is configured or it is down.
+enum ConsoleCommand {
+    static func link(_ arguments: ParsedArguments, environment: [String: String]) throws -> Int32 {
+        let name = try arguments.required("operator")
+        guard !name.isEmpty, name.utf8.count <= 100, !name.contains(where: \.isNewline) else {
+            throw arguments.usageError("--operator takes a name of 1 to 100 bytes")
+        }
+        guard let role = ConsoleRole(rawValue: try arguments.required("role")) else {
+            throw arguments.usageError("--role takes one of " + ConsoleRole.allCases.map(\.rawValue).joined(separator: ", "))
+        }
+        guard let ttl = seconds(arguments.options["ttl"] ?? "15m"), (60...86_400).contains(ttl) else {
+            throw arguments.usageError("--ttl takes a duration from 1m to 24h, e.g. 900s, 15m or 1h")
+        }
+        let api = try BrokerConfiguration.load(environment: environment, requireApple: false)
+        guard let console = try ConsoleConfiguration.load(environment: environment, apiListen: api.listen) else {
+            BrokerCommand.printError("the console is off: set BROKER_CONSOLE_LISTEN (and BROKER_CONSOLE_URL)")
+            return 2
+        }
+        let token = try BrokerCommand.withDatabase(environment) { database in
+            try ConsoleSessionStore(pool: database.pool).createLink(
+                operatorID: name, role: role, ttlSeconds: ttl, actor: "cli")
+        }
+        print("\(console.publicURL)/link?token=\(token)")
+        return 0
+    }
+
+    /// `900s`, `15m`, `1h`, or plain seconds.
+    static func seconds(_ text: String) -> Int? {
+        let units: [Character: Int] = ["s": 1, "m": 60, "h": 3600]
+        if let unit = text.last, let factor = units[unit] { return Int(text.dropLast()).map { $0 * factor } }
+        return Int(text)
+    }
+}
