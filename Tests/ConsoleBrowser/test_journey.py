@@ -6,7 +6,7 @@ import datetime, json, re
 from selenium.webdriver.common.action_chains import ActionChains
 from selenium.webdriver.common.keys import Keys
 from conftest import (sign_in_by_link, navigation_status, CONSOLE, browser_cookie, deletion, faults, new_user, notify, sim, wait_for,
-                      api_deletion, request)
+                      api_deletion, link_session, request)
 
 APPS = ("com.example.app", "com.example.other")
 
@@ -142,3 +142,21 @@ def test_follow_up_opened_by_a_tokenless_deletion_and_closed_by_consent_revoked(
     assert opened and "open" in opened.lower(), f"no open follow-up for {deletion_id}: {opened!r}"
     notify("consent-revoked", sub)
     wait_for(lambda: "closed" in row().lower() or not row(), what="the follow-up to close")
+
+
+def test_a_refused_revocation_is_never_worded_as_revoked():
+    """Pitfall 6 of the design (a UI that reports success for a failed step): while Apple refuses,
+    no timeline row of the deletion's page may say the token was revoked."""
+    user_id, _ = new_user()
+    faults(error_rate=1.0, error_statuses=[500], endpoints=["revoke"])
+    try:
+        deletion_id = api_deletion(user_id, "wording fixture")
+        wait_for(lambda: deletion(deletion_id)["state"] == "failed", timeout=60, what="the failed deletion")
+    finally:
+        faults()
+    page = link_session("viewer", "wording-viewer").get(f"/deletions/{deletion_id}").body
+    rows = [re.sub(r"<[^>]+>", " ", row) for row in re.findall(r"<tr>(.*?)</tr>", page, re.S)]
+    refused = [" ".join(row.split()) for row in rows if "will retry" in row]
+    assert refused, "the timeline shows no refused revoke"
+    claims = [row for row in refused if re.search(r"\brevoked\b", row)]
+    assert not claims, f"rows say 'revoked' for a revoke Apple refused: {claims}"
