@@ -115,7 +115,9 @@ let package = Package(
         // The operators' console: HTML pages on a listener of its own, on BrokerCore's services.
         .target(
             name: "Console",
-            dependencies: ["BrokerCore", "HTTPServer", "PostgresClient", "BrokerCrypto", "StrictJSON", "Observability", "JOSE"],
+            dependencies: [
+                "BrokerCore", "HTTPServer", "HTTPClient", "PostgresClient", "BrokerCrypto", "StrictJSON", "Observability", "JOSE",
+            ],
             swiftSettings: swiftSettings
         ),
         // The HTTP face of BrokerCore: routes, problem codes, middleware, and the application

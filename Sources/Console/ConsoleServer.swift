@@ -1,5 +1,6 @@
 import BrokerCore
 import Foundation
+import HTTPClient
 import HTTPServer
 import Observability
 import PostgresClient
@@ -13,10 +14,12 @@ public final class ConsoleServer: Sendable {
 
     /// - Parameters:
     ///   - deletions: the deletion service the compliance API uses too.
+    ///   - subscriptions: the webhook subscriptions the events API manages.
     ///   - hasher: keys the hashes of looked-up terms in the audit log.
     package init(
-        configuration: ConsoleConfiguration, pool: PostgresPool, deletions: DeletionService, teamID: String,
-        hasher: SubjectHasher, logger: Logger
+        configuration: ConsoleConfiguration, pool: PostgresPool, deletions: DeletionService,
+        subscriptions: WebhookSubscriptionStore, teamID: String, hasher: SubjectHasher, logger: Logger,
+        transport: any HTTPTransport = CurlTransport()
     ) {
         self.configuration = configuration
         let sessions = ConsoleSessionStore(
@@ -29,8 +32,16 @@ public final class ConsoleServer: Sendable {
             redemptions: RateLimiter(rate: configuration.linkRedemptionsPerSecond, burst: 10),
             oidcConfigured: configuration.oidc != nil)
         let overview = OverviewPage(store: store)
-        let deletions = DeletionPages(
-            service: deletions, store: store, termHash: { hasher.hash(teamID: "console-lookup", sub: $0) })
+        let oidc = configuration.oidc.map { settings in
+            OIDCPages(
+                client: OIDCClient(settings: settings, redirectURI: configuration.publicURL + "/callback", transport: transport),
+                sessions: sessions, stepUpSeconds: configuration.stepUpSeconds, logger: logger.labelled("console"))
+        }
+        let termHash: @Sendable (String) -> String = { hasher.hash(teamID: "console-lookup", sub: $0) }
+        let deletions = DeletionPages(service: deletions, store: store, termHash: termHash)
+        let followUps = FollowUpPages(store: store, termHash: termHash)
+        let operations = OperationsPages(
+            store: store, subscriptions: subscriptions, apiKeys: APIKeyStore(pool: pool), sessions: sessions)
         var router = Router()
         for route in ConsoleRoute.table {
             let page: ConsoleHandler
@@ -42,9 +53,9 @@ public final class ConsoleServer: Sendable {
             case .signIn: page = signIn.signIn
             case .linkForm: page = signIn.linkForm
             case .linkRedeem: page = signIn.redeem
-            case .oidcStart, .oidcCallback:
-                page = { _ in throw ConsoleRefusal.notFound }
-            case .stepUp: page = signIn.stepUp
+            case .oidcStart: page = oidc.map { $0.start } ?? Self.notFound
+            case .oidcCallback: page = oidc.map { $0.callback } ?? Self.notFound
+            case .stepUp: page = oidc.map { $0.stepUp } ?? signIn.stepUp
             case .signOut: page = signIn.signOut
             case .overview: page = overview.render
             case .deletions: page = deletions.list
@@ -56,6 +67,23 @@ public final class ConsoleServer: Sendable {
             case .createDeletion: page = deletions.create
             case .report: page = deletions.report
             case .reportJSON: page = deletions.reportJSON
+            case .followUps: page = followUps.followUps
+            case .lookupForm: page = followUps.lookupForm
+            case .lookup: page = followUps.lookup
+            case .reveal: page = followUps.reveal
+            case .notifications: page = operations.notifications
+            case .webhooks: page = operations.webhooks
+            case .pauseSubscription: page = operations.pause
+            case .resumeSubscription: page = operations.resume
+            case .deleteSubscriptionConfirm: page = operations.deleteConfirm
+            case .deleteSubscription: page = operations.delete
+            case .redriveDelivery: page = operations.redrive
+            case .apiKeys: page = operations.apiKeys
+            case .createAPIKey: page = operations.createKey
+            case .revokeAPIKeyConfirm: page = operations.revokeConfirm
+            case .revokeAPIKey: page = operations.revoke
+            case .audit: page = operations.audit
+            case .auditExport: page = operations.auditExport
             }
             router.on(route.method, route.pattern, gate.handler(for: route, page))
         }
@@ -68,6 +96,8 @@ public final class ConsoleServer: Sendable {
         self.server = HTTPServer(
             configuration: server, router: router, logger: logger.labelled("console"), metrics: MetricsRegistry())
     }
+
+    private static let notFound: ConsoleHandler = { _ in throw ConsoleRefusal.notFound }
 
     public func start() throws { try server.start() }
     public func shutdown() { server.shutdown() }

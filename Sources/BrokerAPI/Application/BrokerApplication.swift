@@ -106,7 +106,8 @@ public final class BrokerApplication: Sendable {
         let console = consoleSettings.map { settings in
             ConsoleServer(
                 configuration: settings, pool: pool,
-                deletions: DeletionService(store: parts.deletionStore, wake: wakeDeletions), teamID: appleSettings.teamID,
+                deletions: DeletionService(store: parts.deletionStore, wake: wakeDeletions),
+                subscriptions: parts.subscriptions, teamID: appleSettings.teamID,
                 hasher: SubjectHasher(keys: tokenKeys), logger: logger)
         }
         self.console = console

@@ -16,4 +16,8 @@ extension Set where Element == ConsoleRole {
     /// Who may retry a failed deletion: its operators and the compliance team.
     static let retriers: Set<ConsoleRole> = [.`operator`, .compliance]
     static let auditors: Set<ConsoleRole> = [.compliance, .admin]
+    /// Pause, resume and re-drive webhooks; list and revoke API keys.
+    static let webhookOperators: Set<ConsoleRole> = [.`operator`, .admin]
+    /// Create API keys, delete webhook subscriptions.
+    static let admins: Set<ConsoleRole> = [.admin]
 }

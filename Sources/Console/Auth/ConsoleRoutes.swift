@@ -7,6 +7,9 @@ public struct ConsoleRoute: Sendable, Hashable {
         case stylesheet, signIn, linkForm, linkRedeem, oidcStart, oidcCallback, stepUp, signOut
         case overview
         case deletions, deletionDetail, retryConfirm, retry, newDeletion, identify, createDeletion, report, reportJSON
+        case followUps, lookupForm, lookup, reveal
+        case notifications, webhooks, pauseSubscription, resumeSubscription, deleteSubscriptionConfirm, deleteSubscription
+        case redriveDelivery, apiKeys, createAPIKey, revokeAPIKeyConfirm, revokeAPIKey, audit, auditExport
     }
 
     public let page: Page
@@ -53,6 +56,23 @@ public struct ConsoleRoute: Sendable, Hashable {
         ConsoleRoute(.retry, .post, "/deletions/{id}/retry", .retriers, stepUp: true),
         ConsoleRoute(.report, .get, "/deletions/{id}/report", .compliance),
         ConsoleRoute(.reportJSON, .get, "/deletions/{id}/report.json", .compliance),
+        ConsoleRoute(.followUps, .get, "/follow-ups", .compliance),
+        ConsoleRoute(.lookupForm, .get, "/lookup", .compliance),
+        ConsoleRoute(.lookup, .post, "/lookup", .compliance),
+        ConsoleRoute(.reveal, .post, "/lookup/reveal", .compliance, stepUp: true),
+        ConsoleRoute(.notifications, .get, "/notifications", .everyone),
+        ConsoleRoute(.webhooks, .get, "/webhooks", .everyone),
+        ConsoleRoute(.pauseSubscription, .post, "/webhooks/{id}/pause", .webhookOperators),
+        ConsoleRoute(.resumeSubscription, .post, "/webhooks/{id}/resume", .webhookOperators),
+        ConsoleRoute(.deleteSubscriptionConfirm, .get, "/webhooks/{id}/delete", .admins),
+        ConsoleRoute(.deleteSubscription, .post, "/webhooks/{id}/delete", .admins, stepUp: true),
+        ConsoleRoute(.redriveDelivery, .post, "/webhooks/deliveries/{id}/retry", .webhookOperators),
+        ConsoleRoute(.apiKeys, .get, "/api-keys", .webhookOperators),
+        ConsoleRoute(.createAPIKey, .post, "/api-keys", .admins, stepUp: true),
+        ConsoleRoute(.revokeAPIKeyConfirm, .get, "/api-keys/{id}/revoke", .webhookOperators),
+        ConsoleRoute(.revokeAPIKey, .post, "/api-keys/{id}/revoke", .webhookOperators),
+        ConsoleRoute(.audit, .get, "/audit", .auditors),
+        ConsoleRoute(.auditExport, .get, "/audit/export", .auditors),
     ]
 
     public static func route(_ page: Page) -> ConsoleRoute { table.first { $0.page == page }! }

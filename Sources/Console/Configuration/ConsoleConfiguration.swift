@@ -32,6 +32,17 @@ public struct ConsoleConfiguration: Sendable {
         public var groupsClaim: String = "groups"
         /// `CONSOLE_OIDC_ROLE_MAP`: `group=role,…`, e.g. `ops=operator,dpo=compliance`.
         public var roleMap: [String: Set<ConsoleRole>]
+
+        public init(
+            issuer: String, clientID: String, clientSecret: String, groupsClaim: String = "groups",
+            roleMap: [String: Set<ConsoleRole>]
+        ) {
+            self.issuer = issuer
+            self.clientID = clientID
+            self.clientSecret = clientSecret
+            self.groupsClaim = groupsClaim
+            self.roleMap = roleMap
+        }
     }
 
     public struct Invalid: Error, CustomStringConvertible {

@@ -16,11 +16,18 @@ enum Layout {
     ]
 
     /// A whole page. `session` nil: the signed-out frame (no navigation).
-    static func page(_ title: String, session: ConsoleSession?, status: Int = 200, _ body: HTML) -> HTTPResponse {
+    static func page(_ title: String, session: ConsoleSession?, status: Int = 200, head: HTML = .empty, _ body: HTML)
+        -> HTTPResponse
+    {
         let navigation: HTML
         if let session {
             var links: [HTML] = [link("/", "Overview"), link("/deletions", "Deletions")]
-            if session.allows(.compliance) { links.append(link("/deletions/new", "New deletion")) }
+            if session.allows(.compliance) {
+                links += [link("/deletions/new", "New deletion"), link("/follow-ups", "Follow-ups"), link("/lookup", "Lookup")]
+            }
+            links += [link("/webhooks", "Webhooks"), link("/notifications", "Apple notifications")]
+            if session.allows(.webhookOperators) { links.append(link("/api-keys", "API keys")) }
+            if session.allows(.auditors) { links.append(link("/audit", "Audit log")) }
             navigation = """
                 <header><nav aria-label="Console"><ul>\(links)</ul></nav>
                 <form method="post" action="/logout" class="signout">\(csrfField(session))
@@ -33,7 +40,7 @@ enum Layout {
         let html: HTML = """
             <!DOCTYPE html>
             <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
-            <title>\(title) · appleid-broker console</title><link rel="stylesheet" href="/console.css"></head>
+            <title>\(title) · appleid-broker console</title><link rel="stylesheet" href="/console.css">\(head)</head>
             <body>\(navigation)<main id="main"><h1>\(title)</h1>
             \(body)</main></body></html>
             """

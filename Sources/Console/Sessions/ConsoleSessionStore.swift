@@ -125,6 +125,59 @@ public struct ConsoleSessionStore: Sendable {
         }
     }
 
+    // MARK: OpenID Connect transactions
+
+    /// What a sign-in under way keeps on the server, keyed by the hash of its `state`.
+    struct OIDCTransaction {
+        var nonce: String
+        var verifier: String
+        var returnTo: String
+        /// The hash of the session a step-up re-authenticates; nil for a first sign-in.
+        var stepUpOf: [UInt8]?
+    }
+
+    /// Stores a transaction for ten minutes; returns its `state`.
+    func beginOIDC(_ transaction: OIDCTransaction) throws -> String {
+        let state = Self.newSecret()
+        try pool.query(
+            """
+            INSERT INTO console_oidc_transactions (state_hash, nonce, verifier, return_to, step_up_of, expires_at)
+            VALUES (\(Self.hash(state)), \(transaction.nonce), \(transaction.verifier), \(transaction.returnTo),
+                    \(transaction.stepUpOf), now() + interval '10 minutes')
+            """)
+        return state
+    }
+
+    /// Takes the transaction of `state` (once: it is deleted); nil when unknown or expired.
+    func takeOIDC(state: String) throws -> OIDCTransaction? {
+        guard state.utf8.count <= 64,
+            let row = try pool.query(
+                """
+                DELETE FROM console_oidc_transactions WHERE state_hash = \(Self.hash(state))
+                RETURNING nonce, verifier, return_to, step_up_of, expires_at > now() AS live
+                """
+            ).first,
+            try row.decode(Bool.self, "live")
+        else { return nil }
+        return OIDCTransaction(
+            nonce: try row.decode(String.self, "nonce"), verifier: try row.decode(String.self, "verifier"),
+            returnTo: try row.decode(String.self, "return_to"), stepUpOf: try row.decode([UInt8]?.self, "step_up_of"))
+    }
+
+    /// The live session whose id hashes to `hash` (the one a step-up renews), without its secret.
+    func endSession(hash: [UInt8]) throws -> (operatorID: String, ended: Bool) {
+        guard
+            let row = try pool.query(
+                """
+                UPDATE console_sessions SET ended_at = now()
+                WHERE id_hash = \(hash) AND ended_at IS NULL AND expires_at > now()
+                RETURNING operator
+                """
+            ).first
+        else { return ("", false) }
+        return (try row.decode(String.self, "operator"), true)
+    }
+
     // MARK: Audit
 
     /// One `console.*` row in `audit_log`: identifiers and hashes only, never a body or a term.

@@ -26,7 +26,9 @@ final class ConsoleBroker: Sendable {
     var apiURL: String { "http://127.0.0.1:\(application.port)" }
     var pool: PostgresPool { application.database.pool }
 
-    init(roles: Set<BrokerConfiguration.Role> = [.api], extra: [String: String] = [:]) throws {
+    init(
+        roles: Set<BrokerConfiguration.Role> = [.api], extra: [String: String] = [:], oidc: ConsoleConfiguration.OIDC? = nil
+    ) throws {
         simulator = try AppleSimulator(logger: Logger(label: "sim", sink: .capturing(level: .warning)))
         try simulator.start()
         var environment: [String: String] = [
@@ -45,7 +47,8 @@ final class ConsoleBroker: Sendable {
             teamID: Self.teamID, keyID: "KEYID12345", publicKey: try AppleSimulator.publicKey(fromPEM: pem),
             clientIDs: [Self.clientID])
         let configuration = try BrokerConfiguration.load(environment: environment, requireApple: true)
-        let console = ConsoleConfiguration(listen: "127.0.0.1:0")
+        var console = ConsoleConfiguration(listen: "127.0.0.1:0")
+        console.oidc = oidc
         application = try BrokerApplication(
             configuration: configuration, console: console, logger: Logger(label: "broker", sink: .capturing(level: .warning)))
         try application.start()
@@ -110,19 +113,19 @@ final class ConsoleBroker: Sendable {
     // MARK: Users
 
     /// Signs a user in through the API with a code (so the broker holds a refresh token).
-    func signInUser(email: String? = nil) throws -> (id: UUID, sub: String) {
+    func signInUser(email: String? = nil, withCode: Bool = true) throws -> (id: UUID, sub: String) {
         let key = try APIKeyStore(pool: pool).create(name: "test", scopes: [.login]).secret
         let minted = try simulator.mintToken(
             {
                 var request = TokenRequest(clientID: Self.clientID)
                 request.teamID = Self.teamID
-                request.withCode = true
+                request.withCode = withCode
                 if let email { request.email = email }
                 return request
             }())
-        let body = try JSONSerialization.data(withJSONObject: [
-            "identity_token": minted.idToken, "authorization_code": minted.code!,
-        ])
+        var fields = ["identity_token": minted.idToken]
+        if withCode { fields["authorization_code"] = minted.code! }
+        let body = try JSONSerialization.data(withJSONObject: fields)
         let response = try client.send(
             .init(
                 method: "POST", url: apiURL + "/v1/apple/login",

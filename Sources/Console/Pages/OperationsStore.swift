@@ -1,0 +1,83 @@
+import Foundation
+import PostgresClient
+
+/// Apple notification figures and the audit log, as the operations pages read them.
+extension ConsoleStore {
+    struct NotificationCount {
+        var eventType: String
+        var outcome: String
+        var count: Int
+        var last: Date
+    }
+
+    func notificationCounts() throws -> [NotificationCount] {
+        try pool.query(
+            """
+            SELECT event_type, outcome, count(*) AS n, max(received_at) AS last FROM apple_notifications
+            GROUP BY event_type, outcome ORDER BY event_type, outcome
+            """
+        ).map { row in
+            NotificationCount(
+                eventType: try row.decode(String.self, "event_type"), outcome: try row.decode(String.self, "outcome"),
+                count: try row.decode(Int.self, "n"), last: try row.decode(Date.self, "last"))
+        }
+    }
+
+    struct RecentNotification {
+        var eventType: String
+        var outcome: String
+        var subjectHash: String?
+        var receivedAt: Date
+    }
+
+    func recentNotifications() throws -> [RecentNotification] {
+        try pool.query(
+            "SELECT event_type, outcome, sub_hash, received_at FROM apple_notifications ORDER BY received_at DESC LIMIT 50"
+        ).map { row in
+            RecentNotification(
+                eventType: try row.decode(String.self, "event_type"), outcome: try row.decode(String.self, "outcome"),
+                subjectHash: try row.decode(String?.self, "sub_hash"), receivedAt: try row.decode(Date.self, "received_at"))
+        }
+    }
+
+    struct AuditFilter {
+        var actor: String?
+        var action: String?
+        var subject: String?
+        var deletionID: UUID?
+        var from: Date?
+        var to: Date?
+    }
+
+    struct AuditEntry {
+        var id: Int64
+        var at: Date
+        var actor: String
+        var action: String
+        var subject: String?
+        var deletionID: UUID?
+        var detail: String
+    }
+
+    /// Entries newest first; `limit` bounds an export as well as a page.
+    func audit(_ filter: AuditFilter, limit: Int) throws -> [AuditEntry] {
+        try pool.query(
+            """
+            SELECT id, at, actor, action, subject, deletion_id, detail::text AS detail FROM audit_log
+            WHERE (\(filter.actor)::text IS NULL OR actor = \(filter.actor)::text)
+              AND (\(filter.action)::text IS NULL OR action = \(filter.action)::text)
+              AND (\(filter.subject)::text IS NULL OR subject = \(filter.subject)::text)
+              AND (\(filter.deletionID)::uuid IS NULL OR deletion_id = \(filter.deletionID)::uuid)
+              AND (\(filter.from)::timestamptz IS NULL OR at >= \(filter.from)::timestamptz)
+              AND (\(filter.to)::timestamptz IS NULL OR at < \(filter.to)::timestamptz)
+            ORDER BY id DESC LIMIT \(limit)
+            """
+        ).map { row in
+            AuditEntry(
+                id: try row.decode(Int64.self, "id"), at: try row.decode(Date.self, "at"),
+                actor: try row.decode(String.self, "actor"), action: try row.decode(String.self, "action"),
+                subject: try row.decode(String?.self, "subject"), deletionID: try row.decode(UUID?.self, "deletion_id"),
+                detail: try row.decode(String.self, "detail"))
+        }
+    }
+}
