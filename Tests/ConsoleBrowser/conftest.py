@@ -232,7 +232,7 @@ def sign_in(driver, role, sub=None, **quirks):
     page's link, the provider, the callback's interstitial, the overview."""
     idp_operator(sub or f"{role}-1", [ROLE_GROUPS[role]], **quirks)
     driver.get(CONSOLE + "/login")
-    driver.find_element("css selector", 'a[href="/login/oidc"]').click()
+    driver.find_element("css selector", 'a[href^="/login/oidc"]').click()
     WebDriverWait(driver, 15).until(lambda d: d.current_url.rstrip("/") == CONSOLE and "Overview" in d.title)
     return driver
 

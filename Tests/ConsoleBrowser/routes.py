@@ -8,7 +8,8 @@ DOC = os.environ.get("CONSOLE_ROUTE_DOC") or os.path.join(os.path.dirname(__file
 
 
 def cells(line):
-    return [cell.strip().strip("`").strip() for cell in line.strip().strip("|").split("|")]
+    # A cell may hold an escaped pipe (`csv\\|jsonl`).
+    return [cell.replace("\\|", "|").strip().strip("`").strip() for cell in re.split(r"(?<!\\)\|", line.strip().strip("|"))]
 
 
 def route_table():

@@ -1,13 +1,15 @@
 """Every console page in Chromium, for every role: zero Content-Security-Policy violations in the
 browser's log and zero axe-core violations (WCAG 2.0/2.1/2.2 A and AA); and a page on another
 site cannot frame the console."""
+import re
 import pytest
-from conftest import (sign_in_by_link, navigation_status, CONSOLE, IDP, api_deletion, axe_violations,
+from conftest import (sign_in_by_link, navigation_status, CONSOLE, IDP, api, api_deletion, axe_violations,
                       console_messages, csp_violations, faults, new_user, deletion, wait_for)
 from routes import ROLES, route_table
 
-# Not pages: the stylesheet, the JSON report, and the start of the OIDC redirect (another site).
-NOT_HTML = {"/console.css", "/deletions/{id}/report.json", "/login/oidc"}
+# Not pages: the stylesheet, the JSON report, the audit export (a download), and the OIDC
+# redirects to the provider (another site; the sign-in tests follow them).
+NOT_HTML = {"/console.css", "/deletions/{id}/report.json", "/audit/export", "/login/oidc", "/step-up"}
 
 
 @pytest.fixture(scope="module")
@@ -23,6 +25,10 @@ def deletions():
         wait_for(lambda: deletion(failed)["state"] == "failed", timeout=60, what="the failed deletion")
     finally:
         faults()
+    # A webhook subscription whose receiver is down, so the webhooks page has a subscription and
+    # dead letters, and the API keys page a key.
+    status, answer = api("POST", "/v1/webhook-subscriptions", {"url": "http://127.0.0.1:9/down", "topics": ["user.deleted"]})
+    assert status in (200, 201), answer
     return {"done": done, "failed": failed}
 
 
@@ -40,24 +46,40 @@ def check_page(browser, path, failures, axe=True):
             failures.append(f"{path}: axe {[(v['id'], v['help'], v['nodes'][:2]) for v in found]}")
 
 
-def pages_for(role, deletions):
-    paths = []
+def pages_for(browser, deletions):
+    """Every GET page of the table; an {id} is a done and a failed deletion for deletions, and
+    for other kinds the first such link on the list pages (a compliance or admin session sees
+    them; others get the page's 403, which must be as clean)."""
+    paths, with_ids = ["/deletions?state=failed"], []
     for method, pattern, roles, _ in route_table():
         if method != "GET" or pattern in NOT_HTML:
             continue
-        if "{id}" in pattern:
+        if pattern.startswith("/deletions/{id}"):
             paths += [pattern.replace("{id}", deletions[state]) for state in ("done", "failed")]
+        elif "{id}" in pattern:
+            with_ids.append(pattern)
         else:
             paths.append(pattern)
-    paths.append("/deletions?state=failed")
-    return paths
+    return paths, with_ids
+
+
+def link_for(pattern, html):
+    regex = re.escape(pattern).replace(re.escape("{id}"), "[0-9A-Za-z_-]+")
+    match = re.search(f'href="({regex})"', html)
+    return match.group(1) if match else None
 
 
 @pytest.mark.parametrize("role", ROLES)
 def test_every_page_has_no_csp_violation_and_no_axe_violation(browser, role, deletions):
     sign_in_by_link(browser, role)
     failures = []
-    for path in pages_for(role, deletions):  # pages the role may not see are its 403 pages
+    paths, with_ids = pages_for(browser, deletions)
+    seen = ""
+    for path in paths:  # pages the role may not see are its 403 pages
+        check_page(browser, path, failures)
+        seen += browser.page_source
+    for pattern in with_ids:
+        path = link_for(pattern, seen) or pattern.replace("{id}", deletions["done"])  # none: the 403/404 page
         check_page(browser, path, failures)
     # Forms' answers: the confirmation page of a new deletion (compliance).
     if role == "compliance":
@@ -73,6 +95,18 @@ def test_every_page_has_no_csp_violation_and_no_axe_violation(browser, role, del
         found = axe_violations(browser)
         if found:
             failures.append(f"confirmation page: axe {[(v['id'], v['help'], v['nodes'][:2]) for v in found]}")
+        # A lookup's masked results.
+        browser.get(CONSOLE + "/lookup")
+        browser.find_element("id", "value").send_keys(user_id)
+        console_messages(browser)
+        browser.find_element("css selector", "main form button[type=submit]").click()
+        wait_for(lambda: "/lookup" in browser.current_url and browser.find_elements("css selector", "main table"), what="the lookup's results")
+        violations = csp_violations(console_messages(browser))
+        if violations:
+            failures.append(f"lookup results: CSP violations {violations}")
+        found = axe_violations(browser)
+        if found:
+            failures.append(f"lookup results: axe {[(v['id'], v['help'], v['nodes'][:2]) for v in found]}")
     assert not failures, "\n".join(failures)
 
 

@@ -2,10 +2,10 @@
 on another site) and through `appleid-broker console link`; the session cookie's attributes; a
 new session id at each sign-in and step-up; ID tokens with a defect refused; step-up refusing an
 old auth_time."""
-import time, urllib.parse
+import re, time, urllib.parse
 import pytest
 from conftest import (sign_in_by_link, navigation_status, CONSOLE, COOKIE, ConsoleClient, browser_cookie, console_link, idp_log, idp_operator, new_user,
-                      request, sign_in, wait_for)
+                      request, sign_in, wait_for, console_messages, csp_violations)
 
 
 def assert_strict_host_cookie(cookie):
@@ -68,7 +68,7 @@ def test_console_link_signs_in_once(browser):
 def test_an_id_token_with_a_defect_signs_nobody_in(browser, defect):
     idp_operator("defect-1", ["admins"], **defect)
     browser.get(CONSOLE + "/login")
-    browser.find_element("css selector", 'a[href="/login/oidc"]').click()
+    browser.find_element("css selector", 'a[href^="/login/oidc"]').click()
     wait_for(lambda: "/callback" in browser.current_url or "Overview" in browser.title, what="the callback")
     time.sleep(0.5)
     assert browser_cookie(browser) is None, f"signed in with {defect}"
@@ -96,11 +96,8 @@ def step_up_through_the_provider(browser):
         links[0].click()
 
 
-def test_step_up_needs_a_recent_auth_time(browser):
-    user_id, _ = new_user()
-    # Signed in an hour ago at the provider: the session's auth_time is old.
-    sign_in(browser, "compliance", sub="dpo-step-up", signed_in_ago=3600, forget=True)
-    before = browser_cookie(browser)["value"]
+def confirm_new_deletion(browser, user_id):
+    """Identify the user, fill the confirmation page, press Delete."""
     browser.get(CONSOLE + "/deletions/new")
     browser.find_element("id", "value").send_keys(user_id)
     browser.find_element("css selector", "main form button[type=submit]").click()
@@ -111,15 +108,35 @@ def test_step_up_needs_a_recent_auth_time(browser):
     browser.execute_script("document.getElementById('received_date').value = arguments[0]", time.strftime("%Y-%m-%d"))
     browser.find_element("id", "confirmation_code").send_keys(code)
     browser.find_element("css selector", "button.danger").click()
-    wait_for(lambda: "/step-up" in browser.current_url or "/deletions/" in browser.current_url, what="an answer")
-    assert "/step-up" in browser.current_url, f"created with an hour-old auth_time: {browser.current_url}"
-    step_up_through_the_provider(browser)
-    wait_for(lambda: browser.current_url.startswith(CONSOLE) and "/step-up" not in browser.current_url
-             and "/callback" not in browser.current_url, what="the way back")
-    authorize = [e for e in idp_log() if e["endpoint"] == "authorize"][-1]
-    assert authorize["query"].get("max_age") is not None or authorize["query"].get("prompt") == "login"
+
+
+def test_step_up_needs_a_recent_auth_time(browser):
+    user_id, _ = new_user()
+    # Signed in an hour ago at the provider: the session's auth_time is old.
+    sign_in(browser, "compliance", sub="dpo-step-up", signed_in_ago=3600, forget=True)
+    before = browser_cookie(browser)["value"]
+    asked = len(idp_log())
+    console_messages(browser)
+    confirm_new_deletion(browser, user_id)
+    # Refused for now: the console sends the browser through the provider with max_age and
+    # back to the new-deletion page (a POST is not replayed), with a new session id. A form
+    # POST answered by a redirect to another origin is blocked by form-action 'self' in
+    # Chromium (the design's pitfall 1): the way to the provider must not start from the POST.
+    try:
+        wait_for(lambda: browser.current_url == CONSOLE + "/deletions/new" and "New deletion" in browser.title,
+                 what="the way back from the step-up")
+    except AssertionError:
+        raise AssertionError(f"no step-up round trip; the browser is on {browser.title!r}; CSP: {csp_violations(console_messages(browser))}")
+    step_up = [e for e in idp_log()[asked:] if e["endpoint"] == "authorize"]
+    assert step_up, "the console did not ask the provider again"
+    assert step_up[-1]["query"].get("max_age") == "300" and step_up[-1]["query"].get("prompt") == "login", step_up[-1]["query"]
+    assert time.time() - step_up[-1]["auth_time"] < 60
     after = browser_cookie(browser)["value"]
     assert after != before, "no new session id after step-up"
+    assert ConsoleClient(before).get("/").status in (302, 303), "the session before the step-up still works"
+    # Now recent: the same confirmation opens the deletion.
+    confirm_new_deletion(browser, user_id)
+    wait_for(lambda: re.search(r"/deletions/[0-9a-f-]{36}$", browser.current_url), what="the new deletion's page")
 
 
 def test_step_up_refuses_a_provider_that_ignores_max_age(browser):
