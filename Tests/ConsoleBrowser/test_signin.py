@@ -4,8 +4,8 @@ new session id at each sign-in and step-up; ID tokens with a defect refused; ste
 old auth_time."""
 import re, time, urllib.parse
 import pytest
-from conftest import (sign_in_by_link, navigation_status, CONSOLE, COOKIE, ConsoleClient, browser_cookie, console_link, idp_log, idp_operator, new_user,
-                      request, sign_in, wait_for, console_messages, csp_violations)
+from conftest import (sign_in_by_link, navigation_status, CONSOLE, IDP, COOKIE, ConsoleClient, browser_cookie, console_link, idp_log, idp_operator, new_user,
+                      request, sign_in, wait_for, console_messages, csp_violations, make_driver)
 
 
 def assert_strict_host_cookie(cookie):
@@ -151,3 +151,22 @@ def test_step_up_refuses_a_provider_that_ignores_max_age(browser):
     client = ConsoleClient(browser_cookie(browser)["value"])
     answer = client.post("/deletions/create", {"csrf_token": client.csrf_for("/deletions/new"), "user_id": "00000000-0000-4000-8000-000000000000"})
     assert answer.status in (302, 303) and "/step-up" in answer.header("Location"), answer.status
+
+
+def test_sign_in_and_pages_work_with_javascript_off():
+    """The console has no script: with JavaScript disabled in Chromium, the OIDC sign-in (its
+    callback moves on by meta refresh) and a page with a form work the same."""
+    driver = make_driver(javascript=False)
+    try:
+        # Script is really off: the provider's auto-submitting page stays where it is.
+        driver.get(IDP + "/test/post?" + urllib.parse.urlencode({"action": CONSOLE + "/logout", "fields": "{}"}))
+        time.sleep(0.5)
+        assert driver.current_url.startswith(IDP)
+        sign_in(driver, "compliance", sub="dpo-no-script")
+        assert_strict_host_cookie(browser_cookie(driver))
+        driver.get(CONSOLE + "/deletions/new")
+        driver.find_element("id", "value").send_keys("00000000-0000-4000-8000-000000000000")
+        driver.find_element("css selector", "main form button[type=submit]").click()
+        wait_for(lambda: "No user found" in driver.title, what="the form's answer")
+    finally:
+        driver.quit()
