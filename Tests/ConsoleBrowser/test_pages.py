@@ -34,16 +34,31 @@ def deletions():
 
 
 
-def check_page(browser, path, failures, axe=True):
-    console_messages(browser)  # drop what came before
-    browser.get(CONSOLE + path)
+def check_shown_page(browser, label, failures, axe=True):
+    """The page now shown: no CSP violation logged since the last read of the log, no axe violation."""
     violations = csp_violations(console_messages(browser))
     if violations:
-        failures.append(f"{path}: CSP violations {violations}")
+        failures.append(f"{label}: CSP violations {violations}")
     if axe:
         found = axe_violations(browser)
         if found:
-            failures.append(f"{path}: axe {[(v['id'], v['help'], v['nodes'][:2]) for v in found]}")
+            failures.append(f"{label}: axe {[(v['id'], v['help'], v['nodes'][:2]) for v in found]}")
+
+
+def check_page(browser, path, failures, axe=True):
+    console_messages(browser)  # drop what came before
+    browser.get(CONSOLE + path)
+    check_shown_page(browser, path, failures, axe)
+
+
+def submit_and_check(browser, path, value, arrived, label, failures):
+    """Types a value into a page's form, submits it, and checks the answer page."""
+    browser.get(CONSOLE + path)
+    browser.find_element("id", "value").send_keys(value)
+    console_messages(browser)
+    browser.find_element("css selector", "main form button[type=submit]").click()
+    wait_for(lambda: arrived(browser), what=label)
+    check_shown_page(browser, label, failures)
 
 
 def pages_for(browser, deletions):
@@ -84,29 +99,9 @@ def test_every_page_has_no_csp_violation_and_no_axe_violation(browser, role, del
     # Forms' answers: the confirmation page of a new deletion (compliance).
     if role == "compliance":
         user_id, _ = new_user(client_ids=("com.example.app", "com.example.other"))
-        browser.get(CONSOLE + "/deletions/new")
-        browser.find_element("id", "value").send_keys(user_id)
-        console_messages(browser)
-        browser.find_element("css selector", "main form button[type=submit]").click()
-        wait_for(lambda: "Confirm" in browser.title, what="the confirmation page")
-        violations = csp_violations(console_messages(browser))
-        if violations:
-            failures.append(f"confirmation page: CSP violations {violations}")
-        found = axe_violations(browser)
-        if found:
-            failures.append(f"confirmation page: axe {[(v['id'], v['help'], v['nodes'][:2]) for v in found]}")
-        # A lookup's masked results.
-        browser.get(CONSOLE + "/lookup")
-        browser.find_element("id", "value").send_keys(user_id)
-        console_messages(browser)
-        browser.find_element("css selector", "main form button[type=submit]").click()
-        wait_for(lambda: "/lookup" in browser.current_url and browser.find_elements("css selector", "main table"), what="the lookup's results")
-        violations = csp_violations(console_messages(browser))
-        if violations:
-            failures.append(f"lookup results: CSP violations {violations}")
-        found = axe_violations(browser)
-        if found:
-            failures.append(f"lookup results: axe {[(v['id'], v['help'], v['nodes'][:2]) for v in found]}")
+        submit_and_check(browser, "/deletions/new", user_id, lambda b: "Confirm" in b.title, "the confirmation page", failures)
+        submit_and_check(browser, "/lookup", user_id, lambda b: "/lookup" in b.current_url and b.find_elements("css selector", "main table"),
+                         "the lookup's masked results", failures)
     assert not failures, "\n".join(failures)
 
 
