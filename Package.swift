@@ -213,7 +213,7 @@ let package = Package(
             name: "ConsoleTests",
             dependencies: [
                 "Console", "BrokerAPI", "BrokerCore", "AppleSimulator", "HTTPServer", "HTTPClient", "JOSE", "StrictJSON",
-                "BrokerCrypto", "TestSupport", "PostgresClient", "Observability",
+                "BrokerCrypto", "TestSupport", "PostgresClient", "Observability", "ProcessRunner",
             ],
             swiftSettings: swiftSettings
         ),

@@ -18,8 +18,8 @@ public final class ConsoleServer: Sendable {
     ///   - hasher: keys the hashes of looked-up terms in the audit log.
     package init(
         configuration: ConsoleConfiguration, pool: PostgresPool, deletions: DeletionService,
-        subscriptions: WebhookSubscriptionStore, teamID: String, hasher: SubjectHasher, logger: Logger,
-        transport: any HTTPTransport = CurlTransport()
+        subscriptions: WebhookSubscriptionStore, teamID: String, hasher: SubjectHasher,
+        keySetAge: @escaping @Sendable () -> Duration? = { nil }, logger: Logger, transport: any HTTPTransport = CurlTransport()
     ) {
         self.configuration = configuration
         let sessions = ConsoleSessionStore(
@@ -31,15 +31,17 @@ public final class ConsoleServer: Sendable {
             sessions: sessions,
             redemptions: RateLimiter(rate: configuration.linkRedemptionsPerSecond, burst: 10),
             oidcConfigured: configuration.oidc != nil)
-        let overview = OverviewPage(store: store)
+        let overview = OverviewPage(store: store, keySetAge: keySetAge)
         let oidc = configuration.oidc.map { settings in
             OIDCPages(
                 client: OIDCClient(settings: settings, redirectURI: configuration.publicURL + "/callback", transport: transport),
-                sessions: sessions, stepUpSeconds: configuration.stepUpSeconds, logger: logger.labelled("console"))
+                sessions: sessions, stepUpSeconds: configuration.stepUpSeconds, starts: RateLimiter(rate: 1, burst: 30),
+                logger: logger.labelled("console"))
         }
         let termHash: @Sendable (String) -> String = { hasher.hash(teamID: "console-lookup", sub: $0) }
-        let deletions = DeletionPages(service: deletions, store: store, termHash: termHash)
-        let followUps = FollowUpPages(store: store, termHash: termHash)
+        let lookup = ExactLookup(store: store, termHash: termHash)
+        let deletions = DeletionPages(service: deletions, store: store, finder: lookup)
+        let followUps = FollowUpPages(store: store, finder: lookup)
         let operations = OperationsPages(
             store: store, subscriptions: subscriptions, apiKeys: APIKeyStore(pool: pool), sessions: sessions)
         var router = Router()
@@ -67,6 +69,7 @@ public final class ConsoleServer: Sendable {
             case .createDeletion: page = deletions.create
             case .report: page = deletions.report
             case .reportJSON: page = deletions.reportJSON
+            case .extend: page = deletions.extend
             case .followUps: page = followUps.followUps
             case .lookupForm: page = followUps.lookupForm
             case .lookup: page = followUps.lookup

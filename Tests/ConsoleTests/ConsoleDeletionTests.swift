@@ -153,4 +153,33 @@ struct ConsoleDeletionTests {
         #expect(rows == ["console:dpo console.deletion_requested", "console:ops deletion.retried"])
         #expect(try broker.count("SELECT count(*) FROM deletion_requests WHERE requested_by = 'console:dpo'") == 1)
     }
+
+    @Test("compliance extends a deadline within three months of receipt, with a reason; the due date follows; audited")
+    func extendDeadline() throws {
+        let broker = try ConsoleBroker()
+        let user = try broker.signInUser()
+        let cookie = try broker.signIn(.compliance, operator: "dpo")
+        let id = try openDeletion(broker, cookie: cookie, by: "user_id", value: user.id.uuidString)
+        let detail = try broker.get("/deletions/\(id)", cookie: cookie)
+        #expect(detail.bodyText.contains("2026-12-30"), "due one month after receipt on 2026-11-30")
+        let csrf = try #require(ConsoleBroker.csrfToken(detail))
+        for tooLate in ["2027-03-01", "2026-12-15"] {
+            let refused = try broker.post(
+                "/deletions/\(id)/extend",
+                form: [("csrf_token", csrf), ("extended_until", tooLate), ("extension_reason", "complex request")],
+                cookie: cookie)
+            #expect(refused.status == 400, "\(tooLate)")
+        }
+        let extended = try broker.post(
+            "/deletions/\(id)/extend",
+            form: [("csrf_token", csrf), ("extended_until", "2027-02-15"), ("extension_reason", "complex request")],
+            cookie: cookie)
+        #expect(extended.status == 303)
+        let after = try broker.get("/deletions/\(id)", cookie: cookie)
+        #expect(after.bodyText.contains("2027-02-15") && after.bodyText.contains("extended: complex request"))
+        #expect(try broker.get("/deletions", cookie: cookie).bodyText.contains("2027-02-15"))
+        #expect(
+            try broker.count(
+                "SELECT count(*) FROM audit_log WHERE action = 'console.deletion_extended' AND actor = 'console:dpo'") == 1)
+    }
 }

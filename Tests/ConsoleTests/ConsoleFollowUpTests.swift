@@ -141,3 +141,40 @@ struct ConsoleFollowUpTests {
         #expect(try broker.get("/audit/export?format=csv", cookie: operatorCookie).status == 403)
     }
 }
+
+@Suite("Console webhooks", .offPool)
+struct ConsoleWebhookTests {
+    @Test("an operator pauses and resumes a subscription; only an admin deletes it, after a confirmation page")
+    func subscriptions() throws {
+        let broker = try ConsoleBroker()
+        let key = try APIKeyStore(pool: broker.pool).create(name: "admin", scopes: [.admin]).secret
+        let created = try broker.client.send(
+            .init(
+                method: "POST", url: broker.apiURL + "/v1/webhook-subscriptions",
+                headers: [("Content-Type", "application/json"), ("Authorization", "Bearer \(key)")],
+                body: Array(#"{"url":"https://receiver.example/hook","topics":["user.deleted"]}"#.utf8)))
+        #expect(created.status == 201, "\(created.bodyText)")
+        let id = try #require(
+            (try JSONSerialization.jsonObject(with: Data(created.body)) as? [String: Any])?["id"] as? String)
+        let viewer = try broker.signIn(.viewer, operator: "val")
+        let listed = try broker.get("/webhooks", cookie: viewer)
+        #expect(listed.bodyText.contains("https://receiver.example/hook"))
+        #expect(!listed.bodyText.contains("/pause\""), "a viewer sees no actions")
+
+        let ops = try broker.signIn(.operator, operator: "ops")
+        let csrf = try #require(ConsoleBroker.csrfToken(try broker.get("/webhooks", cookie: ops)))
+        #expect(try broker.post("/webhooks/\(id)/pause", form: [("csrf_token", csrf)], cookie: ops).status == 303)
+        #expect(try broker.count("SELECT count(*) FROM webhook_subscriptions WHERE status = 'paused'") == 1)
+        #expect(try broker.post("/webhooks/\(id)/resume", form: [("csrf_token", csrf)], cookie: ops).status == 303)
+        #expect(try broker.count("SELECT count(*) FROM webhook_subscriptions WHERE status = 'active'") == 1)
+        #expect(try broker.post("/webhooks/\(id)/delete", form: [("csrf_token", csrf)], cookie: ops).status == 403)
+
+        let admin = try broker.signIn(.admin, operator: "root")
+        let confirm = try broker.get("/webhooks/\(id)/delete", cookie: admin)
+        #expect(confirm.status == 200 && confirm.bodyText.contains("user.deleted"))
+        let adminCSRF = try #require(ConsoleBroker.csrfToken(confirm))
+        #expect(try broker.post("/webhooks/\(id)/delete", form: [("csrf_token", adminCSRF)], cookie: admin).status == 303)
+        #expect(try broker.count("SELECT count(*) FROM webhook_subscriptions") == 0)
+        #expect(try broker.count("SELECT count(*) FROM audit_log WHERE actor = 'console:ops'") >= 2)
+    }
+}

@@ -120,6 +120,21 @@ struct ConsoleSignInTests {
         #expect(try signIn(broker, idp, start: "/step-up", cookie: second).status == 403)
     }
 
+    @Test("sign-ins started from one address are budgeted (each stores a transaction); expired transactions are dropped")
+    func startBudget() throws {
+        let idp = try FakeIdentityProvider()
+        let broker = try broker(idp)
+        var statuses: [Int] = []
+        for _ in 0..<32 { statuses.append(try broker.get("/login/oidc").status) }
+        #expect(statuses.prefix(30).allSatisfy { $0 == 303 })
+        #expect(statuses.last == 429)
+        #expect(try broker.count("SELECT count(*) FROM console_oidc_transactions") == 30)
+        try broker.pool.query("UPDATE console_oidc_transactions SET expires_at = now() - interval '1 second'")
+        let cookie = try broker.signIn(.viewer)
+        #expect(try broker.get("/step-up", cookie: cookie).status == 303)
+        #expect(try broker.count("SELECT count(*) FROM console_oidc_transactions") == 1)
+    }
+
     @Test("next= only ever returns to a path of the console")
     func safeReturn() throws {
         let idp = try FakeIdentityProvider()

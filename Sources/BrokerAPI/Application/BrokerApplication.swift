@@ -107,8 +107,8 @@ public final class BrokerApplication: Sendable {
             ConsoleServer(
                 configuration: settings, pool: pool,
                 deletions: DeletionService(store: parts.deletionStore, wake: wakeDeletions),
-                subscriptions: parts.subscriptions, teamID: appleSettings.teamID,
-                hasher: SubjectHasher(keys: tokenKeys), logger: logger)
+                subscriptions: parts.subscriptions, teamID: appleSettings.teamID, hasher: SubjectHasher(keys: tokenKeys),
+                keySetAge: { [appleKeys = parts.appleKeys] in appleKeys.age }, logger: logger)
         }
         self.console = console
         ProcessMetrics.register(on: metrics)

@@ -6,7 +6,7 @@ public struct ConsoleRoute: Sendable, Hashable {
     public enum Page: String, Sendable, CaseIterable {
         case stylesheet, signIn, linkForm, linkRedeem, oidcStart, oidcCallback, stepUp, signOut
         case overview
-        case deletions, deletionDetail, retryConfirm, retry, newDeletion, identify, createDeletion, report, reportJSON
+        case deletions, deletionDetail, retryConfirm, retry, newDeletion, identify, createDeletion, report, reportJSON, extend
         case followUps, lookupForm, lookup, reveal
         case notifications, webhooks, pauseSubscription, resumeSubscription, deleteSubscriptionConfirm, deleteSubscription
         case redriveDelivery, apiKeys, createAPIKey, revokeAPIKeyConfirm, revokeAPIKey, audit, auditExport
@@ -54,6 +54,7 @@ public struct ConsoleRoute: Sendable, Hashable {
         ConsoleRoute(.deletionDetail, .get, "/deletions/{id}", .everyone),
         ConsoleRoute(.retryConfirm, .get, "/deletions/{id}/retry", .retriers),
         ConsoleRoute(.retry, .post, "/deletions/{id}/retry", .retriers, stepUp: true),
+        ConsoleRoute(.extend, .post, "/deletions/{id}/extend", .compliance),
         ConsoleRoute(.report, .get, "/deletions/{id}/report", .compliance),
         ConsoleRoute(.reportJSON, .get, "/deletions/{id}/report.json", .compliance),
         ConsoleRoute(.followUps, .get, "/follow-ups", .compliance),

@@ -54,6 +54,7 @@ struct ConsoleStore: Sendable {
         var receivedAt: Date?
         var ticket: String?
         var extendedUntil: Date?
+        var extensionReason: String?
     }
 
     func annotations(_ ids: [UUID]) throws -> [UUID: Annotation] {
@@ -61,13 +62,14 @@ struct ConsoleStore: Sendable {
         var result: [UUID: Annotation] = [:]
         for row in try pool.query(
             """
-            SELECT id, received_at, ticket, extended_until FROM deletion_requests
+            SELECT id, received_at, ticket, extended_until, extension_reason FROM deletion_requests
             WHERE id = ANY (\(PostgresTextArray(ids.map(\.lowercasedString)))::uuid[])
             """)
         {
             result[try row.decode(UUID.self, "id")] = Annotation(
                 receivedAt: try row.decode(Date?.self, "received_at"), ticket: try row.decode(String?.self, "ticket"),
-                extendedUntil: try row.decode(Date?.self, "extended_until"))
+                extendedUntil: try row.decode(Date?.self, "extended_until"),
+                extensionReason: try row.decode(String?.self, "extension_reason"))
         }
         return result
     }
@@ -81,6 +83,25 @@ struct ConsoleStore: Sendable {
             try ConsoleSessionStore.audit(
                 connection, actor: actor, action: "console.deletion_requested", deletionID: id,
                 detail: ["ticket": .string(ticket), "received_at": .string(RFC3339Date.string(receivedAt))])
+        }
+    }
+
+    /// Extends the deadline (Art. 12(3) GDPR: by up to two further months, with the reasons),
+    /// audited; false when the deletion is done or the date is past the limit.
+    func extend(_ id: UUID, until: Date, reason: String, actor: String) throws -> Bool {
+        try pool.withTransaction { connection in
+            let rows = try connection.query(
+                """
+                UPDATE deletion_requests SET extended_until = \(until), extension_reason = \(reason)
+                WHERE id = \(id) AND state <> 'done'
+                  AND \(until)::timestamptz <= COALESCE(received_at, created_at) + interval '90 days'
+                  AND \(until)::timestamptz > COALESCE(received_at, created_at) + interval '30 days'
+                """)
+            guard rows.affectedRows == 1 else { return false }
+            try ConsoleSessionStore.audit(
+                connection, actor: actor, action: "console.deletion_extended", deletionID: id,
+                detail: ["until": .string(RFC3339Date.dayString(until))])
+            return true
         }
     }
 

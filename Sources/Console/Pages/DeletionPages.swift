@@ -11,8 +11,7 @@ import StrictJSON
 struct DeletionPages {
     let service: DeletionService
     let store: ConsoleStore
-    /// Keys the hash of a looked-up term for the audit log (never the term itself).
-    let termHash: @Sendable (String) -> String
+    let finder: ExactLookup
 
     // MARK: List and detail
 
@@ -66,6 +65,18 @@ struct DeletionPages {
         if record.state == .failed && session.allows(.retriers) {
             actions.append("<li><a href=\"/deletions/\(record.id.lowercasedString)/retry\">Retry this deletion</a></li>")
         }
+        var extendForm: HTML = .empty
+        if session.allows(.compliance) && record.state != .done {
+            extendForm = """
+                <h2>Extend the deadline</h2>
+                <form method="post" action="/deletions/\(record.id.lowercasedString)/extend">\(Layout.csrfField(session))
+                <label for="extended_until">Answer due on (at most three months after receipt)</label>
+                <input id="extended_until" name="extended_until" type="date" required>
+                <label for="extension_reason">Reason given to the requester</label>
+                <input id="extension_reason" name="extension_reason" required maxlength="500">
+                <button type="submit">Extend</button></form>
+                """
+        }
         if session.allows(.compliance) {
             actions.append(
                 "<li><a href=\"/deletions/\(record.id.lowercasedString)/report\">Evidence report</a> (<a href=\"/deletions/\(record.id.lowercasedString)/report.json\">JSON</a>)</li>"
@@ -81,13 +92,29 @@ struct DeletionPages {
             <dt>Ticket</dt><dd>\(note?.ticket ?? "none")</dd>
             <dt>Received</dt><dd>\(RFC3339Date.string(note?.receivedAt ?? record.createdAt))</dd>
             <dt>Opened</dt><dd>\(RFC3339Date.string(record.createdAt))</dd>
-            <dt>Due</dt><dd>\(RFC3339Date.dayString(due)) (\(DeletionWords.daysLeft(due, state: record.state)))</dd>
+            <dt>Due</dt><dd>\(RFC3339Date.dayString(due)) (\(DeletionWords.daysLeft(due, state: record.state)))\(note?.extendedUntil == nil ? "" : ", extended: " + (note?.extensionReason ?? ""))</dd>
             <dt>Attempts</dt><dd>\(record.attempts)</dd>
             <dt>Next attempt</dt><dd>\(record.state == .done || record.state == .failed ? "none" : RFC3339Date.string(record.nextAttemptAt))</dd>
             <dt>Completed</dt><dd>\(record.completedAt.map(RFC3339Date.string) ?? "not yet")</dd></dl>
             \(actions.isEmpty ? HTML.empty : "<ul>\(actions)</ul>")
             \(HTML.table(caption: "Timeline: each step, and the revocation outcome per client id", headers: ["At", "Step", "Client id", "Outcome"], rows: steps))
+            \(extendForm)
             """)
+    }
+
+    func extend(_ request: ConsoleRequest) throws -> HTTPResponse {
+        let session = try request.signedIn
+        let record = try record(request)
+        guard let until = RFC3339Date.day(try request.field("extended_until", maximum: 10)) else {
+            throw ConsoleRefusal.invalid("Give the new due date as YYYY-MM-DD.")
+        }
+        let reason = try request.field("extension_reason", maximum: 500)
+        guard try store.extend(record.id, until: until, reason: reason, actor: session.actor) else {
+            throw ConsoleRefusal.invalid(
+                "The new date must fall after the first month and at most three months after receipt, and the deletion must not be done."
+            )
+        }
+        return Layout.redirect("/deletions/\(record.id.lowercasedString)")
     }
 
     // MARK: Retry
@@ -130,35 +157,14 @@ struct DeletionPages {
             "New deletion", session: session,
             """
             <p>Identify the user by one exact value. Nothing is searched by pattern.</p>
-            <form method="post" action="/deletions/new">\(Layout.csrfField(session))
-            <label for="identify_by">Identify by</label>
-            <select id="identify_by" name="identify_by"><option value="user_id">Broker user id</option>
-            <option value="apple_sub">Apple sub</option><option value="email">Exact e-mail address</option></select>
-            <label for="value">Value</label><input id="value" name="value" required maxlength="320" autocomplete="off">
+            <form method="post" action="/deletions/new">\(Layout.csrfField(session))\(ExactLookup.fields("Identify by"))
             <button type="submit">Find the user</button></form>
             """)
     }
 
     func identify(_ request: ConsoleRequest) throws -> HTTPResponse {
         let session = try request.signedIn
-        let kind = try request.field("identify_by", maximum: 20)
-        let value = try request.field("value", maximum: 320)
-        let users: [UUID]
-        switch kind {
-        case "user_id":
-            guard let id = UUID(uuidString: value) else { throw ConsoleRefusal.invalid("A broker user id is a UUID.") }
-            users = try store.findUser(userID: id, sub: nil, email: nil)
-        case "apple_sub": users = try store.findUser(userID: nil, sub: value, email: nil)
-        case "email":
-            guard value.contains("@") else { throw ConsoleRefusal.invalid("Give a whole e-mail address.") }
-            users = try store.findUser(userID: nil, sub: nil, email: value)
-        default: throw ConsoleRefusal.invalid("Identify the user by user id, Apple sub or e-mail.")
-        }
-        try store.pool.withConnection { connection in
-            try ConsoleSessionStore.audit(
-                connection, actor: session.actor, action: "console.lookup",
-                detail: ["by": .string(kind), "term_hash": .string(termHash(value)), "matches": .integer(Int64(users.count))])
-        }
+        let (kind, users) = try finder.find(request, by: session)
         guard !users.isEmpty else {
             return Layout.refusal(
                 404, "No user found", "No user matches this \(kind.replacingOccurrences(of: "_", with: " ")).", session: session)

@@ -8,7 +8,7 @@ import StrictJSON
 /// deletion) and the exact-match lookup with its audited reveal.
 struct FollowUpPages {
     let store: ConsoleStore
-    let termHash: @Sendable (String) -> String
+    let finder: ExactLookup
 
     static let manualWording =
         "We deleted your account. To finish, open Settings › [your name] › Sign-In & Security › Sign in with Apple, "
@@ -56,31 +56,14 @@ struct FollowUpPages {
             "Lookup", session: session,
             """
             <p>Find a user by one exact value: no pattern, no list. Every lookup is audited (a keyed hash of the value).</p>
-            <form method="post" action="/lookup">\(Layout.csrfField(session))
-            <label for="identify_by">Look up by</label>
-            <select id="identify_by" name="identify_by"><option value="user_id">Broker user id</option>
-            <option value="apple_sub">Apple sub</option><option value="email">Exact e-mail address</option></select>
-            <label for="value">Value</label><input id="value" name="value" required maxlength="320" autocomplete="off">
+            <form method="post" action="/lookup">\(Layout.csrfField(session))\(ExactLookup.fields("Look up by"))
             <button type="submit">Look up</button></form>
             """)
     }
 
     func lookup(_ request: ConsoleRequest) throws -> HTTPResponse {
         let session = try request.signedIn
-        let kind = try request.field("identify_by", maximum: 20)
-        let value = try request.field("value", maximum: 320)
-        let users: [UUID]
-        switch kind {
-        case "user_id": users = try UUID(uuidString: value).map { try store.findUser(userID: $0, sub: nil, email: nil) } ?? []
-        case "apple_sub": users = try store.findUser(userID: nil, sub: value, email: nil)
-        case "email": users = value.contains("@") ? try store.findUser(userID: nil, sub: nil, email: value) : []
-        default: throw ConsoleRefusal.invalid("Look up by user id, Apple sub or e-mail.")
-        }
-        try store.pool.withConnection { connection in
-            try ConsoleSessionStore.audit(
-                connection, actor: session.actor, action: "console.lookup",
-                detail: ["by": .string(kind), "term_hash": .string(termHash(value)), "matches": .integer(Int64(users.count))])
-        }
+        let (kind, users) = try finder.find(request, by: session)
         var sections: [HTML] = []
         for user in users {
             let rows: [[HTML]] = try store.identities(of: user).map { identity in
@@ -125,7 +108,7 @@ struct FollowUpPages {
         try store.pool.withConnection { connection in
             try ConsoleSessionStore.audit(
                 connection, actor: session.actor, action: "console.reveal", subject: user.lowercasedString,
-                detail: ["field": "email", "sub_hash": .string(termHash(sub))])
+                detail: ["field": "email", "sub_hash": .string(finder.termHash(sub))])
         }
         return Layout.page(
             "Revealed", session: session,

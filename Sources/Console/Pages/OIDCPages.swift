@@ -12,10 +12,18 @@ struct OIDCPages {
     let client: OIDCClient
     let sessions: ConsoleSessionStore
     let stepUpSeconds: Int
+    /// Sign-ins started per client address: each stores a transaction, and anyone can start one.
+    let starts: RateLimiter
     let logger: Logger
 
     func start(_ request: ConsoleRequest) throws -> HTTPResponse {
-        try begin(returnTo: Self.safeReturn(request.http.query["next"]), stepUpOf: nil)
+        if let wait = starts.acquire(RateLimiter.addressKey(request.http.remoteAddress)) {
+            var response = Layout.refusal(
+                429, "Too many attempts", "Too many sign-ins from your address. Wait \(wait) seconds.", session: nil)
+            response.headers.set("Retry-After", String(wait))
+            return response
+        }
+        return try begin(returnTo: Self.safeReturn(request.http.query["next"]), stepUpOf: nil)
     }
 
     /// Re-runs the sign-in with `max_age` for the signed-in operator.

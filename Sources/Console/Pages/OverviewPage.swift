@@ -4,6 +4,8 @@ import HTTPServer
 /// `/`: what needs attention, in figures any role may see (no personal data).
 struct OverviewPage {
     let store: ConsoleStore
+    /// How old the Apple signing keys in memory are (nil: none fetched yet).
+    let keySetAge: @Sendable () -> Duration?
     /// Longer than this without an Apple notification is worth a look (they come once per event).
     static let notificationSilenceWarning: TimeInterval = 7 * 86_400
 
@@ -28,8 +30,9 @@ struct OverviewPage {
             <dl><dt>Subscriptions</dt><dd>\(figures.subscriptions)</dd>
             <dt>Deliveries pending</dt><dd>\(figures.webhookPending)</dd>
             <dt>Dead letters</dt><dd>\(figures.webhookFailed)</dd></dl>
-            <h2>Apple notifications</h2>
-            <dl><dt>Last received</dt><dd>\(last)</dd>
+            <h2>Apple</h2>
+            <dl><dt>Signing keys fetched</dt><dd>\(keySetAge().map { Self.duration(Double($0.components.seconds)) + " ago" } ?? "not yet (this process serves no logins or notifications, or Apple was unreachable)")</dd>
+            <dt>Last notification received</dt><dd>\(last)</dd>
             <dt>Last 24 hours</dt><dd>\(figures.notifications24h)</dd></dl>
             <h2>Console</h2>
             <dl><dt>Open sessions</dt><dd>\(figures.activeSessions)</dd></dl>

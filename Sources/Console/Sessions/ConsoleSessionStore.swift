@@ -136,9 +136,11 @@ public struct ConsoleSessionStore: Sendable {
         var stepUpOf: [UInt8]?
     }
 
-    /// Stores a transaction for ten minutes; returns its `state`.
+    /// Stores a transaction for ten minutes; returns its `state`. Expired ones go first, so
+    /// abandoned sign-ins leave nothing behind for long.
     func beginOIDC(_ transaction: OIDCTransaction) throws -> String {
         let state = Self.newSecret()
+        try pool.query("DELETE FROM console_oidc_transactions WHERE expires_at < now()")
         try pool.query(
             """
             INSERT INTO console_oidc_transactions (state_hash, nonce, verifier, return_to, step_up_of, expires_at)
