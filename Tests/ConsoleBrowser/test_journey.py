@@ -123,6 +123,11 @@ def test_deletion_journey_with_apple_failing_then_retry(browser):
     text = json.dumps(evidence)
     for app in APPS:
         assert app in text, f"report.json names no outcome for {app}"
+    # The audit log names the operators: who opened the deletion, who retried it.
+    browser.get(f"{CONSOLE}/audit?deletion_id={deletion_id}")
+    rows = [r.text for r in browser.find_elements("css selector", "main tr")]
+    assert any("console:dpo-journey" in r and "deletion_requested" in r for r in rows), rows
+    assert any("console:ops-journey" in r and "retried" in r for r in rows), rows
 
 
 def test_follow_up_opened_by_a_tokenless_deletion_and_closed_by_consent_revoked(browser):
