@@ -1,6 +1,6 @@
 """Headers, the role × route × method matrix, and CSRF, over plain HTTP (sessions from
 `appleid-broker console link`); the cross-site form in Chromium."""
-import json, re, urllib.parse
+import json, re, urllib.parse, uuid
 import pytest
 from conftest import (sign_in_by_link, navigation_status, CONSOLE, IDP, BROKER, ConsoleClient, api_deletion, link_session, new_user,
                       request, wait_for)
@@ -141,3 +141,23 @@ def test_cross_site_form_from_the_identity_providers_origin_is_refused(browser):
     browser.find_element("css selector", "main form button[type=submit]").click()
     wait_for(lambda: "/deletions/new" in browser.current_url, what="the same-site form")
     assert navigation_status(browser) == 404
+
+
+def test_no_e_mail_reaches_viewers_or_operators_and_lookups_audit_no_term(sessions, deletion_id):
+    """Personal data only where needed: a viewer's and an operator's pages never hold a user's
+    e-mail address; a compliance lookup by e-mail finds the user, and its audit row holds a keyed
+    hash of the term, never the term."""
+    email = f"privacy-{uuid.uuid4().hex[:10]}@example.com"
+    user_id, _ = new_user(email=email)
+    for role in ("viewer", "operator", "admin"):
+        client = sessions[role]
+        for method, pattern, roles, _ in route_table():
+            if method == "GET" and (roles is None or role in roles):
+                page = client.get(concrete(pattern, deletion_id)).body
+                assert email not in page and email.split("@")[0] not in page, f"{role} GET {pattern} shows the e-mail"
+    compliance = sessions["compliance"]
+    found = compliance.post("/lookup", {"csrf_token": compliance.csrf_for("/lookup"), "identify_by": "email", "value": email})
+    assert found.status == 200 and user_id in found.body, found.status
+    assert email not in found.body, "the lookup's result shows the address unmasked"
+    audit = compliance.get("/audit?action=console.lookup").body
+    assert "console.lookup" in audit and email not in audit and email.split("@")[0] not in audit
