@@ -19,7 +19,8 @@ public final class ConsoleServer: Sendable {
     package init(
         configuration: ConsoleConfiguration, pool: PostgresPool, deletions: DeletionService,
         subscriptions: WebhookSubscriptionStore, teamID: String, hasher: SubjectHasher,
-        keySetAge: @escaping @Sendable () -> Duration? = { nil }, logger: Logger, transport: any HTTPTransport = CurlTransport()
+        keySetAge: @escaping @Sendable () -> Duration? = { nil }, metrics: MetricsRegistry? = nil, logger: Logger,
+        transport: any HTTPTransport = CurlTransport()
     ) {
         self.configuration = configuration
         let sessions = ConsoleSessionStore(
@@ -31,7 +32,9 @@ public final class ConsoleServer: Sendable {
             sessions: sessions,
             redemptions: RateLimiter(rate: configuration.linkRedemptionsPerSecond, burst: 10),
             oidcConfigured: configuration.oidc != nil)
-        let overview = OverviewPage(store: store, keySetAge: keySetAge)
+        let overview = OverviewPage(
+            store: store, keySetAge: keySetAge,
+            appleCalls: { metrics?.registeredCounter("apple_requests_total")?.samples ?? [] })
         let oidc = configuration.oidc.map { settings in
             OIDCPages(
                 client: OIDCClient(settings: settings, redirectURI: configuration.publicURL + "/callback", transport: transport),
@@ -76,6 +79,7 @@ public final class ConsoleServer: Sendable {
             case .reveal: page = followUps.reveal
             case .notifications: page = operations.notifications
             case .webhooks: page = operations.webhooks
+            case .createSubscription: page = operations.createSubscription
             case .pauseSubscription: page = operations.pause
             case .resumeSubscription: page = operations.resume
             case .deleteSubscriptionConfirm: page = operations.deleteConfirm

@@ -22,6 +22,12 @@ public final class MetricsRegistry: Sendable {
         return family
     }
 
+    /// The counter family registered under `name`, for a reader that did not register it
+    /// (the console's overview); nil when there is none.
+    public func registeredCounter(_ name: String) -> CounterFamily? {
+        families.withLock { families in families.lazy.compactMap { $0 as? CounterFamily }.first { $0.name == name } }
+    }
+
     /// A gauge family whose series are set by the caller.
     public func gauge(_ name: String, help: String, labels: [String] = []) -> GaugeFamily {
         let family = GaugeFamily(name: name, help: help, labelNames: labels)
@@ -151,6 +157,11 @@ public final class CounterFamily: MetricFamily, Sendable {
     /// The current value of one series (0 when it has never been incremented).
     public func value(_ labelValues: String...) -> Double {
         series.withLock { $0[labelValues] ?? 0 }
+    }
+
+    /// Every series: its label values (in the order of `labelNames`) and value, sorted.
+    public var samples: [(labels: [String], value: Double)] {
+        series.withLock { $0 }.sorted { $0.key.lexicographicallyPrecedes($1.key) }.map { ($0.key, $0.value) }
     }
 
     func render(into output: inout String) {

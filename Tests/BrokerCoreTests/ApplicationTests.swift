@@ -111,8 +111,10 @@ struct CommandLineTests {
             }
             .map(String.init)
         }
-        #expect(commands.count == 13, "\(commands)")
-        #expect(commands.contains(["api-keys", "create"]) && commands.contains(["serve"]) && commands.contains(["reencrypt"]))
+        #expect(commands.count == 14, "\(commands)")
+        #expect(
+            commands.contains(["api-keys", "create"]) && commands.contains(["serve"]) && commands.contains(["reencrypt"])
+                && commands.contains(["console", "link"]))
         for words in commands {
             for extra in [["--no-such-option", "x"], ["--no-such-flag"], ["--no-such-option=x"]] {
                 let result = try BrokerExecutable.run(words + extra, environment: environment)

@@ -126,6 +126,8 @@ struct ConsoleDeletionTests {
         #expect(retried.status == 303 && retried.header("Location") == "/deletions/\(id)")
         try waitFor(broker, id, state: "done")
         #expect(try broker.get("/deletions/\(id)", cookie: viewer).bodyText.contains("Deleted: account data purged"))
+        let overview = try broker.get("/", cookie: viewer).bodyText
+        #expect(overview.contains("<td>revoke</td><td>500</td>") && overview.contains("<td>revoke</td><td>200</td>"))
         // Retrying a deletion that is not failed: 409, nothing changes.
         #expect(try broker.get("/deletions/\(id)/retry", cookie: operatorCookie).status == 409)
 

@@ -175,6 +175,21 @@ struct ConsoleWebhookTests {
         let adminCSRF = try #require(ConsoleBroker.csrfToken(confirm))
         #expect(try broker.post("/webhooks/\(id)/delete", form: [("csrf_token", adminCSRF)], cookie: admin).status == 303)
         #expect(try broker.count("SELECT count(*) FROM webhook_subscriptions") == 0)
+        // An admin creates one in the console; the secret is shown once; an operator may not.
+        #expect(
+            try broker.post(
+                "/webhooks", form: [("csrf_token", csrf), ("url", "https://receiver.example/h"), ("topics", "user.deleted")],
+                cookie: ops
+            ).status == 403)
+        let made = try broker.post(
+            "/webhooks", form: [("csrf_token", adminCSRF), ("url", "https://receiver.example/h"), ("topics", "user.deleted")],
+            cookie: admin)
+        #expect(made.status == 201 && made.bodyText.contains("whsec_"))
+        #expect(
+            try broker.post(
+                "/webhooks", form: [("csrf_token", adminCSRF), ("url", "ftp://x"), ("topics", "user.deleted")], cookie: admin
+            ).status == 400)
+        #expect(try broker.count("SELECT count(*) FROM webhook_subscriptions WHERE topics = '[\"user.deleted\"]'") == 1)
         #expect(try broker.count("SELECT count(*) FROM audit_log WHERE actor = 'console:ops'") >= 2)
     }
 }

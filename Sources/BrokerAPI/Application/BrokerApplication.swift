@@ -108,7 +108,7 @@ public final class BrokerApplication: Sendable {
                 configuration: settings, pool: pool,
                 deletions: DeletionService(store: parts.deletionStore, wake: wakeDeletions),
                 subscriptions: parts.subscriptions, teamID: appleSettings.teamID, hasher: SubjectHasher(keys: tokenKeys),
-                keySetAge: { [appleKeys = parts.appleKeys] in appleKeys.age }, logger: logger)
+                keySetAge: { [appleKeys = parts.appleKeys] in appleKeys.age }, metrics: metrics, logger: logger)
         }
         self.console = console
         ProcessMetrics.register(on: metrics)

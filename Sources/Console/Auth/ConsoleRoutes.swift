@@ -8,7 +8,8 @@ public struct ConsoleRoute: Sendable, Hashable {
         case overview
         case deletions, deletionDetail, retryConfirm, retry, newDeletion, identify, createDeletion, report, reportJSON, extend
         case followUps, lookupForm, lookup, reveal
-        case notifications, webhooks, pauseSubscription, resumeSubscription, deleteSubscriptionConfirm, deleteSubscription
+        case notifications, webhooks, createSubscription, pauseSubscription, resumeSubscription, deleteSubscriptionConfirm,
+            deleteSubscription
         case redriveDelivery, apiKeys, createAPIKey, revokeAPIKeyConfirm, revokeAPIKey, audit, auditExport
     }
 
@@ -63,6 +64,7 @@ public struct ConsoleRoute: Sendable, Hashable {
         ConsoleRoute(.reveal, .post, "/lookup/reveal", .compliance, stepUp: true),
         ConsoleRoute(.notifications, .get, "/notifications", .everyone),
         ConsoleRoute(.webhooks, .get, "/webhooks", .everyone),
+        ConsoleRoute(.createSubscription, .post, "/webhooks", .admins),
         ConsoleRoute(.pauseSubscription, .post, "/webhooks/{id}/pause", .webhookOperators),
         ConsoleRoute(.resumeSubscription, .post, "/webhooks/{id}/resume", .webhookOperators),
         ConsoleRoute(.deleteSubscriptionConfirm, .get, "/webhooks/{id}/delete", .admins),

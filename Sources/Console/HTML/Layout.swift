@@ -62,6 +62,16 @@ enum Layout {
             "<p class=\"refusal\">\(message)</p><p><a href=\"/\">Back to the overview</a></p>")
     }
 
+    /// 429 with `Retry-After` when the client address has used up `limiter`'s budget; nil
+    /// (and one token taken) otherwise. For the pages anyone may use that cost a database write.
+    static func overBudget(_ limiter: RateLimiter, _ request: ConsoleRequest) -> HTTPResponse? {
+        guard let wait = limiter.acquire(RateLimiter.addressKey(request.http.remoteAddress)) else { return nil }
+        var response = refusal(
+            429, "Too many attempts", "Too many sign-in attempts from your address. Wait \(wait) seconds.", session: nil)
+        response.headers.set("Retry-After", String(wait))
+        return response
+    }
+
     static func redirect(_ location: String, cookie: String? = nil) -> HTTPResponse {
         var response = HTTPResponse(status: 303, headers: ["Location": location])
         if let cookie { response.headers.add("Set-Cookie", cookie) }

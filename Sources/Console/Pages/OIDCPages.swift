@@ -17,12 +17,7 @@ struct OIDCPages {
     let logger: Logger
 
     func start(_ request: ConsoleRequest) throws -> HTTPResponse {
-        if let wait = starts.acquire(RateLimiter.addressKey(request.http.remoteAddress)) {
-            var response = Layout.refusal(
-                429, "Too many attempts", "Too many sign-ins from your address. Wait \(wait) seconds.", session: nil)
-            response.headers.set("Retry-After", String(wait))
-            return response
-        }
+        if let refused = Layout.overBudget(starts, request) { return refused }
         return try begin(returnTo: Self.safeReturn(request.http.query["next"]), stepUpOf: nil)
     }
 

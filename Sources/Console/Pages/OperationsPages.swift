@@ -64,11 +64,48 @@ struct OperationsPages {
                 "\(json["attempts"]?.integerValue.map(String.init) ?? "")", "\(json["last_error"]?.stringValue ?? "")", retry,
             ]
         }
+        let create: HTML =
+            session.allows(.admins)
+            ? """
+            <h2>New subscription</h2><form method="post" action="/webhooks">\(Layout.csrfField(session))
+            <label for="url">Receiver URL (https)</label><input id="url" name="url" type="url" required maxlength="2048">
+            <label for="topics">Topics (comma-separated, e.g. user.deleted)</label><input id="topics" name="topics" required maxlength="500">
+            <label for="description">Description</label><input id="description" name="description" maxlength="200">
+            <button type="submit">Create the subscription</button></form>
+            """
+            : .empty
         return Layout.page(
             "Webhooks", session: session,
             """
             \(HTML.table(caption: "Subscriptions", headers: ["Id", "URL", "Topics", "Status", "Actions"], rows: rows))
+            \(create)
             \(HTML.table(caption: "Dead letters (failed deliveries, newest first)", headers: ["Delivery", "Event", "Subscription", "Attempts", "Last error", ""], rows: failed))
+            """)
+    }
+
+    /// Creates a subscription through the store the events API uses; its signing secret is
+    /// shown this once.
+    func createSubscription(_ request: ConsoleRequest) throws -> HTTPResponse {
+        let session = try request.signedIn
+        let topicList = try request.field("topics", maximum: 500).split(separator: ",").map {
+            $0.trimmingCharacters(in: .whitespaces)
+        }.filter { !$0.isEmpty }
+        let description = request.form["description"].flatMap { $0.isEmpty ? nil : String($0.prefix(200)) }
+        let secret: String
+        do {
+            let url = try subscriptions.validate(url: try request.field("url", maximum: 2048))
+            secret = try subscriptions.create(
+                url: url, topics: try WebhookSubscriptionStore.validate(topics: topicList), description: description,
+                actor: session.actor
+            ).1
+        } catch let error as BrokerError {
+            throw ConsoleRefusal.invalid(error.detail)
+        }
+        return Layout.page(
+            "Subscription created", session: session, status: 201,
+            """
+            <p>Copy the signing secret now: it is shown this once.</p>
+            <p><code class="code">\(secret)</code></p><p><a href="/webhooks">Back to the webhooks</a></p>
             """)
     }
 

@@ -6,6 +6,8 @@ struct OverviewPage {
     let store: ConsoleStore
     /// How old the Apple signing keys in memory are (nil: none fetched yet).
     let keySetAge: @Sendable () -> Duration?
+    /// Calls to Apple by endpoint and status, counted by this process since it started.
+    let appleCalls: @Sendable () -> [(labels: [String], value: Double)]
     /// Longer than this without an Apple notification is worth a look (they come once per event).
     static let notificationSilenceWarning: TimeInterval = 7 * 86_400
 
@@ -18,6 +20,10 @@ struct OverviewPage {
                 "\(RFC3339Date.string(at))\(silent ? HTML(" <strong class=\"state-failed\">no notification for over 7 days: check the endpoint</strong>") : .empty)"
         } else {
             last = "none received yet"
+        }
+        let calls: [[HTML]] = appleCalls().map { sample in
+            let status = sample.labels.count > 1 ? sample.labels[1] : ""
+            return ["\(sample.labels.first ?? "")", "\(status == "0" ? "no answer" : status)", "\(Int(sample.value))"]
         }
         return Layout.page(
             "Overview", session: request.session,
@@ -33,7 +39,8 @@ struct OverviewPage {
             <h2>Apple</h2>
             <dl><dt>Signing keys fetched</dt><dd>\(keySetAge().map { Self.duration(Double($0.components.seconds)) + " ago" } ?? "not yet (this process serves no logins or notifications, or Apple was unreachable)")</dd>
             <dt>Last notification received</dt><dd>\(last)</dd>
-            <dt>Last 24 hours</dt><dd>\(figures.notifications24h)</dd></dl>
+            <dt>Notifications, last 24 hours</dt><dd>\(figures.notifications24h)</dd></dl>
+            \(HTML.table(caption: "Calls to Apple by endpoint and status (this process, since it started)", headers: ["Endpoint", "Status", "Calls"], rows: calls))
             <h2>Console</h2>
             <dl><dt>Open sessions</dt><dd>\(figures.activeSessions)</dd></dl>
             """)

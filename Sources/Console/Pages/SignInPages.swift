@@ -36,12 +36,7 @@ struct SignInPages {
     }
 
     func redeem(_ request: ConsoleRequest) throws -> HTTPResponse {
-        if let wait = redemptions.acquire(RateLimiter.addressKey(request.http.remoteAddress)) {
-            var response = Layout.refusal(
-                429, "Too many attempts", "Too many sign-in attempts from your address. Wait \(wait) seconds.", session: nil)
-            response.headers.set("Retry-After", String(wait))
-            return response
-        }
+        if let refused = Layout.overBudget(redemptions, request) { return refused }
         guard let token = request.form["token"], let link = try sessions.redeemLink(token: token) else {
             return Layout.refusal(
                 403, "Link not valid", "This sign-in link is unknown, used already or expired. Ask for a new one.",
