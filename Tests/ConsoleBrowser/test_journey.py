@@ -2,10 +2,11 @@
 Apple simulator delays and fails every revoke; the pages show each state truthfully (never
 "deleted" before the purge); an operator retries once Apple is back; the evidence report names
 each client id's outcome. And a follow-up that a later consent-revoked notification closes."""
-import datetime, json, re
+import datetime, json, re, threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from selenium.webdriver.common.action_chains import ActionChains
 from selenium.webdriver.common.keys import Keys
-from conftest import (sign_in_by_link, navigation_status, CONSOLE, browser_cookie, deletion, faults, new_user, notify, sim, wait_for,
+from conftest import (api, sign_in_by_link, navigation_status, CONSOLE, browser_cookie, deletion, faults, new_user, notify, sim, wait_for,
                       api_deletion, link_session, request)
 
 APPS = ("com.example.app", "com.example.other")
@@ -38,7 +39,23 @@ def shown_state(browser):
     return browser.find_element("css selector", "dl dd[class^=state-]").text
 
 
+class Receiver(BaseHTTPRequestHandler):
+    """A backend that takes every webhook delivery (the evidence lists who was told, Art. 19)."""
+    def do_POST(self):
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        self.send_response(204)
+        self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+
 def test_deletion_journey_with_apple_failing_then_retry(browser):
+    receiver = ThreadingHTTPServer(("127.0.0.1", 0), Receiver)
+    threading.Thread(target=receiver.serve_forever, daemon=True).start()
+    status, subscription = api("POST", "/v1/webhook-subscriptions",
+                               {"url": f"http://127.0.0.1:{receiver.server_address[1]}/hooks", "topics": ["user.deleted"]})
+    assert status in (200, 201), subscription
     user_id, sub = new_user(client_ids=APPS)
     # Apple slow and failing every revoke: the deletion cannot get past revoking.
     faults(latency_ms=300, error_rate=1.0, error_statuses=[500], endpoints=["revoke"])
@@ -123,6 +140,13 @@ def test_deletion_journey_with_apple_failing_then_retry(browser):
     text = json.dumps(evidence)
     for app in APPS:
         assert app in text, f"report.json names no outcome for {app}"
+    # Art. 19: the backend subscribed to user.deleted was told, and the report says so.
+    def told():
+        browser.get(f"{CONSOLE}/deletions/{deletion_id}/report")
+        rows = [r.text for r in browser.find_elements("css selector", "main tr") if subscription["id"] in r.text]
+        return rows and "delivered" in rows[0]
+    wait_for(told, what="the report to list the user.deleted delivery")
+    receiver.shutdown()
     # The audit log names the operators: who opened the deletion, who retried it.
     browser.get(f"{CONSOLE}/audit?deletion_id={deletion_id}")
     rows = [r.text for r in browser.find_elements("css selector", "main tr")]
