@@ -63,13 +63,17 @@ struct OIDCPages {
         } catch {
             return refused("\(type(of: error))")
         }
-        if let previous = request.session { try sessions.end(secret: previous.secret) }
         if let stepUpOf = transaction.stepUpOf {
             // A step-up renews the session it was started from, for the same operator only.
             let ended = try sessions.endSession(hash: stepUpOf)
             guard ended.ended, ended.operatorID == identity.subject else {
                 return refused("step-up by another operator, or the session ended")
             }
+        }
+        // Whatever session the browser still holds ends too (Chromium sends the Strict cookie
+        // after the provider's redirect; the step-up's own session is already ended above).
+        if let previous = request.session, ConsoleSessionStore.hash(previous.secret) != transaction.stepUpOf {
+            try sessions.end(secret: previous.secret)
         }
         let session = try sessions.open(
             operatorID: identity.subject, name: identity.displayName, roles: identity.roles, authTime: identity.authTime)
