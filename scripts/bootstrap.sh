@@ -8,7 +8,11 @@ packages=(pkg-config libmicrohttpd-dev libpq-dev libssl-dev libcurl4-openssl-dev
 if [ "${1:-}" = "test" ]; then
   # nodejs and golang-go run the integration examples (scripts/examples.sh); pgbouncer is
   # started by PgBouncerTests in front of a test cluster (its service kept off like PostgreSQL's).
-  packages+=(wrk procps python3 python3-venv prometheus nodejs golang-go pgbouncer)
+  # apache2 + libapache2-mod-auth-openidc are a relying party of the OpenID Provider
+  # (scripts/oidc-rps.sh) and glewlwyd the reference provider of the OIDC benchmark, each
+  # run as a throwaway process on loopback (their services kept off too).
+  packages+=(wrk procps python3 python3-venv prometheus nodejs golang-go pgbouncer
+    apache2 libapache2-mod-auth-openidc glewlwyd)
 fi
 
 missing=()
