@@ -26,14 +26,18 @@
 //                 BrokerCore        the components, one folder each, a service and its store (SQL only in
 //                                   *Store.swift, Storage/ and sql/): Login/ Users/ Notifications/ Deletions/
 //                                   Events/ WebSignIn/ Transfer/ Auth/ Errors/ Storage/ Configuration/. No HTTP
+//                 OpenIDProvider    the OpenID Provider in front of BrokerCore (OIDC_ISSUER): Configuration/
+//                                   Keys/ Clients/ Authorization/ Tokens/ HTTP/; Apple's form post reaches it
+//                                   through the web callback's AppleFormPostContinuation seam
 //                 BrokerAPI         BrokerCore's HTTP face: HTTP/ (routes, middleware, ProblemCatalog) and
-//                                   Application/ (the roles wired into a running broker)
+//                                   Application/ (the roles wired into a running broker, the provider too)
 //                 appleid-broker    the executable: the command line (serve, migrate, api-keys, delete-user, …)
 //                 broker-bench      micro-benchmarks (JWT verification against openssl speed, seeding)
 //   Simulator     AppleSimulator + apple-sim: appleid.apple.com on loopback, as inconvenient as Apple
 //   Client        AppleIDBrokerClient: the library Swift app backends call the broker with (URLSession)
 //   Tests         one target per foundation module; BrokerRuleTests (the product's rules and routes, no
-//                 database) and BrokerCoreTests (the product end to end: brokers, CLI, clusters);
+//                 database), BrokerCoreTests (the product end to end: brokers, CLI, clusters) and
+//                 OpenIDProviderTests (the provider end to end against the simulator);
 //                 TestSupport (throwaway clusters, PgBouncer, test threads). `make check` runs every
 //                 database-free target, `make test` everything (docs/testing.md).
 //   Elsewhere     sql/ (migrations; sql/functions/ one file per SQL function, docs/database.md),
@@ -109,12 +113,22 @@ let package = Package(
             swiftSettings: swiftSettings,
             plugins: ["EmbedResources"]
         ),
+        // The OpenID Provider: its own room, using BrokerCore's services; BrokerCore never imports it.
+        .target(
+            name: "OpenIDProvider",
+            dependencies: [
+                "BrokerCore", "AppleID", "HTTPServer", "HTTPClient", "JOSE", "BrokerCrypto", "StrictJSON", "Observability",
+                "PostgresClient",
+            ],
+            swiftSettings: swiftSettings
+        ),
         // The HTTP face of BrokerCore: routes, problem codes, middleware, and the application
         // that wires the components into a running broker. BrokerCore cannot import HTTPServer.
         .target(
             name: "BrokerAPI",
             dependencies: [
-                "BrokerCore", "Observability", "BrokerCrypto", "StrictJSON", "PostgresClient", "HTTPServer", "HTTPClient",
+                "BrokerCore", "OpenIDProvider", "Observability", "BrokerCrypto", "StrictJSON", "PostgresClient", "HTTPServer",
+                "HTTPClient",
                 "Workers", "AppleID",
             ],
             swiftSettings: swiftSettings
@@ -124,7 +138,8 @@ let package = Package(
         .executableTarget(
             name: "appleid-broker",
             dependencies: [
-                "BrokerAPI", "BrokerCore", "AppleID", "CommandArguments", "HTTPClient", "Observability", "PostgresClient",
+                "BrokerAPI", "BrokerCore", "OpenIDProvider", "AppleID", "CommandArguments", "HTTPClient", "Observability",
+                "PostgresClient",
                 "StrictJSON", "Workers",
             ],
             swiftSettings: swiftSettings),
@@ -204,6 +219,15 @@ let package = Package(
                 "BrokerAPI", "BrokerCore", "AppleSimulator", "HTTPServer", "JOSE", "StrictJSON", "BrokerCrypto", "TestSupport",
                 "ProcessRunner",
                 "CommandArguments", "AppleIDBrokerClient", "Workers", "AppleID",
+            ],
+            swiftSettings: swiftSettings
+        ),
+        // The OpenID Provider end to end: a broker, the simulator, relying parties driven over HTTP.
+        .testTarget(
+            name: "OpenIDProviderTests",
+            dependencies: [
+                "OpenIDProvider", "BrokerAPI", "BrokerCore", "AppleSimulator", "HTTPClient", "JOSE", "StrictJSON",
+                "BrokerCrypto", "TestSupport", "PostgresClient", "Observability",
             ],
             swiftSettings: swiftSettings
         ),

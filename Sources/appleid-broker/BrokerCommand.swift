@@ -58,7 +58,7 @@ enum BrokerCommand {
                     + "Prints counts; exit 0 when no row is left under another key",
                 options: ["batch"]),
             CommandSpec(["version"], summary: "print the version (also --version)"),
-        ],
+        ] + OpenIDCommands.specs,
         footer: """
             Configuration comes from environment variables; see README.md. With DATABASE_URL
             unset, commands use the embedded PostgreSQL in $BROKER_DATA_DIR/postgres.
@@ -115,6 +115,8 @@ enum BrokerCommand {
                 return try TransferCommands.run(parsed, environment: environment)
             case "reencrypt":
                 return try ReEncryptCommand.run(parsed, environment: environment)
+            case "oidc-keys rotate", "oidc-keys list", "oidc-clients create", "oidc-clients list", "oidc-clients delete":
+                return try OpenIDCommands.run(parsed, environment: environment)
             case "version":
                 print("appleid-broker \(version)")
                 return 0

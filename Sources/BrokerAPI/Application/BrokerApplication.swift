@@ -78,7 +78,7 @@ public final class BrokerApplication: Sendable {
         var router = Router()
         OperationsRoutes.register(
             on: &router, database: database, metrics: metrics, health: health, servesMetrics: configuration.metricsListen == nil)
-        if roles.contains(.api) { parts.registerAPI(on: &router, wakeDeletions: wakeDeletions, eventsWritten: eventsWritten) }
+        if roles.contains(.api) { try parts.registerAPI(on: &router, wakeDeletions: wakeDeletions, eventsWritten: eventsWritten) }
         if roles.contains(.notifications) {
             parts.registerNotifications(on: &router, wakeDeletions: wakeDeletions, eventsWritten: eventsWritten)
         }

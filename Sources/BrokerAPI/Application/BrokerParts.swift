@@ -4,6 +4,7 @@ import Foundation
 import HTTPClient
 import HTTPServer
 import Observability
+import OpenIDProvider
 import PostgresClient
 import Workers
 
@@ -141,7 +142,7 @@ struct BrokerParts: Sendable {
 
     func registerAPI(
         on router: inout Router, wakeDeletions: @escaping @Sendable () -> Void, eventsWritten: @escaping @Sendable () -> Void
-    ) {
+    ) throws {
         let login = LoginService(
             validator: validator, apple: apple, pool: pool, tokenKeys: tokenKeys, teamID: appleSettings.teamID,
             settings: configuration.login, validationIntervalSeconds: configuration.sweep.validationIntervalSeconds,
@@ -164,11 +165,24 @@ struct BrokerParts: Sendable {
                     try handedOver.exchange(deletionID: $0, userID: $1, inRequest: true)
                 }),
             keys: apiKeys)
+        // The OpenID Provider (OIDC_ISSUER): Apple's form posts for it come back to the web callback.
+        var continuations: [any AppleFormPostContinuation] = []
+        if let oidc = configuration.oidc {
+            let provider = try OpenIDProvider(
+                settings: oidc, appleBaseURL: appleSettings.baseURL, pool: pool, tokenKeys: tokenKeys, login: login,
+                groups: appleSettings.appGroups, metrics: metrics,
+                allowPrivateNetworks: configuration.dispatch.allowPrivateNetworks)
+            let apiKeys = apiKeys
+            provider.register(
+                on: &router, authorizeAdmin: { "api:" + (try apiKeys.authenticate($0, requiring: .admin)).id },
+                perAddress: perAddressLimiter())
+            continuations.append(provider.authorization)
+        }
         WebSignInRoutes.register(
             on: &router,
             service: WebSignInService(
                 settings: configuration.web, appleBaseURL: appleSettings.baseURL, store: WebSignInStore(pool: pool),
-                login: login, keys: tokenKeys, metrics: metrics),
+                login: login, keys: tokenKeys, metrics: metrics, continuations: continuations),
             keys: apiKeys, perAddress: perAddressLimiter())
     }
 

@@ -81,7 +81,7 @@ public final class LoginService: Sendable {
     /// Saves the verified user of a sign-in whose code exchange already failed (and was
     /// counted as that failure): the web callback keeps the name Apple sends only once.
     /// Not counted in `login_requests_total`, so one sign-in is one outcome.
-    func keepUserAfterFailedExchange(_ request: LoginRequest) throws -> LoginResponse {
+    package func keepUserAfterFailedExchange(_ request: LoginRequest) throws -> LoginResponse {
         var request = request
         request.authorizationCode = nil
         request.redirectURI = nil

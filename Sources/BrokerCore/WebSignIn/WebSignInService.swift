@@ -26,12 +26,15 @@ package final class WebSignInService: Sendable {
     let store: WebSignInStore
     let login: LoginService
     let keys: TokenKeyRing
+    /// Other sign-ins whose Apple form posts come back to this callback (the OpenID Provider).
+    let continuations: [any AppleFormPostContinuation]
     private let outcomes: CounterFamily
 
     package init(
         settings: BrokerConfiguration.WebSignInSettings?, appleBaseURL: String, store: WebSignInStore, login: LoginService,
-        keys: TokenKeyRing, metrics: MetricsRegistry
+        keys: TokenKeyRing, metrics: MetricsRegistry, continuations: [any AppleFormPostContinuation] = []
     ) {
+        self.continuations = continuations
         self.settings = settings
         self.appleBaseURL = appleBaseURL
         self.store = store
@@ -112,6 +115,9 @@ package final class WebSignInService: Sendable {
 
     /// Handles Apple's form post and answers where the browser goes next.
     package func callback(form fields: [String: String], browserBinding: String?) throws -> String {
+        if let state = fields["state"], let continuation = continuations.first(where: { state.hasPrefix($0.statePrefix) }) {
+            return try continuation.callback(form: fields)
+        }
         guard let settings else { throw Self.notConfigured }
         guard let stateText = fields["state"], !stateText.isEmpty else {
             // Whether Apple sends `state` with a cancel is unconfirmed (protocol reference
@@ -206,18 +212,18 @@ package final class WebSignInService: Sendable {
     }
 
     /// The errors Apple's authorization page reports (OAuth 2.0 §4.1.2.1 and Apple's cancel).
-    static let appleErrors: Set<String> = [
+    package static let appleErrors: Set<String> = [
         "user_cancelled_authorize", "access_denied", "invalid_request", "invalid_client", "invalid_scope",
         "unsupported_response_type", "unauthorized_client", "server_error", "temporarily_unavailable",
     ]
 
     /// Login problems that come after the identity token verified: Apple could not exchange the code.
-    static let exchangeFailures: Set<BrokerError.Code> = [
+    package static let exchangeFailures: Set<BrokerError.Code> = [
         .authorizationCodeInvalid, .appleClientRejected, .appleResponseInvalid, .appleUnavailable,
     ]
 
     /// A query string, with spaces as %20 (Apple's documented form for `scope`).
-    static func query(_ fields: [(String, String)]) -> String {
+    package static func query(_ fields: [(String, String)]) -> String {
         fields.map { FormEncoding.escape($0.0) + "=" + FormEncoding.escape($0.1).replacingOccurrences(of: "+", with: "%20") }
             .joined(separator: "&")
     }
