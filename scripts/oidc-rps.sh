@@ -86,7 +86,7 @@ PY
     \"backchannel_logout_session_required\":true}")
   export OP_KIND=broker RP_SCOPE="openid email profile offline_access" APACHE_SCOPE="openid email profile"
   export RP_CLIENT_ID RP_CLIENT_SECRET RP_PUBLIC_CLIENT_ID APACHE_CLIENT_ID APACHE_CLIENT_SECRET
-  export BROKER_URL=http://127.0.0.1:$BROKER_PORT SIM_URL=http://127.0.0.1:$SIM_PORT API_KEY
+  export BROKER_URL=http://127.0.0.1:$BROKER_PORT SIM_URL=http://127.0.0.1:$SIM_PORT API_KEY APPLE_PRIMARY_APP_ID=com.example.app
 fi
 export RP_REDIRECT_URI=$rp_redirect
 echo "== relying parties against $OP at $OIDC_ISSUER" >&2
