@@ -25,7 +25,7 @@ from urllib.parse import parse_qs, urlencode, urlparse
 
 import requests
 
-from browser import Browser
+from browser import browser_for
 
 HZ = os.sysconf("SC_CLK_TCK")
 ROUNDS = int(os.environ.get("ROUNDS", "3"))
@@ -97,12 +97,7 @@ class Side:
             return list(pool.map(one, range(count)))
 
     def browser(self):
-        person = Browser()
-        if self.name == "glewlwyd":
-            answer = person.session.post(self.issuer.rsplit("/api/", 1)[0] + "/api/auth/", json={
-                "username": os.environ["GLEWLWYD_USER"], "password": os.environ["GLEWLWYD_PASSWORD"]})
-            assert answer.status_code == 200, f"glewlwyd login: {answer.status_code}"
-        return person
+        return browser_for(self.issuer, self.name)
 
 
 def run_parallel(items, call, connection_of):

@@ -23,7 +23,7 @@ import time
 
 import requests
 
-from browser import Browser
+from browser import browser_for
 
 ISSUER = os.environ["OIDC_ISSUER"].rstrip("/")
 PORT = os.environ["APACHE_PORT"]
@@ -76,13 +76,7 @@ def error_log():
 
 
 def browser():
-    person = Browser()
-    if OP_KIND == "glewlwyd":
-        base = ISSUER.rsplit("/api/", 1)[0]
-        answer = person.session.post(base + "/api/auth/", json={"username": os.environ["GLEWLWYD_USER"],
-                                                                "password": os.environ["GLEWLWYD_PASSWORD"]})
-        assert answer.status_code == 200, f"glewlwyd login: {answer.status_code}"
-    return person
+    return browser_for(ISSUER, OP_KIND)
 
 
 def sign_in():

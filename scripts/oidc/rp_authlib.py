@@ -28,7 +28,7 @@ from authlib.jose import JsonWebKey, jwt  # noqa: E402
 from authlib.jose.errors import JoseError
 from authlib.oidc.core import CodeIDToken
 
-from browser import Browser
+from browser import browser_for
 
 ISSUER = os.environ["OIDC_ISSUER"].rstrip("/")
 CLIENT_ID = os.environ["RP_CLIENT_ID"]
@@ -51,15 +51,7 @@ def client(secret=CLIENT_SECRET, client_id=CLIENT_ID):
 
 
 def browser():
-    """A fresh browser, signed in at Glewlwyd when that is the provider (the broker signs in
-    through Apple on every authorization)."""
-    person = Browser()
-    if not BROKER:
-        base = ISSUER.rsplit("/api/", 1)[0]
-        answer = person.session.post(base + "/api/auth/", json={"username": os.environ["GLEWLWYD_USER"],
-                                                                "password": os.environ["GLEWLWYD_PASSWORD"]})
-        assert answer.status_code == 200, f"glewlwyd login: {answer.status_code}"
-    return person
+    return browser_for(ISSUER, OP_KIND)
 
 
 def authorize(rp=None, **extra):
