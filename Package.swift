@@ -226,7 +226,7 @@ let package = Package(
         .testTarget(
             name: "OpenIDProviderTests",
             dependencies: [
-                "OpenIDProvider", "BrokerAPI", "BrokerCore", "AppleSimulator", "HTTPClient", "JOSE", "StrictJSON",
+                "OpenIDProvider", "BrokerAPI", "BrokerCore", "AppleSimulator", "HTTPClient", "HTTPServer", "JOSE", "StrictJSON",
                 "BrokerCrypto", "TestSupport", "PostgresClient", "Observability",
             ],
             swiftSettings: swiftSettings

@@ -41,6 +41,7 @@ CREATE TABLE oidc_grants (
     id          uuid PRIMARY KEY,
     client_id   text NOT NULL REFERENCES oidc_clients (client_id) ON DELETE CASCADE,
     user_id     uuid NOT NULL REFERENCES users (id) ON DELETE CASCADE,
+    app_id      text NOT NULL,                            -- the app group (primary App ID) of OIDC_APPLE_CLIENT_ID
     sid         text NOT NULL,
     scope       text NOT NULL,
     auth_time   timestamptz NOT NULL,
@@ -73,3 +74,25 @@ CREATE TABLE oidc_tokens (
     used_at     timestamptz
 );
 CREATE INDEX oidc_tokens_grant_id ON oidc_tokens (grant_id);
+
+-- Back-Channel Logout 1.0 deliveries: one row per relying party (per session when it asked
+-- for sid) whose grant a consent-revoked, a deletion request or a purge ended
+-- (sql/functions/broker_oidc_end_grants.sql writes them in the event's transaction). The
+-- logout token is signed when sent; retried with the webhook settings, `failed` for good
+-- after BROKER_WEBHOOK_MAX_AGE_SECONDS, re-driven with POST /v1/oidc-logout-deliveries/{id}/retry.
+CREATE TABLE oidc_logout_deliveries (
+    id               bigserial PRIMARY KEY,
+    client_id        text NOT NULL REFERENCES oidc_clients (client_id) ON DELETE CASCADE,
+    url              text NOT NULL,
+    sub              uuid NOT NULL,                       -- the user_id; no foreign key: a purge does not wait for the RP
+    sid              text,
+    reason           text NOT NULL,                       -- the outbox event that ended the grant
+    state            text NOT NULL DEFAULT 'pending' CHECK (state IN ('pending', 'delivered', 'failed')),
+    attempts         integer NOT NULL DEFAULT 0,
+    next_attempt_at  timestamptz NOT NULL DEFAULT now(),
+    last_status      integer,
+    last_error       text,
+    created_at       timestamptz NOT NULL DEFAULT now(),
+    delivered_at     timestamptz
+);
+CREATE INDEX oidc_logout_deliveries_due ON oidc_logout_deliveries (next_attempt_at) WHERE state = 'pending';

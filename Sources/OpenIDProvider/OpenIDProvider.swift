@@ -8,7 +8,7 @@ import StrictJSON
 /// relying party. One folder per job: Configuration/ (endpoints, lifetimes, errors), Keys/
 /// (RS256 keys in PostgreSQL), Clients/ (RFC 7591 registrations), Authorization/ (the
 /// authorize endpoint and Apple's form post), Tokens/ (grants, codes, tokens, userinfo),
-/// HTTP/ (routes). It uses BrokerCore's services (login, the web callback's seam); BrokerCore
+/// Logout/ (Back-Channel Logout deliveries), HTTP/ (routes). It uses BrokerCore's services (login, the web callback's seam); BrokerCore
 /// never imports it.
 package final class OpenIDProvider: Sendable {
     package let endpoints: Endpoints
@@ -16,6 +16,7 @@ package final class OpenIDProvider: Sendable {
     let tokens: TokenService
     package let clients: ClientStore
     package let keys: SigningKeys
+    let logoutDeliveries: LogoutDeliveryStore
     /// The webhook address rules, for `backchannel_logout_uri`.
     let checkLogoutURI: @Sendable (String) throws -> String
 
@@ -29,6 +30,7 @@ package final class OpenIDProvider: Sendable {
         try store.ensureKey()
         keys = SigningKeys(store: store)
         clients = ClientStore(pool: pool)
+        logoutDeliveries = LogoutDeliveryStore(pool: pool)
         let grants = GrantStore(pool: pool, appID: groups.group(of: settings.appleClientID).primary)
         authorization = AuthorizationService(
             settings: settings, appleBaseURL: appleBaseURL, clients: clients, grants: grants, login: login,

@@ -88,6 +88,7 @@ public final class BrokerApplication: Sendable {
             listener.subscribe("deletion_requested") { _ in deletionWorker.wake() }
         }
         if let dispatcher { workers += [dispatcher, parts.webhookReconciler()] }
+        if roles.contains(.dispatch), let logout = parts.logoutDispatcher() { workers.append(logout) }
         if roles.contains(.sweep) { workers += [parts.refreshSweep(), parts.housekeeping()] }
         self.workers = workers
 

@@ -109,6 +109,20 @@ struct BrokerParts: Sendable {
             ).step)
     }
 
+    /// Back-Channel Logout deliveries of the OpenID Provider, when it is on.
+    func logoutDispatcher() -> WorkerGroup? {
+        guard let oidc = configuration.oidc else { return nil }
+        let dispatch = configuration.dispatch
+        let keys = SigningKeys(store: SigningKeyStore(pool: pool, tokenKeys: tokenKeys))
+        return WorkerGroup(
+            name: "oidc-logout", lanes: max(1, dispatch.concurrency / 2), interval: .milliseconds(dispatch.intervalMilliseconds),
+            logger: logger,
+            step: LogoutDispatcher(
+                store: LogoutDeliveryStore(pool: pool), keys: keys, issuer: oidc.issuer, transport: transport, settings: dispatch,
+                metrics: metrics, logger: logger.labelled("oidc-logout")
+            ).step)
+    }
+
     /// Brings parked deliveries of resumed subscriptions back, once a minute.
     func webhookReconciler() -> WorkerGroup {
         let pool = pool

@@ -112,6 +112,32 @@ enum OpenIDRoutes {
                 guard try provider.clients.delete(try request.parameter("id")) else { throw Problem.notFound(path: request.path) }
                 return .noContent
             })
+        registerLogoutDeliveries(on: &router, store: provider.logoutDeliveries, admin: admin)
+    }
+
+    /// The admin API over Back-Channel Logout deliveries: visible and re-drivable like webhook deliveries.
+    static func registerLogoutDeliveries(
+        on router: inout Router, store: LogoutDeliveryStore, admin: (@escaping HTTPHandler) -> HTTPHandler
+    ) {
+        router.get(
+            "/v1/oidc-logout-deliveries",
+            admin { request in
+                let state = request.query["state"]
+                if let state, !["pending", "delivered", "failed"].contains(state) {
+                    throw BrokerError.invalidRequest("state is pending, delivered or failed")
+                }
+                let limit = request.query["limit"].flatMap(Int.init) ?? 100
+                guard (1...1000).contains(limit) else { throw BrokerError.invalidRequest("limit is 1 to 1000") }
+                return .json(.object(["deliveries": .array(try store.list(state: state, limit: limit))]))
+            })
+        router.post(
+            "/v1/oidc-logout-deliveries/{id}/retry",
+            admin { request in
+                guard let id = Int64(try request.parameter("id")), try store.retry(id) else {
+                    throw Problem.notFound(path: request.path)
+                }
+                return .noContent
+            })
     }
 
     /// Runs an OAuth endpoint: its refusals become OAuth error answers.

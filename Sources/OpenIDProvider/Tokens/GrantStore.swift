@@ -39,8 +39,8 @@ package struct GrantStore: Sendable {
         try pool.withTransaction { connection in
             try connection.query(
                 """
-                INSERT INTO oidc_grants (id, client_id, user_id, sid, scope, auth_time)
-                VALUES (\(grantID), \(clientID), \(userID), \(Base64URL.encode(SecureRandom.bytes(16))), \(scope), now())
+                INSERT INTO oidc_grants (id, client_id, user_id, app_id, sid, scope, auth_time)
+                VALUES (\(grantID), \(clientID), \(userID), \(appID), \(Base64URL.encode(SecureRandom.bytes(16))), \(scope), now())
                 """)
             try connection.query(
                 """
