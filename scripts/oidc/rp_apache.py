@@ -102,6 +102,32 @@ def opens_with(cookie):
     return None
 
 
+def forged_logout_is_refused(sub, cookie):
+    """A logout_token signed by a key the provider never published: the module must refuse it
+    and keep the session (the receiver verifies, it does not just trust a POST)."""
+    import warnings
+    warnings.filterwarnings("ignore", message="authlib.jose module is deprecated")
+    from authlib.jose import JsonWebKey, jwt
+    key = JsonWebKey.generate_key("RSA", 2048, is_private=True)
+    now = int(time.time())
+    token = jwt.encode({"alg": "RS256", "kid": "not-published", "typ": "logout+jwt"}, {
+        "iss": ISSUER, "aud": os.environ["APACHE_CLIENT_ID"], "iat": now, "exp": now + 120, "jti": secrets.token_hex(8),
+        "sub": sub, "events": {"http://schemas.openid.net/event/backchannel-logout": {}}}, key).decode()
+    answer = requests.post(REDIRECT_URI + "?logout=backchannel", data={"logout_token": token}, timeout=10)
+    assert answer.status_code >= 400, f"a forged logout_token was answered {answer.status_code}"
+    assert opens_with(cookie), "a forged logout_token ended the session"
+    return answer.status_code
+
+
+def delivered_to_module():
+    """The broker's record of the logout delivery to this RP: delivered, answered 200."""
+    answer = requests.get(os.environ["BROKER_URL"] + "/v1/oidc-logout-deliveries", timeout=10,
+                          headers={"Authorization": f"Bearer {os.environ['API_KEY']}"})
+    assert answer.status_code == 200, f"GET /v1/oidc-logout-deliveries: {answer.status_code} {answer.text[:200]}"
+    mine = [d for d in answer.json()["deliveries"] if d["client_id"] == os.environ["APACHE_CLIENT_ID"]]
+    assert any(d["state"] == "delivered" and d["last_status"] == 200 for d in mine), f"deliveries: {mine}"
+
+
 def back_channel_logout(sub):
     """Apple says the user revoked consent; the broker's logout_token ends the module's session."""
     broker, key = os.environ["BROKER_URL"], os.environ["API_KEY"]
@@ -144,11 +170,16 @@ def main():
             if os.environ.get("CI") == "true":
                 raise AssertionError("the broker's provider has no back-channel logout")
         if OP_KIND == "broker" and announced:
+            status = forged_logout_is_refused(sub, cookie)
+            print(f"mod_auth_openidc ({OP_KIND}): a logout_token signed by an unpublished key is refused "
+                  f"(HTTP {status}) and the session stays", file=sys.stderr)
+            checks += 1
             back_channel_logout(sub)
             deadline = time.time() + 20
             while opens_with(cookie) and time.time() < deadline:
                 time.sleep(0.2)
             assert not opens_with(cookie), f"the session survived Apple's consent-revoked: {error_log()}"
+            delivered_to_module()
             print(f"mod_auth_openidc ({OP_KIND}): Apple's consent-revoked ended the session through the broker's "
                   "Back-Channel Logout (verified by the module)", file=sys.stderr)
             checks += 1
