@@ -5,7 +5,7 @@
 # this machine, in interleaved rounds; codes are minted before each round by each side's own
 # authorize flow. Figures per second and per CPU-second of the server process; the ratio is the
 # median of the per-round ratios (issue 27's goal: >= 2x per CPU-second).
-#   [ROUNDS=3] [CODES=300] [CONCURRENCY=8] [USERINFO=2000] scripts/bench-oidc.sh
+#   [ROUNDS=3] [CODES=200] [CONCURRENCY=8] [USERINFO=2000] scripts/bench-oidc.sh
 . "$(dirname "$0")/bench/common.sh"
 "$ROOT/scripts/bootstrap.sh" test
 # shellcheck source=lib/glewlwyd.sh
@@ -31,7 +31,7 @@ read -r BROKER_CLIENT_ID BROKER_CLIENT_SECRET < <("$BIN/appleid-broker" oidc-cli
   | "$PY" -c 'import json,sys; c=json.load(sys.stdin); print(c["client_id"], c["client_secret"])')
 start_glewlwyd "$PY" "$glewlwyd_redirect"
 echo "== OIDC: broker (release) vs Glewlwyd $(dpkg-query -W -f='${Version}' glewlwyd), ${ROUNDS:-3} interleaved rounds" \
-  "of ${CODES:-300} code exchanges at concurrency ${CONCURRENCY:-8} and ${USERINFO:-2000} userinfo calls (nproc $(nproc))"
+  "of ${CODES:-200} code exchanges at concurrency ${CONCURRENCY:-8} and ${USERINFO:-2000} userinfo calls (nproc $(nproc))"
 BROKER_ISSUER=$OIDC_ISSUER BROKER_CLIENT_ID=$BROKER_CLIENT_ID BROKER_CLIENT_SECRET=$BROKER_CLIENT_SECRET \
   BROKER_REDIRECT_URI=$broker_redirect BROKER_SERVER_PID=$BROKER_PID BROKER_POSTMASTER_PID="$(head -1 "$WORK/data/postgres/postmaster.pid")" \
   GLEWLWYD_REDIRECT_URI=$glewlwyd_redirect ROUNDS=${ROUNDS:-3} \

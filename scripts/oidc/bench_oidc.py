@@ -29,7 +29,7 @@ from browser import browser_for
 
 HZ = os.sysconf("SC_CLK_TCK")
 ROUNDS = int(os.environ.get("ROUNDS", "3"))
-CODES = int(os.environ.get("CODES", "300"))
+CODES = int(os.environ.get("CODES", "200"))
 CONCURRENCY = int(os.environ.get("CONCURRENCY", "8"))
 USERINFO = int(os.environ.get("USERINFO", "2000"))
 
