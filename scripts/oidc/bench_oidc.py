@@ -128,10 +128,12 @@ def measure(side, items, call, endpoint):
     elapsed = time.monotonic() - started
     cpu = (ticks(side.pids) - before) / HZ
     db_cpu = (ticks(db_pids) - db_before) / HZ
-    failed = sum(1 for status, _ in answers if status != 200)
-    assert not failed, f"{side.name}: {failed} of {len(answers)} requests failed, e.g. {next(a for a in answers if a[0] != 200)}"
-    count = len(items)
-    return {"per_s": count / elapsed, "per_cpu_s": count / cpu if cpu else None,
+    failed = [answer for answer in answers if answer[0] != 200]
+    # Glewlwyd on sqlite fails the odd exchange under concurrency ("Error executing j_query",
+    # the database busy): counted and reported, only answered requests count as done.
+    assert len(failed) * 20 <= len(answers), f"{side.name}: {len(failed)} of {len(answers)} requests failed, e.g. {failed[0]}"
+    count = len(items) - len(failed)
+    return {"per_s": count / elapsed, "per_cpu_s": count / cpu if cpu else None, "failed": len(failed),
             "per_cpu_s_with_db": count / (cpu + db_cpu) if cpu + db_cpu else None,
             "cpu_ms_per_call": 1000 * cpu / count, "db_cpu_ms_per_call": 1000 * db_cpu / count}, answers
 
@@ -150,7 +152,7 @@ def exchange_round(side):
         return response.status, (json.loads(data).get("access_token") if response.status == 200 else data[:200])
 
     figures, answers = measure(side, codes, call, side.token)
-    return figures, [token for _, token in answers]
+    return figures, [token for status, token in answers if status == 200]
 
 
 def userinfo_round(side, tokens):
@@ -211,13 +213,16 @@ def main():
                "ratio_userinfo_per_s": ratio("userinfo", "per_s"),
                "ratio_userinfo_per_cpu_s": ratio("userinfo", "per_cpu_s"),
                "ratio_userinfo_per_cpu_s_with_db": ratio("userinfo", "per_cpu_s_with_db", "per_cpu_s"),
+               "failed_requests": {side.name: sum(r[side.name][kind]["failed"] for r in rounds
+                                                  for kind in ("exchange", "userinfo")) for side in sides},
                "round_figures": rounds}
     with open(out, "w") as handle:
         json.dump(summary, handle, indent=1)
     for name, figures in summary["sides"].items():
         print(f"median {name}: {figures['exchange_per_s']:.0f} code exchanges/s, {figures['exchange_per_cpu_s']:.0f} "
               f"per server CPU-second ({figures['exchange_per_cpu_s_with_db']:.0f} counting its database); "
-              f"userinfo {figures['userinfo_per_s']:.0f}/s, {figures['userinfo_per_cpu_s']:.0f} per CPU-second")
+              f"userinfo {figures['userinfo_per_s']:.0f}/s, {figures['userinfo_per_cpu_s']:.0f} per CPU-second; "
+              f"{summary['failed_requests'][name]} requests failed in all")
     if len(sides) == 2:
         print(f"broker / Glewlwyd (median of per-round ratios): code exchanges x{summary['ratio_exchange_per_s']} per "
               f"second, x{summary['ratio_exchange_per_cpu_s']} per CPU-second of the server process "
