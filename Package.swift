@@ -72,7 +72,9 @@ let package = Package(
         .systemLibrary(name: "COpenSSL", pkgConfig: "openssl", providers: [.apt(["libssl-dev"])]),
         .systemLibrary(name: "CCurl", pkgConfig: "libcurl", providers: [.apt(["libcurl4-openssl-dev"])]),
         // C wrappers for each library's variadic calls, one target per library.
-        .target(name: "CMicroHTTPDShims", dependencies: ["CMicroHTTPD"]),
+        // CMicroHTTPDShims also writes on libmicrohttpd's GnuTLS sessions (libmicrohttpd-dev
+        // depends on libgnutls28-dev, libmicrohttpd12 on libgnutls30: no new package).
+        .target(name: "CMicroHTTPDShims", dependencies: ["CMicroHTTPD"], linkerSettings: [.linkedLibrary("gnutls")]),
         .target(name: "CCurlShims", dependencies: ["CCurl"]),
 
         // MARK: Foundations, one job each
@@ -227,7 +229,7 @@ let package = Package(
             name: "OpenIDProviderTests",
             dependencies: [
                 "OpenIDProvider", "BrokerAPI", "BrokerCore", "AppleSimulator", "HTTPClient", "HTTPServer", "JOSE", "StrictJSON",
-                "BrokerCrypto", "TestSupport", "PostgresClient", "Observability",
+                "BrokerCrypto", "TestSupport", "PostgresClient", "Observability", "ProcessRunner",
             ],
             swiftSettings: swiftSettings
         ),

@@ -1,7 +1,11 @@
 #include "CMicroHTTPDShims.h"
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <errno.h>
+#include <gnutls/gnutls.h>
+#include <poll.h>
 #include <string.h>
+#include <sys/socket.h>
 
 struct MHD_Daemon *cbroker_mhd_start(const cbroker_mhd_config *config) {
     struct MHD_OptionItem options[13];
@@ -54,4 +58,43 @@ int cbroker_mhd_client_address(struct MHD_Connection *connection, char *buffer, 
     else if (sa->sa_family == AF_INET6)
         ok = inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)sa)->sin6_addr, buffer, (socklen_t)length);
     return ok == NULL ? -1 : 0;
+}
+
+int cbroker_mhd_send_raw(struct MHD_Connection *connection, int tls, const void *data, size_t length, int timeout_ms) {
+    const union MHD_ConnectionInfo *info = MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (info == NULL) return -1;
+    const int fd = info->connect_fd;
+    gnutls_session_t session = NULL;
+    if (tls) {
+        const union MHD_ConnectionInfo *tls_info =
+            MHD_get_connection_info(connection, MHD_CONNECTION_INFO_GNUTLS_SESSION);
+        if (tls_info == NULL || tls_info->tls_session == NULL) return -1;
+        session = (gnutls_session_t)tls_info->tls_session;
+    }
+    const char *next = data;
+    size_t left = length;
+    int waits = timeout_ms / 10 + 1;
+    while (left > 0) {
+        ssize_t sent;
+        int again;
+        if (session != NULL) {
+            sent = gnutls_record_send(session, next, left);
+            again = sent == GNUTLS_E_AGAIN || sent == GNUTLS_E_INTERRUPTED;
+        } else {
+            sent = send(fd, next, left, MSG_NOSIGNAL);
+            again = sent < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR);
+        }
+        if (again) {
+            // The socket is non-blocking (libmicrohttpd's); a small answer rarely waits. GnuTLS
+            // takes a retry with the same arguments, as the loop makes it.
+            if (--waits < 0) return -1;
+            struct pollfd writable = {.fd = fd, .events = POLLOUT};
+            (void)poll(&writable, 1, 10);
+            continue;
+        }
+        if (sent <= 0) return -1;
+        next += sent;
+        left -= (size_t)sent;
+    }
+    return 0;
 }

@@ -26,7 +26,7 @@ enum BrokerCommand {
             CommandSpec(
                 ["api-keys", "create"], "--name NAME --scopes login,read[,compliance,events,admin] [--client-ids A,B]",
                 summary: "create an API key; prints the key as the only line on stdout.\n"
-                    + "--client-ids limits it to those apps (and their app groups)",
+                    + "--client-ids limits it to exactly those client ids (not their app groups)",
                 options: ["name", "scopes", "client-ids"]),
             CommandSpec(["api-keys", "list"], "[--json]", flags: ["json"]),
             CommandSpec(["api-keys", "revoke"], "ID", operands: 1...1),

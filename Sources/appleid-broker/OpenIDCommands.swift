@@ -16,10 +16,10 @@ enum OpenIDCommands {
         CommandSpec(["oidc-keys", "list"], "[--json]", flags: ["json"]),
         CommandSpec(
             ["oidc-clients", "create"],
-            "--redirect-uris URL[,URL…] [--auth-method client_secret_basic|client_secret_post|none] [--name NAME]\n"
-                + "  [--scope 'openid email profile offline_access'] [--grant-types authorization_code[,refresh_token]]\n"
-                + "  [--backchannel-logout-uri URL] [--backchannel-logout-session-required]",
-            summary: "register a relying party; prints its registration as JSON\n(the client_secret only this once)",
+            "--redirect-uris URL[,URL…] [--auth-method METHOD] [--name NAME] [--scope SCOPES] [--grant-types TYPES] "
+                + "[--backchannel-logout-uri URL] [--backchannel-logout-session-required]",
+            summary:
+                "register a relying party (METHOD client_secret_basic, client_secret_post\nor none; SCOPES from openid email profile offline_access; TYPES\nauthorization_code,refresh_token); prints its registration as JSON\n(the client_secret only this once)",
             options: ["redirect-uris", "auth-method", "name", "scope", "grant-types", "backchannel-logout-uri"],
             flags: ["backchannel-logout-session-required"]),
         CommandSpec(["oidc-clients", "list"], "[--json]", flags: ["json"]),

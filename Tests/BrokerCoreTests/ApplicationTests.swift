@@ -111,7 +111,7 @@ struct CommandLineTests {
             }
             .map(String.init)
         }
-        #expect(commands.count == 13, "\(commands)")
+        #expect(commands.count == 18, "\(commands)")
         #expect(commands.contains(["api-keys", "create"]) && commands.contains(["serve"]) && commands.contains(["reencrypt"]))
         for words in commands {
             for extra in [["--no-such-option", "x"], ["--no-such-flag"], ["--no-such-option=x"]] {

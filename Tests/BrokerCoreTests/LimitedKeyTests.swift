@@ -10,6 +10,13 @@ import Testing
 
 /// API keys limited to some apps (`api-keys create --client-ids`): a team with two apps gives
 /// each backend a key that reaches its own app's users and nothing else.
+extension TestBroker {
+    /// `POST /v1/deletions` for `user` with `key`.
+    fileprivate func requestDeletion(_ user: UUID, _ key: String) throws -> HTTPClientResponse {
+        try post("/v1/deletions", json: #"{"user_id":"\#(user.lowercasedString)","reason":"asked","requested_by":"t"}"#, key: key)
+    }
+}
+
 @Suite("API keys limited to apps", .offPool)
 struct LimitedKeyTests {
     @Test("a key limited to one app logs in only its tokens and sees only its users, deletions, events and subscriptions")
@@ -88,15 +95,11 @@ struct LimitedKeyTests {
 
         // Deletions: the other app's user cannot be deleted with this key; its own can, and the
         // record and user.deleted stay visible to it after the purge.
-        func delete(_ user: UUID, _ key: String) throws -> HTTPClientResponse {
-            try broker.post(
-                "/v1/deletions", json: #"{"user_id":"\#(user.lowercasedString)","reason":"asked","requested_by":"t"}"#, key: key)
-        }
-        #expect(try delete(webUser, limited).status == 404)
-        let accepted = try delete(appUser, limited)
+        #expect(try broker.requestDeletion(webUser, limited).status == 404)
+        let accepted = try broker.requestDeletion(appUser, limited)
         #expect(accepted.status == 202)
         let deletionID = try #require(accepted.json["deletion_id"] as? String)
-        #expect(try delete(webUser, unlimited).status == 202)
+        #expect(try broker.requestDeletion(webUser, unlimited).status == 202)
         try waitUntil(seconds: 30) { try broker.count("SELECT count(*) FROM deletion_requests WHERE state = 'done'") == 2 }
         #expect(try broker.get("/v1/deletions/\(deletionID)", key: limited).json["state"] as? String == "done")
         let deletions = try #require(try broker.get("/v1/deletions", key: limited).json["deletions"] as? [[String: Any]])
@@ -117,5 +120,103 @@ struct LimitedKeyTests {
         #expect(!events.contains { $0["user_id"] as? String == webUser.lowercasedString })
         #expect(
             events.contains { $0["type"] as? String == "user.deleted" && $0["user_id"] as? String == appUser.lowercasedString })
+    }
+
+    @Test(
+        "with the default app grouping a limited key reaches exactly its client ids, and a shared user's grants and account stay the other app's too"
+    )
+    func exactReachAndSharedUsers() throws {
+        // No APPLE_APP_GROUPS: both apps are one group (com.example.app its primary), which
+        // widened a key limited to com.example.web to both apps.
+        let broker = try TestBroker(roles: [.api, .dispatch], extra: ["BROKER_DISPATCH_INTERVAL_MS": "50"])
+        let store = APIKeyStore(pool: broker.pool)
+        let all: Set<Scope> = [.login, .read, .compliance, .events]
+        let web = try store.create(name: "web-backend", scopes: all, clientIDs: [TestBroker.webClientID]).secret
+        let unlimited = try broker.key(all)
+        let (appOnly, _) = try broker.signIn(clients: [TestBroker.clientID])
+        let (webOnly, _) = try broker.signIn(clients: [TestBroker.webClientID])
+        let (shared, _) = try broker.signIn(clients: [TestBroker.clientID, TestBroker.webClientID])
+        // Apple's verdicts on the group's grant (a notification or the sweep): one grant, both
+        // apps', named by the group's primary App ID (com.example.app).
+        try broker.pool.query(
+            """
+            INSERT INTO apple_grants (identity_id, user_id, app_id, consent, email_forwarding)
+            SELECT id, user_id, \(TestBroker.clientID), 'active', 'enabled' FROM apple_identities
+            WHERE user_id IN (\(shared), \(webOnly))
+            """)
+        // A key limited to the primary: the grant row of a user of the other app is no reach.
+        let app = try store.create(name: "app-backend", scopes: all.union([.admin]), clientIDs: [TestBroker.clientID])
+            .secret
+        #expect(try broker.get("/v1/users/\(webOnly.lowercasedString)", key: app).status == 404)
+        // Its webhook subscription (paused: rows are what count) gets no event of that user.
+        let subscribed = try broker.post(
+            "/v1/webhook-subscriptions", json: #"{"url":"https://hooks.example.com/in","topics":["*"]}"#, key: app)
+        #expect(subscribed.status == 201)
+        let subscription = try #require(subscribed.json["id"] as? String)
+        try broker.pool.query("UPDATE webhook_subscriptions SET status = 'paused'")
+
+        // Logins: a token of the other app is refused.
+        let appToken = try broker.mint { $0.clientID = TestBroker.clientID }
+        let refused = try broker.login(["identity_token": appToken.idToken], key: web)
+        #expect(refused.status == 403)
+        #expect(refused.json["code"] as? String == "client_not_allowed")
+
+        // Reading: the other app's user does not exist for this key; the shared one does, with
+        // the grant of its group (com.example.web's own) and no other.
+        #expect(try broker.get("/v1/users/\(appOnly.lowercasedString)", key: web).status == 404)
+        #expect(try broker.get("/v1/users/\(appOnly.lowercasedString)/credential-state", key: web).status == 404)
+        #expect(try broker.get("/v1/users/\(webOnly.lowercasedString)", key: web).status == 200)
+        let user = try broker.get("/v1/users/\(shared.lowercasedString)", key: web)
+        #expect(user.status == 200)
+        let identities = try #require(user.json["identities"] as? [[String: Any]])
+        let apps = try #require(identities.first?["apps"] as? [[String: Any]])
+        #expect(apps.compactMap { $0["client_id"] as? String } == [TestBroker.clientID], "the group's one grant")
+        let state = try broker.get(
+            "/v1/users/\(shared.lowercasedString)/credential-state?client_id=\(TestBroker.clientID)", key: web)
+        #expect(state.status == 403, "another app's client id")
+        #expect(state.json["code"] as? String == "client_not_allowed")
+        #expect(
+            try broker.get(
+                "/v1/users/\(shared.lowercasedString)/credential-state?client_id=\(TestBroker.webClientID)", key: web
+            ).json["state"] as? String == "authorized")
+
+        // Deleting: not another app's user (404), not a user other apps share (403, nothing
+        // opened), its own user yes; an unlimited key deletes the shared one.
+        #expect(try broker.requestDeletion(appOnly, web).status == 404)
+        let sharedRefused = try broker.requestDeletion(shared, web)
+        #expect(sharedRefused.status == 403)
+        #expect(sharedRefused.json["code"] as? String == "user_shared_with_other_apps")
+        #expect(sharedRefused.header("content-type") == "application/problem+json")
+        #expect(try broker.count("SELECT count(*) FROM deletion_requests WHERE user_id = \(shared)") == 0)
+        #expect(try broker.requestDeletion(webOnly, web).status == 202)
+        #expect(try broker.requestDeletion(shared, unlimited).status == 202)
+        #expect(
+            (try broker.get("/v1/deletions", key: web).json["deletions"] as? [Any])?.count == 2,
+            "its own user's deletion and the shared user's")
+
+        // A deletion remembers exactly the apps its user was in: the other app's deleted user
+        // stays out of the primary's key's reach.
+        #expect(try broker.get("/v1/users/\(webOnly.lowercasedString)", key: app).status == 404)
+        #expect(
+            (try broker.get("/v1/deletions", key: app).json["deletions"] as? [Any])?.count == 1, "the shared user's only")
+
+        let delivered = Set(
+            try broker.pool.query(
+                """
+                SELECT DISTINCT e.user_id FROM webhook_deliveries d JOIN outbox_events e ON e.id = d.event_id
+                WHERE d.subscription_id = \(subscription)::uuid
+                """
+            ).map { try $0.decode(UUID.self, 0) })
+        #expect(delivered == [shared], "the shared user's deletion request, not the other app's user's")
+
+        // The feed: nothing of the other app's user, either way.
+        for (key, own, other) in [(web, webOnly, appOnly), (app, appOnly, webOnly)] {
+            var events: [[String: Any]] = []
+            try waitUntil(seconds: 30) {
+                events = try broker.get("/v1/events?limit=1000", key: key).json["events"] as? [[String: Any]] ?? []
+                return events.contains { $0["user_id"] as? String == own.lowercasedString }
+            }
+            #expect(!events.contains { $0["user_id"] as? String == other.lowercasedString })
+        }
     }
 }

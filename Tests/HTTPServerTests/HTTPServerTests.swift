@@ -151,6 +151,18 @@ struct HTTPServerTests {
                     headers: [("Content-Type", "application/json"), ("Transfer-Encoding", "chunked")], body: big))
             #expect(chunked.status == 413)
 
+            // Exactly at the limit, chunked: accepted (its room is the limit, no more).
+            let prefix = #"{"name":""#
+            let suffix = #"","count":1}"#
+            let atLimit = Array(
+                (prefix + String(repeating: "a", count: 1024 - prefix.utf8.count - suffix.utf8.count) + suffix).utf8)
+            #expect(atLimit.count == 1024)
+            let accepted = try client.send(
+                .init(
+                    method: "POST", url: base + "/items",
+                    headers: [("Content-Type", "application/json"), ("Transfer-Encoding", "chunked")], body: atLimit))
+            #expect(accepted.status == 201)
+
             let small = try client.send(
                 .init(
                     method: "POST", url: base + "/items", headers: [("Content-Type", "application/json")],
@@ -318,6 +330,71 @@ struct HTTPServerTests {
         #expect(cap.admits("10.1.2.3"), "a trusted proxy carries every client: not capped")
     }
 
+    @Test("an over-limit chunked body gets its 413 at once and the connection closes, the rest unread")
+    func chunkedBodyRefusedInMidBody() throws {
+        // A long request deadline: the answer must not wait for it (before, the body was read
+        // to its end and the attacker's unfinished one held the slot until the deadline).
+        try withServer(
+            demoRouter(),
+            configure: {
+                $0.maximumBodyBytes = 1024
+                $0.headerTimeoutSeconds = 30
+            }
+        ) { server, _, metrics in
+            let attacker = try #require(RawConnection(port: Int(server.port), timeoutSeconds: 5))
+            let started = ContinuousClock.now
+            attacker.send(
+                "POST /items HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n")
+            attacker.send("800\r\n" + String(repeating: "a", count: 2048) + "\r\n")  // no last chunk: it never ends
+            let answer = attacker.receive()
+            #expect(answer.hasPrefix("HTTP/1.1 413 "), "\(answer.prefix(200))")
+            #expect(answer.lowercased().contains("connection: close"))
+            #expect(answer.contains("payload_too_large"))
+            #expect(attacker.isClosedByPeer(), "the connection stayed open to read the rest")
+            #expect(ContinuousClock.now - started < .seconds(3))
+            // Its slot is freed and it was counted like any answer.
+            let freed = ContinuousClock.now + .seconds(2)
+            while server.inFlightRequests > 0 && ContinuousClock.now < freed { Thread.sleep(forTimeInterval: 0.02) }
+            #expect(server.inFlightRequests == 0)
+            #expect(metrics.render().contains("status=\"413\""))
+        }
+    }
+
+    @Test("over TLS an over-limit chunked body gets its 413 through the TLS session")
+    func chunkedBodyRefusedOverTLS() throws {
+        let directory = NSTemporaryDirectory() + "abk-http-tls-\(UUID().uuidString)"
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let openssl = Process()
+        openssl.executableURL = URL(fileURLWithPath: "/usr/bin/openssl")
+        openssl.arguments = [
+            "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-keyout",
+            directory + "/key.pem", "-out", directory + "/cert.pem", "-days", "1", "-subj", "/CN=127.0.0.1",
+            "-addext", "subjectAltName=IP:127.0.0.1",
+        ]
+        openssl.standardError = FileHandle.nullDevice
+        try openssl.run()
+        openssl.waitUntilExit()
+        let keyPEM = try String(contentsOfFile: directory + "/key.pem", encoding: .utf8)
+        let certificatePEM = try String(contentsOfFile: directory + "/cert.pem", encoding: .utf8)
+        try withServer(
+            demoRouter(),
+            configure: {
+                $0.maximumBodyBytes = 1024
+                $0.tls = (keyPEM, certificatePEM)
+            }
+        ) { server, _, _ in
+            let client = CurlTransport(caCertificatesPath: directory + "/cert.pem")
+            let response = try client.send(
+                .init(
+                    method: "POST", url: "https://127.0.0.1:\(server.port)/items",
+                    headers: [("Content-Type", "application/json"), ("Transfer-Encoding", "chunked")],
+                    body: Array(repeating: UInt8(ascii: "a"), count: 4096)))
+            #expect(response.status == 413)
+            #expect(try problem(response)["code"] as? String == "payload_too_large")
+        }
+    }
+
     @Test("a client sending its headers a byte at a time is cut off at the header deadline")
     func headerDeadline() throws {
         try withServer(
@@ -350,6 +427,9 @@ struct HTTPServerTests {
             }
             #expect(trickle.isClosedByPeer(), "the connection outlived its deadline while sending a body")
             #expect(ContinuousClock.now - bodyStarted < .seconds(6))
+            let freed = ContinuousClock.now + .seconds(2)
+            while server.inFlightRequests > 0 && ContinuousClock.now < freed { Thread.sleep(forTimeInterval: 0.02) }
+            #expect(server.inFlightRequests == 0, "the trickled request's slot was not freed")
 
             // A kept-alive connection that sends whole requests is not affected.
             let steady = try #require(RawConnection(port: port, timeoutSeconds: 3))
@@ -448,12 +528,12 @@ struct HTTPServerTests {
         #expect(status("/signed") == 200)
     }
 
-    @Test("the default memory bound (connections × (pool + body)) fits under half the Kubernetes memory limit")
+    @Test("the default memory bound (connections × (pool + body + 4 KiB)) fits under half the Kubernetes memory limit")
     func memoryBoundFitsManifests() throws {
         let manifest = try Repository.text("deploy/kubernetes/deployment-api.yaml")
         let limit = try #require(manifest.firstMatch(of: /limits: \{memory: (\d+)Mi\}/)).output.1
         let bound = HTTPServer.Configuration().memoryBoundBytes
-        #expect(bound == 1_024 * (48 + 64) * 1_024)
+        #expect(bound == 1_024 * (48 + 64 + 4) * 1_024)
         #expect(bound <= Int(limit)! * 1_048_576 / 2, "the pod's limit leaves no room for the process itself")
     }
 }

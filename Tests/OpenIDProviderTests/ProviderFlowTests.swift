@@ -108,6 +108,13 @@ struct ProviderFlowTests {
             #expect(info.json["family_name"] as? String == "Lovelace")
             #expect(info.json["email"] as? String == claims["email"]?.stringValue)
         }
+        let inBody = try harness.send(
+            "POST", "/oidc/userinfo", headers: [("Content-Type", "application/x-www-form-urlencoded")],
+            body: FormEncoding.encode([("access_token", access)]))
+        #expect(inBody.json["sub"] as? String == sub, "RFC 6750 §2.2")
+        let missing = try harness.send("GET", "/oidc/userinfo")
+        #expect(missing.status == 401)
+        #expect(missing.header("www-authenticate") == "Bearer")
         let bad = try harness.send("GET", "/oidc/userinfo", headers: [("Authorization", "Bearer nope")])
         #expect(bad.status == 401)
         #expect(bad.header("www-authenticate")?.contains("error=\"invalid_token\"") == true)
@@ -126,6 +133,17 @@ struct ProviderFlowTests {
         #expect(secondClaims["given_name"]?.stringValue == "Ada")
         #expect(secondClaims["email"] == nil, "no email scope, no email claim")
         #expect(second.json["refresh_token"] == nil, "no offline_access, no refresh token")
+
+        // offline_access from a client without the refresh_token grant is ignored (Core §11), not refused.
+        let noRefresh = try harness.confidentialClient(extra: ["grant_types": ["authorization_code"]])
+        let third = try harness.signIn(codeRequest(noRefresh))
+        let thirdTokens = try harness.token(
+            [
+                ("grant_type", "authorization_code"), ("code", try #require(third.query["code"], "\(third.query)")),
+                ("redirect_uri", noRefresh.redirectURI),
+            ], as: noRefresh)
+        #expect(thirdTokens.json["refresh_token"] == nil)
+        #expect(thirdTokens.json["scope"] as? String == "openid email profile")
     }
 
     func appleSub(_ harness: ProviderHarness, _ userID: String) throws -> String {
@@ -150,6 +168,20 @@ struct ProviderFlowTests {
         let refreshed = try harness.token(
             [("grant_type", "refresh_token"), ("refresh_token", refresh)], as: client, basic: false)
         #expect(refreshed.json["error"] as? String == "invalid_grant", "\(refreshed.bodyText)")
+    }
+
+    @Test("one code sent eight times at once: exactly one answer has tokens, and the replays revoke them")
+    func concurrentRedemption() throws {
+        let harness = try ProviderHarness()
+        let client = try harness.confidentialClient()
+        let code = try #require(try harness.signIn(codeRequest(client)).query["code"])
+        let fields = [("grant_type", "authorization_code"), ("code", code), ("redirect_uri", client.redirectURI)]
+        let answers = try onThreads(8) { _ in try harness.token(fields, as: client) }.map { try $0.get() }
+        let winners = answers.filter { $0.status == 200 }
+        #expect(winners.count == 1, "\(answers.map(\.status))")
+        #expect(answers.filter { $0.json["error"] as? String == "invalid_grant" }.count == 7)
+        let access = try #require(winners.first?.json["access_token"] as? String)
+        #expect(try harness.send("GET", "/oidc/userinfo", headers: [("Authorization", "Bearer \(access)")]).status == 401)
     }
 
     @Test("refresh tokens rotate; a reused one is invalid_grant and ends the grant")
@@ -299,6 +331,19 @@ struct ProviderFlowTests {
         let mismatch = try harness.token(
             [("grant_type", "authorization_code"), ("code", code), ("redirect_uri", "https://rp.example.com/other")], as: client)
         #expect(mismatch.json["error"] as? String == "invalid_grant")
+        // A code is bound to its client: another client's secret does not redeem it (and spends it).
+        let other = try harness.confidentialClient()
+        let code2 = try #require(try harness.signIn(codeRequest(client)).query["code"])
+        let stolen = try harness.token(
+            [("grant_type", "authorization_code"), ("code", code2), ("redirect_uri", client.redirectURI)], as: other)
+        #expect(stolen.json["error"] as? String == "invalid_grant")
+        // An expired code (at most 60 s) is invalid_grant.
+        let code3 = try #require(try harness.signIn(codeRequest(client)).query["code"])
+        #expect(try harness.count("SELECT count(*) FROM oidc_codes WHERE expires_at <= now() + interval '60 seconds'") == 3)
+        try harness.pool.query("UPDATE oidc_codes SET expires_at = now() - interval '1 second'")
+        let expired = try harness.token(
+            [("grant_type", "authorization_code"), ("code", code3), ("redirect_uri", client.redirectURI)], as: client)
+        #expect(expired.json["error"] as? String == "invalid_grant")
         let notForm = try harness.send("POST", "/oidc/token", headers: [("Content-Type", "application/json")], body: "{}")
         #expect(notForm.status == 400 || notForm.status == 401)
         #expect(notForm.json["error"] is String)
@@ -332,5 +377,21 @@ struct ProviderFlowTests {
             try harness.token([("grant_type", "refresh_token"), ("refresh_token", refresh)], as: client).json["error"] as? String
                 == "invalid_grant")
         #expect(try revoke("unknown-token") == 200, "RFC 7009 §2.2: unknown tokens are answered 200")
+    }
+}
+
+@Suite("OpenID Provider budgets", .offPool)
+struct ProviderBudgetTests {
+    @Test("refused token and userinfo requests are budgeted per address; a burst of them ends in 429")
+    func failuresBudgeted() throws {
+        let harness = try ProviderHarness(extra: ["BROKER_RATE_LIMIT_NOTIFICATIONS_PER_IP": "1"])
+        var statuses: [Int] = []
+        for _ in 0..<12 {
+            statuses.append(try harness.send("GET", "/oidc/userinfo", headers: [("Authorization", "Bearer guessed")]).status)
+        }
+        #expect(statuses.prefix(5).allSatisfy { $0 == 401 }, "\(statuses)")
+        #expect(statuses.last == 429, "\(statuses)")
+        let token = try harness.token([("grant_type", "authorization_code"), ("code", "guessed")], as: nil)
+        #expect(token.status == 429)
     }
 }

@@ -131,3 +131,33 @@ struct RegistrationTests {
         #expect(problems { $0["OIDC_ISSUER"] = "http://127.0.0.1:8080/oidc" } == "", "plain http on loopback")
     }
 }
+
+@Suite("OpenID Provider housekeeping", .offPool)
+struct ProviderHousekeepingTests {
+    @Test("pruning deletes expired codes and tokens and finished grants, and keeps live ones")
+    func prune() throws {
+        let harness = try ProviderHarness()
+        let client = try harness.confidentialClient()
+        for _ in 0..<2 {
+            let code = try #require(
+                try harness.signIn([
+                    ("response_type", "code"), ("client_id", client.id), ("redirect_uri", client.redirectURI),
+                    ("scope", "openid offline_access"),
+                ]).query["code"])
+            #expect(
+                try harness.token(
+                    [("grant_type", "authorization_code"), ("code", code), ("redirect_uri", client.redirectURI)], as: client
+                ).status == 200)
+        }
+        let old = try harness.pool.query("SELECT id FROM oidc_grants ORDER BY created_at LIMIT 1").single().decode(UUID.self, 0)
+        try harness.pool.query(
+            "UPDATE oidc_grants SET ended_at = now() - interval '2 days', created_at = now() - interval '3 days' WHERE id = \(old)"
+        )
+        try harness.pool.query("UPDATE oidc_codes SET expires_at = now() - interval '2 hours' WHERE grant_id = \(old)")
+        try harness.pool.query("UPDATE oidc_tokens SET expires_at = now() - interval '1 second' WHERE grant_id = \(old)")
+        _ = try ProviderHousekeeping(pool: harness.pool, retentionSeconds: 60, deadLetterRetentionSeconds: 3600).step()
+        #expect(try harness.count("SELECT count(*) FROM oidc_grants") == 1)
+        #expect(try harness.count("SELECT count(*) FROM oidc_grants WHERE id = \(old)") == 0)
+        #expect(try harness.count("SELECT count(*) FROM oidc_tokens") == 2, "the live grant keeps its access and refresh tokens")
+    }
+}

@@ -90,6 +90,7 @@ public final class BrokerApplication: Sendable {
         if let dispatcher { workers += [dispatcher, parts.webhookReconciler()] }
         if roles.contains(.dispatch), let logout = parts.logoutDispatcher() { workers.append(logout) }
         if roles.contains(.sweep) { workers += [parts.refreshSweep(), parts.housekeeping()] }
+        if roles.contains(.sweep), let pruning = parts.providerHousekeeping() { workers.append(pruning) }
         self.workers = workers
 
         routes = router.routes.map { "\($0.method) \($0.pattern)" }

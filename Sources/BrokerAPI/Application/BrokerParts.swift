@@ -144,6 +144,15 @@ struct BrokerParts: Sendable {
             logger: logger, step: sweep.step)
     }
 
+    /// The OpenID Provider's pruning, when it is on.
+    func providerHousekeeping() -> WorkerGroup? {
+        guard configuration.oidc != nil else { return nil }
+        let housekeeping = ProviderHousekeeping(
+            pool: pool, retentionSeconds: configuration.dispatch.retentionSeconds,
+            deadLetterRetentionSeconds: configuration.dispatch.deadLetterRetentionSeconds)
+        return WorkerGroup(name: "oidc-housekeeping", lanes: 1, interval: .seconds(300), logger: logger, step: housekeeping.step)
+    }
+
     func housekeeping() -> WorkerGroup {
         let housekeeping = Housekeeping(
             pool: pool, eventRetentionSeconds: configuration.dispatch.retentionSeconds,

@@ -24,7 +24,7 @@ public final class APIKeyAuthenticator: Sendable {
     private let unknown = Lock<[String: ContinuousClock.Instant]>([:])
     private static let maximumUnknownIDs = 10_000
     private static let unknownTTL: Duration = .seconds(5)
-    /// Widens a limited key's client ids to their app groups.
+    /// Names the grants (one per app group) a limited key's client ids share.
     private let groups: AppGroups
 
     public init(
@@ -73,13 +73,10 @@ public final class APIKeyAuthenticator: Sendable {
             throw BrokerError(.insufficientScope, "this endpoint needs an API key with the '\(scope.rawValue)' scope")
         }
         var key = stored.key
-        key.reach = key.clientIDs.map { ids in
-            Set(
-                ids.flatMap { id in
-                    let group = groups.group(of: id)
-                    return [id, group.primary] + group.clientIDs
-                })
-        }
+        // Exactly the given client ids: a group is about a shared grant at Apple, not about
+        // which backend may see whose users (issue 29, item 3).
+        key.reach = key.clientIDs.map(Set.init)
+        key.grantReach = key.clientIDs.map { Set($0.map { groups.group(of: $0).primary }) }
         return key
     }
 

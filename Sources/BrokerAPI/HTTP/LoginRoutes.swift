@@ -28,7 +28,7 @@ enum LoginRoutes {
             authenticated { request, key in
                 let id = try userID(request)
                 guard try users.isVisible(id, to: key) else { throw BrokerError.userNotFound }
-                if let user = try users.user(id) { return .json(user.json) }
+                if let user = try users.user(id, for: key) { return .json(user.json) }
                 if let deletion = try users.deletion(ofPurgedUser: id) {
                     throw BrokerError.userDeleted("this user was deleted", deletionID: deletion.lowercasedString)
                 }
@@ -46,7 +46,7 @@ enum LoginRoutes {
                 return .json(
                     .object([
                         "user_id": .string(id.lowercasedString),
-                        "state": .string(try users.credentialState(id, clientID: clientID).rawValue),
+                        "state": .string(try users.credentialState(id, clientID: clientID, for: key).rawValue),
                     ]))
             })
     }

@@ -31,6 +31,7 @@ public enum ProblemCatalog {
         case .unauthorized: (401, "Unauthorized")
         case .insufficientScope: (403, "Insufficient scope")
         case .clientNotAllowed: (403, "Client id not allowed")
+        case .userSharedWithOtherApps: (403, "User shared with other apps")
         case .userNotFound: (404, "User not found")
         case .userDeleted: (410, "User deleted")
         case .userDeletionPending: (409, "Deletion pending")

@@ -38,9 +38,14 @@ public struct APIKey: Sendable, Equatable, Codable {
     public let revokedAt: Date?
     /// The apps the key is limited to (`api-keys create --client-ids`), as given; nil: every app.
     public var clientIDs: [String]? = nil
-    /// `clientIDs` widened to their app groups (what the key may reach); nil: every app.
-    /// Set by the authenticator, which knows the groups.
+    /// The client ids the key may reach: exactly `clientIDs`, whatever `APPLE_APP_GROUPS`
+    /// says (the default group holds every app, and widening to it made the limit a no-op);
+    /// nil: every app. Set by the authenticator.
     public var reach: Set<String>? = nil
+    /// The app groups (named by their primary App ID) of `reach`'s client ids: Apple keeps one
+    /// grant per group, shared by its members, so a grant of one of these is the key's apps'
+    /// own. nil: every group. Set by the authenticator, which knows the groups.
+    public var grantReach: Set<String>? = nil
 
     enum CodingKeys: String, CodingKey {
         case id, name, scopes
@@ -54,6 +59,9 @@ public struct APIKey: Sendable, Equatable, Codable {
 
     /// `reach` as a SQL array, nil for an unlimited key (queries test `IS NULL` first).
     package var reachArray: PostgresTextArray? { reach.map { PostgresTextArray($0.sorted()) } }
+
+    /// `grantReach` as a SQL array, nil for an unlimited key.
+    package var grantReachArray: PostgresTextArray? { grantReach.map { PostgresTextArray($0.sorted()) } }
 }
 
 /// Creates, lists and revokes API keys. Keys look like `abk_<12-char id>_<43-char secret>`;

@@ -137,7 +137,8 @@ package struct DeletionService: Sendable {
 
     /// Opens the request (or returns the open one). 404 for an unknown user, 410 with the
     /// original deletion id for a user already deleted.
-    /// - Parameter key: the API key asking; a key limited to some apps finds only their users.
+    /// - Parameter key: the API key asking; a key limited to some apps finds only their users,
+    ///   and gets 403 `user_shared_with_other_apps` for a user other apps share.
     package func request(
         _ request: Request, source: DeletionSource, actor: String, visibleTo key: APIKey? = nil
     ) throws -> (id: UUID, state: DeletionState, created: Bool) {
@@ -146,6 +147,13 @@ package struct DeletionService: Sendable {
             if let key {
                 switch resolution {
                 case .user(let id) where try !AppReach.user(id, visibleTo: key, pool: store.pool): throw BrokerError.userNotFound
+                case .user(let id) where try AppReach.user(id, sharedBeyond: key, pool: store.pool):
+                    // A deletion removes the whole account and revokes every app's grant at Apple:
+                    // one app of several must not trigger it (issue 29, item 3).
+                    throw BrokerError(
+                        .userSharedWithOtherApps,
+                        "this user also uses apps outside this API key's client ids; deleting the account ends it for"
+                            + " every app, so it needs a key that reaches all of them (or `appleid-broker delete-user`)")
                 case .deleted(let id) where try !AppReach.deletion(id, visibleTo: key, pool: store.pool):
                     throw BrokerError.userNotFound
                 default: break

@@ -30,6 +30,8 @@ public struct BrokerError: Error, Sendable, Equatable, CustomStringConvertible {
         case unauthorized
         case insufficientScope = "insufficient_scope"
         case clientNotAllowed = "client_not_allowed"
+        /// A key limited to some apps asked to delete a user other apps share.
+        case userSharedWithOtherApps = "user_shared_with_other_apps"
         // Things that are not there, or not in the state asked for.
         case userNotFound = "user_not_found"
         case userDeleted = "user_deleted"

@@ -49,7 +49,7 @@ package struct EventFeed: Sendable {
             WHERE e.txid >= \(String(cursor.transaction))::xid8
               AND (e.txid > \(String(cursor.transaction))::xid8 OR e.id > \(cursor.event))
               AND e.txid < pg_snapshot_xmin(pg_current_snapshot())
-              AND (\(reach)::text[] IS NULL OR broker_event_in_apps(e.user_id, e.payload, \(reach)::text[]))
+              AND (\(reach)::text[] IS NULL OR broker_event_in_apps_v2(e.user_id, e.payload, \(reach)::text[]))
             ORDER BY e.txid, e.id LIMIT \(limit)
             """)
         var next = cursor

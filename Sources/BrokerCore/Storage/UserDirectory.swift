@@ -87,8 +87,9 @@ package struct UserDirectory: Sendable {
         }
     }
 
-    /// The user with every identity (never tokens).
-    package func user(_ id: UUID) throws -> User? {
+    /// The user with every identity (never tokens). For a key limited to some apps, only the
+    /// grants of their app groups: never another app's grant of a shared user.
+    package func user(_ id: UUID, for key: APIKey? = nil) throws -> User? {
         guard let row = try pool.query("SELECT status, created_at FROM users WHERE id = \(id)").first else { return nil }
         let grants = try appGrants(ofUser: id)
         let identities = try pool.query(
@@ -100,9 +101,12 @@ package struct UserDirectory: Sendable {
         ).map { row in
             let clientID = try row.decode(String.self, "client_id")
             // The group of `clientID` comes first.
-            let apps = (grants[try row.decode(UUID.self, "id")] ?? KnownGrants()).apps(
-                including: groups.group(of: clientID).primary)
-            let current = apps[0]
+            let primary = groups.group(of: clientID).primary
+            var apps = (grants[try row.decode(UUID.self, "id")] ?? KnownGrants()).apps(including: primary)
+            if let reach = key?.grantReach { apps = apps.filter { reach.contains($0.clientID) } }
+            // The identity's consent is its last app's grant, or else the first the key may see.
+            let current =
+                apps.first ?? AppGrant(clientID: primary, consent: .active, emailForwarding: .enabled, refreshTokenStored: false)
             return Identity(
                 appleSub: try row.decode(String.self, "sub"), teamID: try row.decode(String.self, "team_id"),
                 clientID: clientID, email: try row.decode(String?.self, "email"),
@@ -182,7 +186,13 @@ package struct UserDirectory: Sendable {
     /// `transferred`, `deleted` or `not_found`. The identity used last decides. With `clientID`, the answer
     /// is for that client id's app group (`revoked` once Apple revoked that group's consent);
     /// without, `authorized` while any group the identity is known in is authorized.
-    package func credentialState(_ id: UUID, clientID: String? = nil) throws -> CredentialState {
+    ///
+    /// For a key limited to some apps, `clientID` must be one of them (403 `client_not_allowed`)
+    /// and the answer without it looks only at their app groups.
+    package func credentialState(_ id: UUID, clientID: String? = nil, for key: APIKey? = nil) throws -> CredentialState {
+        if let clientID, let key, !key.reaches(clientID) {
+            throw BrokerError(.clientNotAllowed, "client_id is not one of this API key's client ids")
+        }
         if let row = try pool.query(
             """
             SELECT i.id, i.client_id, i.transferred_at IS NOT NULL AS transferred, u.status FROM users u
@@ -193,15 +203,17 @@ package struct UserDirectory: Sendable {
             if try row.decode(UserStatus.self, "status") == .deleting { return .deleted }
             if try row.decode(Bool.self, "transferred") { return .transferred }
             let identity = try row.decode(UUID.self, "id")
-            let apps = (try appGrants(ofUser: id)[identity] ?? KnownGrants())
+            var apps = (try appGrants(ofUser: id)[identity] ?? KnownGrants())
                 .apps(including: groups.group(of: try row.decode(String.self, "client_id")).primary)
+            if let reach = key?.grantReach { apps = apps.filter { reach.contains($0.clientID) } }
             if let clientID {
                 let group = groups.group(of: clientID)
                 if apps.first(where: { $0.clientID == group.primary })?.consent == .revoked { return .revoked }
                 return try tokenInvalid(identity, clientIDs: group.clientIDs) ? .tokenInvalid : .authorized
             }
             guard apps.contains(where: { $0.consent == .active }) else { return .revoked }
-            return try tokenInvalid(identity, clientIDs: nil) ? .tokenInvalid : .authorized
+            let scope = key?.reach.map { reach in Array(Set(reach.flatMap { groups.group(of: $0).clientIDs })).sorted() }
+            return try tokenInvalid(identity, clientIDs: scope) ? .tokenInvalid : .authorized
         }
         return try deletion(ofPurgedUser: id) != nil ? .deleted : .notFound
     }

@@ -53,4 +53,12 @@ int cbroker_mhd_client_address(struct MHD_Connection *_Nonnull connection, char 
 /// The socket of a connection, or -1.
 int cbroker_mhd_connection_fd(struct MHD_Connection *_Nonnull connection);
 
+/// Writes a whole serialized response on the connection's socket (through its GnuTLS session
+/// when `tls` is set), waiting at most `timeout_ms` for room; returns 0 when all was written.
+/// For an answer libmicrohttpd cannot queue: it refuses a response while a body is arriving
+/// (MHD_queue_response wants HEADERS_PROCESSED or FULL_REQ_RECEIVED). Call only from the
+/// connection's own access handler, then return MHD_NO so that libmicrohttpd closes it.
+int cbroker_mhd_send_raw(struct MHD_Connection *_Nonnull connection, int tls, const void *_Nonnull data, size_t length,
+                         int timeout_ms);
+
 #endif

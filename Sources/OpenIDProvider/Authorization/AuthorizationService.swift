@@ -80,13 +80,15 @@ package final class AuthorizationService: AppleFormPostContinuation {
                 query["request"] != nil ? "request_not_supported" : "request_uri_not_supported",
                 "request objects are not supported")
         }
-        let scopes = (query["scope"] ?? "").split(separator: " ").map(String.init)
+        var scopes = (query["scope"] ?? "").split(separator: " ").map(String.init)
+        // OpenID Connect Core §11: offline_access that cannot be granted is ignored, not refused
+        // (RPs such as oauth2-proxy ask for it whatever the registration says).
+        if !client.metadata.grantTypes.contains("refresh_token") || !client.metadata.scopes.contains("offline_access") {
+            scopes.removeAll { $0 == "offline_access" }
+        }
         guard scopes.contains("openid") else { return refuse("invalid_scope", "scope must contain openid") }
         guard Set(scopes).isSubset(of: client.metadata.scopes) else {
             return refuse("invalid_scope", "scope may hold only " + client.metadata.scope)
-        }
-        if scopes.contains("offline_access") && !client.metadata.grantTypes.contains("refresh_token") {
-            return refuse("invalid_scope", "offline_access needs the refresh_token grant type")
         }
         let nonce = query["nonce"]
         if let nonce, nonce.isEmpty || nonce.utf8.count > ProviderPolicy.maximumNonceBytes {
@@ -137,9 +139,6 @@ package final class AuthorizationService: AppleFormPostContinuation {
         return redirectURI + (redirectURI.contains("?") ? "&" : "?") + WebSignInService.query(all)
     }
 
-    /// A state spent by an earlier form post.
-    private struct StateAlreadyUsed: Error {}
-
     /// Apple's form post for one of our states: where the browser goes next.
     package func callback(form fields: [String: String]) throws -> String {
         guard let text = fields["state"], let pending = PendingAuthorization.open(text, keys: keys), !pending.isExpired,
@@ -165,33 +164,21 @@ package final class AuthorizationService: AppleFormPostContinuation {
         guard let idToken = fields["id_token"], let code = fields["code"], !idToken.isEmpty, !code.isEmpty else {
             return finish("invalid_request", [("error", "server_error"), ("error_description", "Apple's answer was incomplete")])
         }
-        func bounded(_ text: String?) -> String? { text.flatMap { $0.utf8.count <= 256 && !$0.isEmpty ? $0 : nil } }
-        let sent = fields["user"].flatMap { try? AppleUserField(jsonText: $0) }?.name
-        let name = sent.map { AppleUserField.Name(firstName: bounded($0.firstName), lastName: bounded($0.lastName)) }
-        var request = LoginRequest(
-            identityToken: idToken, authorizationCode: code, rawNonce: pending.appleNonce,
-            user: name.map { AppleUserField(name: $0, email: nil) }, clientID: settings.appleClientID)
-        request.redirectURI = settings.callbackURL
-        request.redirectURIIsOurs = true
-        let usedStates = self.usedStates
-        let expiresAt = pending.expiresAt
-        // Spent once Apple's token for this very state verified: a forged post costs no row.
-        request.afterVerification = { _ in
-            guard try usedStates.markUsed(state: text, expiresAt: expiresAt) else { throw StateAlreadyUsed() }
-        }
         let response: LoginResponse
-        do {
-            response = try login.login(request)
-        } catch is StateAlreadyUsed {
+        switch try FormPostLogin(login: login, usedStates: usedStates).signIn(
+            idToken: idToken, code: code, userField: fields["user"], rawNonce: pending.appleNonce,
+            clientID: settings.appleClientID, callbackURL: settings.callbackURL, state: text, stateExpiresAt: pending.expiresAt)
+        {
+        case .signedIn(let signedIn): response = signedIn
+        case .stateAlreadyUsed:
             outcomes.increment("invalid_state")
             throw BrokerError(.invalidState, "the state is unknown, already used or expired")
-        } catch let error as BrokerError {
-            if WebSignInService.exchangeFailures.contains(error.code) { _ = try? login.keepUserAfterFailedExchange(request) }
-            let code = error.code == .appleUnavailable ? "temporarily_unavailable" : "server_error"
-            return finish(error.code.rawValue, [("error", code), ("error_description", "the sign-in with Apple failed")])
-        } catch let rejection as TokenRejection {
-            return finish(
-                rejection.code.rawValue, [("error", "access_denied"), ("error_description", "Apple's answer was refused")])
+        case .failed(let code, let rejected, let brokerCode):
+            if rejected {
+                return finish(code, [("error", "access_denied"), ("error_description", "Apple's answer was refused")])
+            }
+            let error = brokerCode == .appleUnavailable ? "temporarily_unavailable" : "server_error"
+            return finish(code, [("error", error), ("error_description", "the sign-in with Apple failed")])
         }
         let issued = try grants.createCode(
             clientID: client.clientID, userID: response.userID, scope: pending.scope, redirectURI: pending.redirectURI,

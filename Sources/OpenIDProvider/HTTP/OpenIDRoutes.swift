@@ -31,51 +31,64 @@ enum OpenIDRoutes {
             response.headers.set("Access-Control-Allow-Origin", "*")
             return response
         }
+        // OpenID Connect Core §3.1.2.1: GET and POST (form) alike.
+        let authorize: HTTPHandler = { request in
+            let parameters =
+                request.method == .post ? FormEncoding.fields(String(decoding: request.body, as: UTF8.self)) : request.query
+            switch try provider.authorization.authorize(parameters) {
+            case .redirect(let location):
+                return HTTPResponse(
+                    status: 302, headers: ["Location": location, "Cache-Control": "no-store", "Referrer-Policy": "no-referrer"])
+            case .page(let status, let title, let message):
+                return HTMLPage.response(status: status, title: title, message: message, link: nil)
+            }
+        }
         router.group(AddressBudget(perAddress)) { router in
-            router.get(endpoints.path(Endpoints.authorize)) { request in
-                switch try provider.authorization.authorize(request.query) {
-                case .redirect(let location):
-                    return HTTPResponse(
-                        status: 302,
-                        headers: ["Location": location, "Cache-Control": "no-store", "Referrer-Policy": "no-referrer"])
-                case .page(let status, let title, let message):
-                    return HTMLPage.response(status: status, title: title, message: message, link: nil)
+            router.get(endpoints.path(Endpoints.authorize), authorize)
+            router.post(endpoints.path(Endpoints.authorize), authorize)
+        }
+        // Outsiders' refusals (bad client credentials, unknown tokens) are budgeted per address:
+        // each one costs a database lookup. Successes are never charged.
+        router.group(AddressBudget(perAddress, charge: .failures)) { router in
+            router.post(endpoints.path(Endpoints.token)) { request in
+                try oauth {
+                    var response = HTTPResponse.json(try provider.tokens.token(request, form: try form(request)))
+                    response.headers.set("Cache-Control", "no-store")
+                    response.headers.set("Pragma", "no-cache")
+                    return response
                 }
             }
-        }
-        router.post(endpoints.path(Endpoints.token)) { request in
-            try oauth {
-                var response = HTTPResponse.json(try provider.tokens.token(request, form: try form(request)))
+            router.post(endpoints.path(Endpoints.revocation)) { request in
+                try oauth {
+                    try provider.tokens.revoke(request, form: try form(request))
+                    return HTTPResponse(status: 200, headers: ["Cache-Control": "no-store"])
+                }
+            }
+            let userinfo: HTTPHandler = { request in
+                // RFC 6750 §2.1 (header) or §2.2 (a POST's form body); §3.1: no token, no
+                // error code; a bad one, invalid_token.
+                let formToken =
+                    request.method == .post && request.mediaType == "application/x-www-form-urlencoded"
+                    ? FormEncoding.fields(String(decoding: request.body, as: UTF8.self))["access_token"] : nil
+                guard let token = request.bearerToken ?? formToken else {
+                    return HTTPResponse(status: 401, headers: ["WWW-Authenticate": "Bearer", "Cache-Control": "no-store"])
+                }
+                guard let claims = try provider.tokens.userinfo(accessToken: token) else {
+                    return HTTPResponse(
+                        status: 401,
+                        headers: [
+                            "WWW-Authenticate":
+                                "Bearer error=\"invalid_token\", error_description=\"the access token is not valid\"",
+                            "Cache-Control": "no-store",
+                        ])
+                }
+                var response = HTTPResponse.json(claims)
                 response.headers.set("Cache-Control", "no-store")
-                response.headers.set("Pragma", "no-cache")
                 return response
             }
+            router.get(endpoints.path(Endpoints.userinfo), userinfo)
+            router.post(endpoints.path(Endpoints.userinfo), userinfo)
         }
-        router.post(endpoints.path(Endpoints.revocation)) { request in
-            try oauth {
-                try provider.tokens.revoke(request, form: try form(request))
-                return HTTPResponse(status: 200, headers: ["Cache-Control": "no-store"])
-            }
-        }
-        let userinfo: HTTPHandler = { request in
-            // RFC 6750 §3.1: no token, no error code; a bad one, invalid_token.
-            guard let token = request.bearerToken else {
-                return HTTPResponse(status: 401, headers: ["WWW-Authenticate": "Bearer", "Cache-Control": "no-store"])
-            }
-            guard let claims = try provider.tokens.userinfo(accessToken: token) else {
-                return HTTPResponse(
-                    status: 401,
-                    headers: [
-                        "WWW-Authenticate": "Bearer error=\"invalid_token\", error_description=\"the access token is not valid\"",
-                        "Cache-Control": "no-store",
-                    ])
-            }
-            var response = HTTPResponse.json(claims)
-            response.headers.set("Cache-Control", "no-store")
-            return response
-        }
-        router.get(endpoints.path(Endpoints.userinfo), userinfo)
-        router.post(endpoints.path(Endpoints.userinfo), userinfo)
         router.post(endpoints.path(Endpoints.registration)) { request in
             let actor = try authorizeAdmin(request)
             return try oauth {

@@ -91,6 +91,17 @@ package struct LogoutDeliveryStore: Sendable {
         ).isEmpty)
     }
 
+    /// Delivered deliveries older than `retentionSeconds`, failed ones older than `deadLetterRetentionSeconds`
+    /// (the webhook retention settings).
+    func prune(retentionSeconds: Int, deadLetterRetentionSeconds: Int) throws {
+        try pool.query(
+            """
+            DELETE FROM oidc_logout_deliveries
+            WHERE (state = 'delivered' AND delivered_at < now() - make_interval(secs => \(retentionSeconds)))
+               OR (state = 'failed' AND created_at < now() - make_interval(secs => \(deadLetterRetentionSeconds)))
+            """)
+    }
+
     /// Waiting and failed deliveries, for `/metrics`.
     func backlog() throws -> (pending: Double, failed: Double) {
         let row = try pool.query(

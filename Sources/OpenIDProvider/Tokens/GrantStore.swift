@@ -62,51 +62,51 @@ package struct GrantStore: Sendable {
     }
 
     /// Spends a code. A second use ends the grant the first one started (RFC 6749 §4.1.2:
-    /// revoke the tokens issued on that code).
+    /// revoke the tokens issued on that code). The common case is one statement: the row lock
+    /// of the UPDATE decides between two racing uses, and the loser finds the code spent.
     func redeem(code: String) throws -> Redemption {
         let hash = SHA256.hexHash(code)
-        return try pool.withTransaction { connection in
-            guard
-                let row = try connection.query(
-                    """
-                    SELECT c.used_at IS NOT NULL AS used, c.expires_at <= now() AS expired, c.redirect_uri, c.code_challenge,
-                           c.nonce, g.id, g.client_id, g.user_id, g.sid, g.scope, g.auth_time, g.ended_at IS NOT NULL AS ended
-                    FROM oidc_codes c JOIN oidc_grants g ON g.id = c.grant_id WHERE c.code_hash = \(hash) FOR UPDATE OF c
-                    """
-                ).first
-            else { return .unknown }
+        if let row = try pool.query(
+            """
+            UPDATE oidc_codes c SET used_at = now() FROM oidc_grants g
+            WHERE c.code_hash = \(hash) AND g.id = c.grant_id AND c.used_at IS NULL AND c.expires_at > now()
+              AND g.ended_at IS NULL
+            RETURNING c.redirect_uri, c.code_challenge, c.nonce, g.id, g.client_id, g.user_id, g.sid, g.scope, g.auth_time
+            """
+        ).first {
             let grant = try Self.grant(row)
-            if try row.decode(Bool.self, "used") || row.decode(Bool.self, "ended") {
-                try Self.end(grant.id, reason: "code_replayed", connection)
-                return .spent
-            }
-            if try row.decode(Bool.self, "expired") { return .expired }
-            try connection.query("UPDATE oidc_codes SET used_at = now() WHERE code_hash = \(hash)")
             return .found(
                 grant, clientID: grant.clientID, redirectURI: try row.decode(String.self, "redirect_uri"),
                 codeChallenge: try row.decode(String?.self, "code_challenge"), nonce: try row.decode(String?.self, "nonce"))
         }
+        guard
+            let row = try pool.query(
+                """
+                SELECT c.grant_id, c.used_at IS NOT NULL OR g.ended_at IS NOT NULL AS spent
+                FROM oidc_codes c JOIN oidc_grants g ON g.id = c.grant_id WHERE c.code_hash = \(hash)
+                """
+            ).first
+        else { return .unknown }
+        guard try row.decode(Bool.self, "spent") else { return .expired }
+        let grantID = try row.decode(UUID.self, "grant_id")
+        try pool.withTransaction { try Self.end(grantID, reason: "code_replayed", $0) }
+        return .spent
     }
 
-    /// Issues an access token and, when asked, a refresh token for a grant.
+    /// Issues an access token and, when asked, a refresh token for a grant (one statement).
     func issueTokens(grantID: UUID, refresh: Bool) throws -> (access: String, refresh: String?) {
         let access = Self.secret()
         let refreshToken = refresh ? Self.secret() : nil
-        try pool.withTransaction { connection in
-            try connection.query(
-                """
-                INSERT INTO oidc_tokens (token_hash, grant_id, kind, expires_at)
-                VALUES (\(SHA256.hexHash(access)), \(grantID), 'access', now() + make_interval(secs => \(ProviderPolicy.accessTokenLifetimeSeconds)))
-                """)
-            if let refreshToken {
-                try connection.query(
-                    """
-                    INSERT INTO oidc_tokens (token_hash, grant_id, kind, expires_at)
-                    VALUES (\(SHA256.hexHash(refreshToken)), \(grantID), 'refresh',
-                            now() + make_interval(secs => \(ProviderPolicy.refreshTokenLifetimeSeconds)))
-                    """)
-            }
-        }
+        try pool.query(
+            """
+            INSERT INTO oidc_tokens (token_hash, grant_id, kind, expires_at)
+            SELECT hash, \(grantID)::uuid, kind, now() + make_interval(secs => lifetime)
+            FROM (VALUES (\(SHA256.hexHash(access))::text, 'access', \(ProviderPolicy.accessTokenLifetimeSeconds)::int),
+                         (\(refreshToken.map { SHA256.hexHash($0) })::text, 'refresh',
+                          \(ProviderPolicy.refreshTokenLifetimeSeconds)::int))
+                 AS t (hash, kind, lifetime)
+            WHERE hash IS NOT NULL
+            """)
         return (access, refreshToken)
     }
 
@@ -120,27 +120,27 @@ package struct GrantStore: Sendable {
     /// Spends a refresh token of `clientID`; a reused one ends its grant.
     func useRefreshToken(_ token: String, clientID: String) throws -> RefreshUse {
         let hash = SHA256.hexHash(token)
-        return try pool.withTransaction { connection in
-            guard
-                let row = try connection.query(
-                    """
-                    SELECT t.used_at IS NOT NULL AS used, t.expires_at <= now() AS expired, g.id, g.client_id, g.user_id,
-                           g.sid, g.scope, g.auth_time, g.ended_at IS NOT NULL AS ended
-                    FROM oidc_tokens t JOIN oidc_grants g ON g.id = t.grant_id
-                    WHERE t.token_hash = \(hash) AND t.kind = 'refresh' FOR UPDATE OF t
-                    """
-                ).first
-            else { return .unknown }
-            let grant = try Self.grant(row)
-            guard grant.clientID == clientID else { return .unknown }
-            if try row.decode(Bool.self, "used") {
-                try Self.end(grant.id, reason: "refresh_token_reused", connection)
-                return .reused
-            }
-            if try row.decode(Bool.self, "ended") || row.decode(Bool.self, "expired") { return .unknown }
-            try connection.query("UPDATE oidc_tokens SET used_at = now() WHERE token_hash = \(hash)")
-            return .found(grant)
+        if let row = try pool.query(
+            """
+            UPDATE oidc_tokens t SET used_at = now() FROM oidc_grants g
+            WHERE t.token_hash = \(hash) AND t.kind = 'refresh' AND g.id = t.grant_id AND g.client_id = \(clientID)
+              AND t.used_at IS NULL AND t.expires_at > now() AND g.ended_at IS NULL
+            RETURNING g.id, g.client_id, g.user_id, g.sid, g.scope, g.auth_time
+            """
+        ).first {
+            return .found(try Self.grant(row))
         }
+        guard
+            let row = try pool.query(
+                """
+                SELECT t.grant_id FROM oidc_tokens t JOIN oidc_grants g ON g.id = t.grant_id
+                WHERE t.token_hash = \(hash) AND t.kind = 'refresh' AND g.client_id = \(clientID) AND t.used_at IS NOT NULL
+                """
+            ).first
+        else { return .unknown }
+        let grantID = try row.decode(UUID.self, "grant_id")
+        try pool.withTransaction { try Self.end(grantID, reason: "refresh_token_reused", $0) }
+        return .reused
     }
 
     /// The live grant behind an access token, or nil (unknown, expired, or its grant ended).
@@ -182,6 +182,24 @@ package struct GrantStore: Sendable {
             "UPDATE oidc_grants SET ended_at = coalesce(ended_at, now()), end_reason = coalesce(end_reason, \(reason)) WHERE id = \(grantID)"
         )
         try connection.query("DELETE FROM oidc_tokens WHERE grant_id = \(grantID) AND kind = 'access'")
+    }
+
+    /// Deletes what can no longer be used: expired codes (an hour after, so a late replay still
+    /// revokes), expired tokens, and grants ended or left without codes and tokens for a day.
+    /// Returns the grants deleted.
+    @discardableResult
+    func prune() throws -> Int {
+        try pool.query("DELETE FROM oidc_codes WHERE expires_at < now() - interval '1 hour'")
+        try pool.query("DELETE FROM oidc_tokens WHERE expires_at < now()")
+        return try pool.query(
+            """
+            DELETE FROM oidc_grants g WHERE g.ended_at < now() - interval '1 day'
+               OR (g.created_at < now() - interval '1 day'
+                   AND NOT EXISTS (SELECT 1 FROM oidc_tokens t WHERE t.grant_id = g.id)
+                   AND NOT EXISTS (SELECT 1 FROM oidc_codes c WHERE c.grant_id = g.id))
+            RETURNING 1
+            """
+        ).count
     }
 
     /// The claims the user's Apple identity gives, read now (e-mail forwarding changes show at once).
