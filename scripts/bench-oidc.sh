@@ -26,9 +26,10 @@ curl -sf -o /dev/null "$OIDC_ISSUER/.well-known/openid-configuration" ||
   { echo "bench-oidc: the broker serves no OpenID Provider at $OIDC_ISSUER" >&2; exit 1; }
 # The relying party's redirect URIs are never fetched: the code is read from the redirect.
 broker_redirect=http://127.0.0.1:9/bench/broker glewlwyd_redirect=http://127.0.0.1:9/bench/glewlwyd
-read -r BROKER_CLIENT_ID BROKER_CLIENT_SECRET < <("$BIN/appleid-broker" oidc-clients create --name bench \
-  --redirect-uris "$broker_redirect" --auth-method client_secret_basic --scope openid \
-  | "$PY" -c 'import json,sys; c=json.load(sys.stdin); print(c["client_id"], c["client_secret"])')
+registration=$("$BIN/appleid-broker" oidc-clients create --name bench --redirect-uris "$broker_redirect" \
+  --auth-method client_secret_basic --scope openid)
+read -r BROKER_CLIENT_ID BROKER_CLIENT_SECRET < <("$PY" -c \
+  'import json,sys; c=json.loads(sys.argv[1]); print(c["client_id"], c["client_secret"])' "$registration")
 start_glewlwyd "$PY" "$glewlwyd_redirect"
 echo "== OIDC: broker (release) vs Glewlwyd $(dpkg-query -W -f='${Version}' glewlwyd), ${ROUNDS:-3} interleaved rounds" \
   "of ${CODES:-200} code exchanges at concurrency ${CONCURRENCY:-8} and ${USERINFO:-2000} userinfo calls (nproc $(nproc))"

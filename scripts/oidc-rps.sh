@@ -75,15 +75,19 @@ client = answer.json()
 print(client["client_id"], client.get("client_secret", ""))
 PY
   }
-  read -r RP_CLIENT_ID RP_CLIENT_SECRET < <(register "{\"client_name\":\"authlib\",\"redirect_uris\":[\"$rp_redirect\"],
+  # Assignments, so that a refused registration stops the script (set -e).
+  credentials=$(register "{\"client_name\":\"authlib\",\"redirect_uris\":[\"$rp_redirect\"],
     \"token_endpoint_auth_method\":\"client_secret_basic\",\"grant_types\":[\"authorization_code\",\"refresh_token\"],
     \"scope\":\"openid email profile offline_access\"}")
-  read -r RP_PUBLIC_CLIENT_ID _ < <(register "{\"client_name\":\"authlib public\",\"redirect_uris\":[\"$rp_redirect\"],
+  read -r RP_CLIENT_ID RP_CLIENT_SECRET <<< "$credentials"
+  credentials=$(register "{\"client_name\":\"authlib public\",\"redirect_uris\":[\"$rp_redirect\"],
     \"token_endpoint_auth_method\":\"none\",\"grant_types\":[\"authorization_code\"],\"scope\":\"openid\"}")
-  read -r APACHE_CLIENT_ID APACHE_CLIENT_SECRET < <(register "{\"client_name\":\"mod_auth_openidc\",
+  read -r RP_PUBLIC_CLIENT_ID _ <<< "$credentials"
+  credentials=$(register "{\"client_name\":\"mod_auth_openidc\",
     \"redirect_uris\":[\"$apache_redirect\"],\"token_endpoint_auth_method\":\"client_secret_basic\",
     \"scope\":\"openid email profile\",\"backchannel_logout_uri\":\"$apache_redirect?logout=backchannel\",
     \"backchannel_logout_session_required\":true}")
+  read -r APACHE_CLIENT_ID APACHE_CLIENT_SECRET <<< "$credentials"
   export OP_KIND=broker RP_SCOPE="openid email profile offline_access" APACHE_SCOPE="openid email profile"
   export RP_CLIENT_ID RP_CLIENT_SECRET RP_PUBLIC_CLIENT_ID APACHE_CLIENT_ID APACHE_CLIENT_SECRET
   export BROKER_URL=http://127.0.0.1:$BROKER_PORT SIM_URL=http://127.0.0.1:$SIM_PORT API_KEY APPLE_PRIMARY_APP_ID=com.example.app
