@@ -173,8 +173,8 @@ def check_refresh_rotation_and_reuse():
         # The contract (RFC 9700 §4.14.2): reuse ends the grant, the rotated token too.
         after = refresh(second["refresh_token"])
         refused(after, 400, "invalid_grant", "the rotated token after a reuse")
-        return "rotated on use; the old one reused is invalid_grant and ends the grant"
-    return "rotated on use; the old one reused is invalid_grant"
+        return "rotated on use; the old one reused is refused and ends the grant"
+    return "rotated on use; the old one reused is refused"
 
 
 def check_revocation():
@@ -192,8 +192,8 @@ def check_revocation():
         info = userinfo(token["access_token"])
         assert info.status_code == 401 and 'error="invalid_token"' in info.headers.get("WWW-Authenticate", ""), \
             f"userinfo with a revoked access token: {info.status_code} {info.headers}"
-        return "RFC 7009: refresh token then invalid_grant; access token then 401 invalid_token at userinfo"
-    return "RFC 7009: refresh token then invalid_grant"
+        return "RFC 7009: refresh token then refused; access token then 401 invalid_token at userinfo"
+    return "RFC 7009: refresh token then refused"
 
 
 def check_unregistered_redirect_uri():
@@ -225,7 +225,7 @@ def check_code_replay():
         refused(after, 400, "invalid_grant", "the first use's refresh token after the replay")
     info = userinfo(issued["access_token"])
     assert info.status_code == 401, f"the first use's access token survived the replay: {info.status_code}"
-    return "a second use is invalid_grant and revokes what the first use issued"
+    return "a second use is refused and revokes what the first use issued"
 
 
 def check_token_request_refusals():
@@ -234,15 +234,15 @@ def check_token_request_refusals():
     code = query(callback)["code"]
     wrong_secret = raw_exchange(code, verifier, secret=CLIENT_SECRET + "x")
     refused(wrong_secret, 401, "invalid_client", "a wrong client secret")
-    results.append("wrong client secret 401 invalid_client")
+    results.append("wrong client secret refused")
     callback, _, _, verifier = authorize()
     wrong_verifier = raw_exchange(query(callback)["code"], secrets.token_urlsafe(48))
     refused(wrong_verifier, 400, "invalid_grant", "a wrong code_verifier")
-    results.append("PKCE mismatch invalid_grant")
+    results.append("PKCE mismatch refused")
     callback, _, _, verifier = authorize()
     other_uri = raw_exchange(query(callback)["code"], verifier, redirect_uri=REDIRECT_URI + "/other")
     refused(other_uri, 400, "invalid_grant", "another redirect_uri at the token endpoint")
-    results.append("redirect_uri mismatch invalid_grant")
+    results.append("redirect_uri mismatch refused")
     return ", ".join(results)
 
 
@@ -289,6 +289,8 @@ def main():
             failed += 1
             print(f"authlib RP ({OP_KIND}) {name}: FAILED: {error!r}", file=sys.stderr)
             traceback.print_exc()
+    if BROKER and not failed:
+        print(f"authlib RP ({OP_KIND}): every refusal had its standard status and error code", file=sys.stderr)
     for deviation in DEVIATIONS:
         print(f"authlib RP ({OP_KIND}) deviation from the standard answer (refused all the same): {deviation}",
               file=sys.stderr)
