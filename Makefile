@@ -1,5 +1,5 @@
 # appleid-broker — the two commands a newcomer needs are `make run` and `make test`.
-.PHONY: run test check build release clean bench bench-login bench-notifications bench-deletion bench-webhooks resilience fuzz
+.PHONY: run test check build release clean bench bench-login bench-notifications bench-deletion bench-webhooks bench-oidc resilience fuzz
 
 ## Run the service (installs Debian packages if missing, builds, starts an embedded
 ## PostgreSQL and, unless Apple settings are given, the Apple simulator).
@@ -43,6 +43,10 @@ bench-deletion:
 ## Webhook delivery benchmark: backlog drain, paced event->delivery latency, pgbench on the claim.
 bench-webhooks:
 	scripts/bench-webhooks.sh
+
+## OpenID Provider benchmark: code exchanges and userinfo per second and per CPU-second, against Glewlwyd 2.7.
+bench-oidc:
+	scripts/bench-oidc.sh
 
 ## Resilience suite: mixed load while PostgreSQL crashes, the broker is SIGKILLed twice, the
 ## simulator fails 30% of calls and a webhook receiver is down; then the invariants.

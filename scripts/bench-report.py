@@ -44,9 +44,9 @@ def ratio(numerator, denominator):
 
 def main():
     results = sys.argv[1]
-    names = ("crypto", "login", "notifications", "deletion", "webhooks")
-    crypto, login, notifications, deletion, webhooks = (load(results, name) for name in names)
-    missing = [name for name, figures in zip(names, (crypto, login, notifications, deletion, webhooks))
+    names = ("crypto", "login", "notifications", "deletion", "webhooks", "oidc")
+    crypto, login, notifications, deletion, webhooks, oidc = (load(results, name) for name in names)
+    missing = [name for name, figures in zip(names, (crypto, login, notifications, deletion, webhooks, oidc))
                if isinstance(figures, Missing)]
     components = [
         # name, throughput, unit, p50, p99, peak RSS, written at
@@ -69,6 +69,7 @@ def main():
         ("notifications >= 0.6 of pgbench on the same apply", notifications["ratio_to_pgbench_apply"], 0.6),
         ("JWT verify >= 0.8 of openssl speed rsa2048, one core", crypto["ratio_to_openssl"], 0.8),
         ("broker peak RSS <= 100 MiB under load", peak_rss, 100),
+        ("OIDC code exchanges >= 2x Glewlwyd per CPU-second", oidc["ratio_exchange_per_cpu_s"], 2.0),
     ]
 
     def met(goal):
@@ -102,9 +103,12 @@ def main():
             "jwt_validate_to_openssl_speed_op_interleaved": crypto.get("validate_to_openssl_speed_op_interleaved"),
             "ab_throughput_ratio_vs_go_peer": ab,
             "ab_cpu_efficiency_ratio_vs_go_peer": login.get("ab_cpu_efficiency_ratio_vs_go_peer"),
+            "oidc_exchange_ratio_vs_glewlwyd_per_cpu_s": oidc["ratio_exchange_per_cpu_s"],
+            "oidc_exchange_ratio_vs_glewlwyd_per_cpu_s_with_postgres": oidc["ratio_exchange_per_cpu_s_with_db"],
+            "oidc_userinfo_ratio_vs_glewlwyd_per_cpu_s": oidc["ratio_userinfo_per_cpu_s"],
         },
         "goals": [{"goal": g[0], "value": g[1], "bound": g[2], "met": met(g)} for g in goals],
-        "details": {name: figures for name, figures in zip(names, (crypto, login, notifications, deletion, webhooks))
+        "details": {name: figures for name, figures in zip(names, (crypto, login, notifications, deletion, webhooks, oidc))
                     if not isinstance(figures, Missing)},
     }
     with open(os.path.join(results, "bench.json"), "w") as handle:
@@ -122,7 +126,9 @@ def main():
           f"openssl rsa2048 verify {refs['openssl_rsa2048_verify_per_s']}/s; broker JWT verify "
           f"{refs['broker_jwt_verify_per_s_per_core']}/s per core (drift-free, interleaved with openssl speed's "
           f"operation: {refs['jwt_validate_to_openssl_speed_op_interleaved']}); "
-          f"deletion bound {refs['deletion_upper_bound_per_s']}/s")
+          f"deletion bound {refs['deletion_upper_bound_per_s']}/s; OIDC vs Glewlwyd per CPU-second: code exchanges "
+          f"x{refs['oidc_exchange_ratio_vs_glewlwyd_per_cpu_s']} (x{refs['oidc_exchange_ratio_vs_glewlwyd_per_cpu_s_with_postgres']} "
+          f"with PostgreSQL), userinfo x{refs['oidc_userinfo_ratio_vs_glewlwyd_per_cpu_s']}")
     print("goals:")
     for goal in summary["goals"]:
         state = {True: "met", False: "NOT MET", None: "not measured"}[goal["met"]]

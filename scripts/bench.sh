@@ -7,7 +7,8 @@
 #   2. login (wrk, pgbench on the same upsert, interleaved A/B against the Go peer);
 #   3. notification ingestion (wrk, pgbench on the same apply);
 #   4. deletion (revoke latency 100 ms, concurrency 32);
-#   5. webhook delivery (backlog drain, paced latency, pgbench on the same claim).
+#   5. webhook delivery (backlog drain, paced latency, pgbench on the same claim);
+#   6. the OpenID Provider against Glewlwyd 2.7 (code exchanges and userinfo, interleaved).
 #   [ROUNDS=5] [CONNS=32] [DUR=15s] [AB=0 to skip the A/B] [ONLY=crypto] scripts/bench.sh
 # ONLY=crypto measures the crypto figures again and redraws the summary from the others.
 . "$(dirname "$0")/bench/common.sh"
@@ -54,6 +55,7 @@ if [ "$ONLY" != crypto ]; then
   "$ROOT/scripts/bench-notifications.sh"
   "$ROOT/scripts/bench-deletion.sh"
   "$ROOT/scripts/bench-webhooks.sh"
+  "$ROOT/scripts/bench-oidc.sh"
 fi
 
 # shellcheck source=lib/tools-venv.sh

@@ -9,8 +9,12 @@ if [ "${1:-}" = "test" ]; then
   # nodejs and golang-go run the integration examples (scripts/examples.sh); pgbouncer is
   # started by PgBouncerTests in front of a test cluster (its service kept off like PostgreSQL's).
   # chromium and its driver run the console's browser tests (scripts/console-browser.sh);
-  # fonts-dejavu-core gives its screenshots the same glyphs on every machine.
-  packages+=(wrk procps python3 python3-venv prometheus nodejs golang-go pgbouncer chromium chromium-driver fonts-dejavu-core)
+  # fonts-dejavu-core gives its screenshots the same glyphs on every machine. apache2 +
+  # libapache2-mod-auth-openidc are a relying party of the OpenID Provider (scripts/oidc-rps.sh)
+  # and glewlwyd the reference provider of the OIDC benchmark, each run as a throwaway process
+  # on loopback (their services kept off too).
+  packages+=(wrk procps python3 python3-venv prometheus nodejs golang-go pgbouncer chromium chromium-driver fonts-dejavu-core
+    apache2 libapache2-mod-auth-openidc glewlwyd)
 fi
 
 missing=()

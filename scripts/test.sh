@@ -46,12 +46,14 @@ suites() {
   timed suites "deployment checks" scripts/check-deploy.sh &&
   timed suites "integration examples (Python, Node, Go; standardwebhooks)" scripts/examples.sh &&
   timed suites "generated Python client" scripts/generated-client.sh &&
-  timed suites "rolling upgrade (the previous release beside this build on one database)" scripts/rolling-upgrade.sh
+  timed suites "rolling upgrade (the previous release beside this build on one database)" scripts/rolling-upgrade.sh &&
+  timed suites "OpenID Connect relying parties (Authlib, mod_auth_openidc)" scripts/oidc-rps.sh
 }
 release() {
   timed release "release build" swift build -c release --product appleid-broker &&
   timed release "release build (simulator)" swift build -c release --product apple-sim &&
   timed release "the README's tour (make run + its commands)" scripts/tour.sh &&
+  timed release "console in Chromium (browser tests)" scripts/console-browser.sh &&
   timed release "resilience (PostgreSQL crashes, broker killed, Apple fails)" env LOAD_SECONDS="${LOAD_SECONDS:-60}" scripts/resilience.sh
 }
 sanitizers() {

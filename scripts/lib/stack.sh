@@ -38,7 +38,8 @@ wait_http() {  # wait_http URL
 
 # Starts the simulator and a broker on a fresh embedded PostgreSQL, then creates an API key
 # with $API_SCOPES and exports it as API_KEY. Extra broker settings come from the caller's
-# environment (exported before the call).
+# environment (exported before the call); SIM_RETURN_URLS (`id=url,url;id2=url`) registers
+# Return URLs at the simulator for web sign-in and the OpenID Provider.
 start_stack() {
   rm -rf "$WORK/data"
   [ -f "$WORK/AuthKey.p8" ] || openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "$WORK/AuthKey.p8" 2>/dev/null
@@ -49,7 +50,8 @@ start_stack() {
   export BROKER_DATA_DIR=$WORK/data BROKER_LISTEN=127.0.0.1:$BROKER_PORT
   unset DATABASE_URL
   "$BIN/apple-sim" serve --listen "127.0.0.1:$SIM_PORT" --team "$APPLE_TEAM_ID" --key-id "$APPLE_KEY_ID" \
-    --key "$APPLE_PRIVATE_KEY_PATH" --client-ids "$APPLE_CLIENT_IDS" > "$WORK/sim.log" 2>&1 &
+    --key "$APPLE_PRIVATE_KEY_PATH" --client-ids "$APPLE_CLIENT_IDS" ${SIM_RETURN_URLS:+--return-urls "$SIM_RETURN_URLS"} \
+    > "$WORK/sim.log" 2>&1 &
   SIM_PID=$!
   wait_http "http://127.0.0.1:$SIM_PORT/sim/stats"
   "$BIN/appleid-broker" serve > "$WORK/broker.log" 2>&1 &

@@ -1,0 +1,238 @@
+"""The OpenID Provider's token and userinfo endpoints against Glewlwyd 2.7's, in one run on one
+machine: interleaved rounds, each minting CODES authorization codes on each side by that
+side's own authorize flow (the broker's through Apple's form post at the simulator, Glewlwyd's
+through its login session), then exchanging them at the token endpoint with CONCURRENCY
+keep-alive clients (PKCE S256, client_secret_basic, RS256 2048-bit ID tokens on both sides),
+then USERINFO calls with the access tokens obtained. Throughput is per wall second and per
+CPU-second of the server (utime+stime from /proc/PID/stat; for the broker also with its
+PostgreSQL, Glewlwyd's sqlite being inside its process). The figure is the median over rounds
+of the per-round ratio broker / Glewlwyd. Called by scripts/bench-oidc.sh.
+
+    bench_oidc.py RESULTS_JSON   (configuration in the environment, see scripts/bench-oidc.sh)"""
+
+import base64
+import hashlib
+import http.client
+import json
+import os
+import secrets
+import statistics
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from urllib.parse import parse_qs, urlencode, urlparse
+
+import requests
+
+from browser import browser_for
+
+HZ = os.sysconf("SC_CLK_TCK")
+ROUNDS = int(os.environ.get("ROUNDS", "3"))
+CODES = int(os.environ.get("CODES", "200"))
+CONCURRENCY = int(os.environ.get("CONCURRENCY", "8"))
+USERINFO = int(os.environ.get("USERINFO", "2000"))
+
+
+def ticks(pids):
+    total = 0
+    for pid in pids:
+        try:
+            fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])
+        except (OSError, IndexError):
+            pass
+    return total
+
+
+def children(master):
+    """The postmaster and its backends now (the broker's pool keeps its connections open)."""
+    found = [master]
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                if open(f"/proc/{entry}/stat").read().rsplit(")", 1)[1].split()[1] == str(master):
+                    found.append(entry)
+            except (OSError, IndexError):
+                pass
+    return found
+
+
+def pkce():
+    verifier = secrets.token_urlsafe(48)
+    return verifier, base64.urlsafe_b64encode(hashlib.sha256(verifier.encode()).digest()).rstrip(b"=").decode()
+
+
+class Side:
+    def __init__(self, name, issuer, client_id, secret, redirect_uri, pids, postmaster=None):
+        self.name, self.issuer, self.client_id, self.secret = name, issuer.rstrip("/"), client_id, secret
+        self.redirect_uri, self.pids, self.postmaster = redirect_uri, list(pids), postmaster
+        meta = requests.get(self.issuer + "/.well-known/openid-configuration", timeout=10).json()
+        self.authorization_endpoint = meta["authorization_endpoint"]
+        self.token = urlparse(meta["token_endpoint"])
+        self.userinfo = urlparse(meta["userinfo_endpoint"])
+        self.basic = "Basic " + base64.b64encode(f"{client_id}:{secret}".encode()).decode()
+
+    def authorize_url(self, challenge):
+        return self.authorization_endpoint + "?" + urlencode({
+            "response_type": "code", "client_id": self.client_id, "redirect_uri": self.redirect_uri,
+            "scope": "openid", "state": secrets.token_hex(8), "nonce": secrets.token_hex(8),
+            "code_challenge": challenge, "code_challenge_method": "S256"})
+
+    def mint_one(self, person):
+        verifier, challenge = pkce()
+        callback = person.navigate(self.authorize_url(challenge), self.redirect_uri)
+        assert isinstance(callback, str), f"{self.name}: authorize ended at {person.trail()}"
+        return parse_qs(urlparse(callback).query)["code"][0], verifier
+
+    def mint(self, count):
+        local = threading.local()
+
+        def one(_):
+            if not hasattr(local, "person"):
+                local.person = self.browser()
+            return self.mint_one(local.person)
+
+        with ThreadPoolExecutor(4) as pool:
+            return list(pool.map(one, range(count)))
+
+    def browser(self):
+        return browser_for(self.issuer, self.name)
+
+
+def run_parallel(items, call, connection_of):
+    """Sends one request per item over CONCURRENCY keep-alive connections; returns the answers."""
+    chunks = [items[i::CONCURRENCY] for i in range(CONCURRENCY)]
+    results = [None] * CONCURRENCY
+
+    def worker(index):
+        connection = connection_of()
+        answers = []
+        for item in chunks[index]:
+            answers.append(call(connection, item))
+        connection.close()
+        results[index] = answers
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(CONCURRENCY)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return [answer for chunk in results for answer in chunk]
+
+
+def measure(side, items, call, endpoint):
+    db_pids = children(side.postmaster) if side.postmaster else []
+    before, db_before, started = ticks(side.pids), ticks(db_pids), time.monotonic()
+    answers = run_parallel(items, call, lambda: http.client.HTTPConnection(endpoint.hostname, endpoint.port, timeout=30))
+    elapsed = time.monotonic() - started
+    cpu = (ticks(side.pids) - before) / HZ
+    db_cpu = (ticks(db_pids) - db_before) / HZ
+    failed = [answer for answer in answers if answer[0] != 200]
+    # Glewlwyd on sqlite fails the odd exchange under concurrency ("Error executing j_query",
+    # the database busy): counted and reported, only answered requests count as done.
+    assert len(failed) * 20 <= len(answers), f"{side.name}: {len(failed)} of {len(answers)} requests failed, e.g. {failed[0]}"
+    count = len(items) - len(failed)
+    return {"per_s": count / elapsed, "per_cpu_s": count / cpu if cpu else None, "failed": len(failed),
+            "per_cpu_s_with_db": count / (cpu + db_cpu) if cpu + db_cpu else None,
+            "cpu_ms_per_call": 1000 * cpu / count, "db_cpu_ms_per_call": 1000 * db_cpu / count}, answers
+
+
+def exchange_round(side):
+    codes = side.mint(CODES)
+
+    def call(connection, item):
+        code, verifier = item
+        body = urlencode({"grant_type": "authorization_code", "code": code, "redirect_uri": side.redirect_uri,
+                          "code_verifier": verifier})
+        connection.request("POST", side.token.path, body, {
+            "Authorization": side.basic, "Content-Type": "application/x-www-form-urlencoded"})
+        response = connection.getresponse()
+        data = response.read()
+        return response.status, (json.loads(data).get("access_token") if response.status == 200 else data[:200])
+
+    figures, answers = measure(side, codes, call, side.token)
+    return figures, [token for status, token in answers if status == 200]
+
+
+def userinfo_round(side, tokens):
+    calls = [tokens[i % len(tokens)] for i in range(USERINFO)]
+
+    def call(connection, token):
+        connection.request("GET", side.userinfo.path, headers={"Authorization": f"Bearer {token}"})
+        response = connection.getresponse()
+        data = response.read()
+        return response.status, data[:200]
+
+    return measure(side, calls, call, side.userinfo)[0]
+
+
+def main():
+    out = sys.argv[1]
+    sides = [Side("glewlwyd", os.environ["GLEWLWYD_ISSUER"], os.environ["GLEWLWYD_CLIENT_ID"],
+                  os.environ["GLEWLWYD_CLIENT_SECRET"], os.environ["GLEWLWYD_REDIRECT_URI"],
+                  [os.environ["GLEWLWYD_PID"]])]
+    if os.environ.get("BROKER_ISSUER"):
+        sides.append(Side("broker", os.environ["BROKER_ISSUER"], os.environ["BROKER_CLIENT_ID"],
+                          os.environ["BROKER_CLIENT_SECRET"], os.environ["BROKER_REDIRECT_URI"],
+                          [os.environ["BROKER_SERVER_PID"]], os.environ.get("BROKER_POSTMASTER_PID")))
+    rounds = []
+    for number in range(1, ROUNDS + 1):
+        # Alternate which side goes first, so neither always meets a warmer or cooler machine.
+        order = sides if number % 2 else list(reversed(sides))
+        row = {}
+        for side in order:
+            exchange, tokens = exchange_round(side)
+            row[side.name] = {"exchange": exchange, "userinfo": userinfo_round(side, tokens)}
+        rounds.append(row)
+        print(f"round {number}: " + "   ".join(
+            f"{name}: {figures['exchange']['per_s']:.0f} exchanges/s ({figures['exchange']['per_cpu_s']:.0f}/CPU-s), "
+            f"{figures['userinfo']['per_s']:.0f} userinfo/s ({figures['userinfo']['per_cpu_s']:.0f}/CPU-s)"
+            for name, figures in row.items()), flush=True)
+
+    def median(name, kind, key):
+        values = [r[name][kind][key] for r in rounds if r[name][kind][key] is not None]
+        return statistics.median(values) if values else None
+
+    def ratio(kind, key, base_key=None):
+        if len(sides) < 2:
+            return None
+        values = [r["broker"][kind][key] / r["glewlwyd"][kind][base_key or key] for r in rounds
+                  if r["broker"][kind][key] and r["glewlwyd"][kind][base_key or key]]
+        return round(statistics.median(values), 3) if values else None
+
+    summary = {"benchmark": "oidc", "rounds": ROUNDS, "codes_per_round": CODES, "concurrency": CONCURRENCY,
+               "userinfo_calls_per_round": USERINFO, "reference": "Glewlwyd 2.7 (Debian), sqlite, RS256 2048",
+               "sides": {side.name: {f"{kind}_{key}": median(side.name, kind, key)
+                                     for kind in ("exchange", "userinfo")
+                                     for key in ("per_s", "per_cpu_s", "per_cpu_s_with_db", "cpu_ms_per_call")}
+                         for side in sides},
+               "ratio_exchange_per_s": ratio("exchange", "per_s"),
+               "ratio_exchange_per_cpu_s": ratio("exchange", "per_cpu_s"),
+               "ratio_exchange_per_cpu_s_with_db": ratio("exchange", "per_cpu_s_with_db", "per_cpu_s"),
+               "ratio_userinfo_per_s": ratio("userinfo", "per_s"),
+               "ratio_userinfo_per_cpu_s": ratio("userinfo", "per_cpu_s"),
+               "ratio_userinfo_per_cpu_s_with_db": ratio("userinfo", "per_cpu_s_with_db", "per_cpu_s"),
+               "failed_requests": {side.name: sum(r[side.name][kind]["failed"] for r in rounds
+                                                  for kind in ("exchange", "userinfo")) for side in sides},
+               "round_figures": rounds}
+    with open(out, "w") as handle:
+        json.dump(summary, handle, indent=1)
+    for name, figures in summary["sides"].items():
+        print(f"median {name}: {figures['exchange_per_s']:.0f} code exchanges/s, {figures['exchange_per_cpu_s']:.0f} "
+              f"per server CPU-second ({figures['exchange_per_cpu_s_with_db']:.0f} counting its database); "
+              f"userinfo {figures['userinfo_per_s']:.0f}/s, {figures['userinfo_per_cpu_s']:.0f} per CPU-second; "
+              f"{summary['failed_requests'][name]} requests failed in all")
+    if len(sides) == 2:
+        print(f"broker / Glewlwyd (median of per-round ratios): code exchanges x{summary['ratio_exchange_per_s']} per "
+              f"second, x{summary['ratio_exchange_per_cpu_s']} per CPU-second of the server process "
+              f"(x{summary['ratio_exchange_per_cpu_s_with_db']} "
+              f"with the broker's PostgreSQL); userinfo x{summary['ratio_userinfo_per_s']} per second, "
+              f"x{summary['ratio_userinfo_per_cpu_s']} per CPU-second "
+              f"(x{summary['ratio_userinfo_per_cpu_s_with_db']} with PostgreSQL). Goal: >= 2 per CPU-second")
+    else:
+        print("broker side not measured (BROKER_ISSUER unset): no ratio")
+
+
+if __name__ == "__main__":
+    main()
