@@ -48,7 +48,8 @@ public final class ConsoleServer: Sendable {
         let deletions = DeletionPages(service: deletions, store: store, finder: lookup)
         let followUps = FollowUpPages(store: store, finder: lookup)
         let operations = OperationsPages(
-            store: store, subscriptions: subscriptions, apiKeys: APIKeyStore(pool: pool), sessions: sessions)
+            store: store, subscriptions: subscriptions, apiKeys: APIKeyStore(pool: pool), sessions: sessions,
+            subjectHash: { hasher.hash(teamID: $0, sub: $1) })
         var router = Router()
         for route in ConsoleRoute.table {
             let page: ConsoleHandler

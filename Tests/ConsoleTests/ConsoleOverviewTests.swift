@@ -94,3 +94,40 @@ struct ConsoleOverviewTests {
         #expect(try row(ConsoleBroker.clientID, page).contains("none received yet"))
     }
 }
+
+/// The Apple notifications page's refresh-token sweep findings (console-design.md (b)5).
+@Suite("Console sweep findings", .offPool)
+struct ConsoleSweepFindingsTests {
+    @Test("tokens the sweep found dead without a notification are listed by user id and subject hash, never the sub")
+    func sweepFindings() throws {
+        let broker = try ConsoleBroker(roles: [.api, .notifications])
+        let silent = try broker.signInUser()
+        let told = try broker.signInUser()
+        let live = try broker.signInUser()
+        // What the sweep does on Apple's invalid_grant (RefreshTokenStore.invalidateToken).
+        try broker.pool.query(
+            """
+            SELECT broker_invalidate_token(id, client_id, 'refresh_sweep', 'invalid_grant') FROM apple_tokens
+            WHERE user_id = ANY (ARRAY[\(silent.id), \(told.id)]::uuid[])
+            """)
+        // Apple did tell about this one (its deletion waits: no deletion worker here).
+        let sent = try broker.simulator.sendNotification(
+            NotificationRequest(
+                url: broker.apiURL + "/v1/apple/notifications", type: "account-delete", sub: told.sub,
+                clientID: ConsoleBroker.clientID))
+        #expect(sent.status == 200)
+
+        let page = try broker.get("/notifications", cookie: try broker.signIn(.viewer))
+        #expect(page.status == 200)
+        let html = page.bodyText
+        let section = try #require(html.range(of: "Refresh-token sweep findings").map { String(html[$0.upperBound...]) })
+        #expect(section.contains("1 refresh token(s)"))
+        #expect(section.contains(silent.id.lowercasedString))
+        #expect(!section.contains(told.id.lowercasedString), "Apple sent a notification about it")
+        #expect(!section.contains(live.id.lowercasedString), "its token is alive")
+        #expect(!html.contains(silent.sub) && !html.contains(told.sub))
+        let hash = try broker.pool.query("SELECT sub_hash FROM apple_notifications").single().decode(String.self, 0)
+        #expect(!section.contains(String(hash.prefix(24))), "the notified subject's hash is not a finding")
+        #expect(section.contains("<td>invalid_grant</td>"))
+    }
+}
