@@ -26,17 +26,21 @@
 //                 BrokerCore        the components, one folder each, a service and its store (SQL only in
 //                                   *Store.swift, Storage/ and sql/): Login/ Users/ Notifications/ Deletions/
 //                                   Events/ WebSignIn/ Transfer/ Auth/ Errors/ Storage/ Configuration/. No HTTP
+//                 OpenIDProvider    the OpenID Provider in front of BrokerCore (OIDC_ISSUER): Configuration/
+//                                   Keys/ Clients/ Authorization/ Tokens/ HTTP/; Apple's form post reaches it
+//                                   through the web callback's AppleFormPostContinuation seam
 //                 Console           the operators' console (docs/console.md): its own listener, server-rendered
 //                                   HTML, sessions, roles; pages call BrokerCore's services. BrokerCore never
 //                                   imports it; BrokerAPI starts it when BROKER_CONSOLE_LISTEN is set
 //                 BrokerAPI         BrokerCore's HTTP face: HTTP/ (routes, middleware, ProblemCatalog) and
-//                                   Application/ (the roles wired into a running broker)
+//                                   Application/ (the roles wired into a running broker, the provider too)
 //                 appleid-broker    the executable: the command line (serve, migrate, api-keys, delete-user, …)
 //                 broker-bench      micro-benchmarks (JWT verification against openssl speed, seeding)
 //   Simulator     AppleSimulator + apple-sim: appleid.apple.com on loopback, as inconvenient as Apple
 //   Client        AppleIDBrokerClient: the library Swift app backends call the broker with (URLSession)
 //   Tests         one target per foundation module; BrokerRuleTests (the product's rules and routes, no
-//                 database) and BrokerCoreTests (the product end to end: brokers, CLI, clusters);
+//                 database), BrokerCoreTests (the product end to end: brokers, CLI, clusters) and
+//                 OpenIDProviderTests (the provider end to end against the simulator);
 //                 TestSupport (throwaway clusters, PgBouncer, test threads). `make check` runs every
 //                 database-free target, `make test` everything (docs/testing.md).
 //   Elsewhere     sql/ (migrations; sql/functions/ one file per SQL function, docs/database.md),
@@ -114,6 +118,15 @@ let package = Package(
             swiftSettings: swiftSettings,
             plugins: ["EmbedResources"]
         ),
+        // The OpenID Provider: its own room, using BrokerCore's services; BrokerCore never imports it.
+        .target(
+            name: "OpenIDProvider",
+            dependencies: [
+                "BrokerCore", "AppleID", "HTTPServer", "HTTPClient", "JOSE", "BrokerCrypto", "StrictJSON", "Observability",
+                "PostgresClient",
+            ],
+            swiftSettings: swiftSettings
+        ),
         // The operators' console: HTML pages on a listener of its own, on BrokerCore's services.
         .target(
             name: "Console",
@@ -127,8 +140,8 @@ let package = Package(
         .target(
             name: "BrokerAPI",
             dependencies: [
-                "BrokerCore", "Console", "Observability", "BrokerCrypto", "StrictJSON", "PostgresClient", "HTTPServer",
-                "HTTPClient", "Workers", "AppleID",
+                "BrokerCore", "OpenIDProvider", "Console", "Observability", "BrokerCrypto", "StrictJSON", "PostgresClient",
+                "HTTPServer", "HTTPClient", "Workers", "AppleID",
             ],
             swiftSettings: swiftSettings
         ),
@@ -137,8 +150,8 @@ let package = Package(
         .executableTarget(
             name: "appleid-broker",
             dependencies: [
-                "BrokerAPI", "BrokerCore", "Console", "AppleID", "CommandArguments", "HTTPClient", "Observability",
-                "PostgresClient", "StrictJSON", "Workers",
+                "BrokerAPI", "BrokerCore", "OpenIDProvider", "Console", "AppleID", "CommandArguments", "HTTPClient",
+                "Observability", "PostgresClient", "StrictJSON", "Workers",
             ],
             swiftSettings: swiftSettings),
 
@@ -226,6 +239,15 @@ let package = Package(
                 "BrokerAPI", "BrokerCore", "AppleSimulator", "HTTPServer", "JOSE", "StrictJSON", "BrokerCrypto", "TestSupport",
                 "ProcessRunner",
                 "CommandArguments", "AppleIDBrokerClient", "Workers", "AppleID",
+            ],
+            swiftSettings: swiftSettings
+        ),
+        // The OpenID Provider end to end: a broker, the simulator, relying parties driven over HTTP.
+        .testTarget(
+            name: "OpenIDProviderTests",
+            dependencies: [
+                "OpenIDProvider", "BrokerAPI", "BrokerCore", "AppleSimulator", "HTTPClient", "HTTPServer", "JOSE", "StrictJSON",
+                "BrokerCrypto", "TestSupport", "PostgresClient", "Observability", "ProcessRunner",
             ],
             swiftSettings: swiftSettings
         ),

@@ -21,6 +21,8 @@ trap stop_all EXIT
 export BROKER_RATE_LIMIT_PER_KEY=0 BROKER_RATE_LIMIT_NOTIFICATIONS_PER_IP=0 BROKER_RATE_LIMIT_AUTH_FAILURES_PER_IP=0 BROKER_ACCESS_LOG=false
 # Web sign-in configured, so its endpoints are checked past 404 web_signin_not_configured.
 export BROKER_PUBLIC_URL=http://127.0.0.1:$BROKER_PORT APPLE_WEB_RETURN_URLS=com.example.app=http://127.0.0.1:9/done
+# The OpenID Provider on, issuer without a path, as docs/openapi.json writes its paths.
+export OIDC_ISSUER=http://127.0.0.1:$BROKER_PORT OIDC_APPLE_CLIENT_ID=com.example.app
 start_stack
 # One real user, made by a login with a simulator-minted token and authorization code.
 minted=$(curl -sf -X POST "http://127.0.0.1:$SIM_PORT/sim/tokens" -H 'Content-Type: application/json' \

@@ -8,7 +8,9 @@ packages=(pkg-config libmicrohttpd-dev libpq-dev libssl-dev libcurl4-openssl-dev
 if [ "${1:-}" = "test" ]; then
   # nodejs and golang-go run the integration examples (scripts/examples.sh); pgbouncer is
   # started by PgBouncerTests in front of a test cluster (its service kept off like PostgreSQL's).
-  packages+=(wrk procps python3 python3-venv prometheus nodejs golang-go pgbouncer)
+  # chromium and its driver run the console's browser tests (scripts/console-browser.sh);
+  # fonts-dejavu-core gives its screenshots the same glyphs on every machine.
+  packages+=(wrk procps python3 python3-venv prometheus nodejs golang-go pgbouncer chromium chromium-driver fonts-dejavu-core)
 fi
 
 missing=()

@@ -20,6 +20,9 @@ public struct AppleIdentity: Sendable, Equatable {
     /// OIDC `c_hash`: base64url of the left half of SHA-256 of the authorization code issued
     /// with this token (most of Apple's native tokens carry it); nil when absent.
     public var codeHash: String? = nil
+    /// `org_id` of a Managed Apple Account (Work & School): the organisation managing it. Such
+    /// an account's address may be a real one (protocol reference §11.7); nil for others.
+    public var orgID: String? = nil
 
     /// Whether `code` can be the code issued with this token: true when the token has no
     /// `c_hash` to compare with.
@@ -101,6 +104,7 @@ public struct IdentityTokenValidator: Sendable {
             isPrivateEmail: claims[.isPrivateEmail]?.lenientBoolValue ?? (email == nil ? nil : false),
             realUserStatus: realUserStatus, transferSub: claims[.transferSub]?.stringValue,
             issuedAt: Date(timeIntervalSince1970: TimeInterval(issuedAt)),
-            expiresAt: Date(timeIntervalSince1970: TimeInterval(expires)), codeHash: claims[.cHash]?.stringValue)
+            expiresAt: Date(timeIntervalSince1970: TimeInterval(expires)), codeHash: claims[.cHash]?.stringValue,
+            orgID: claims[.orgID]?.stringValue.flatMap { $0.isEmpty || $0.utf8.count > 255 ? nil : $0 })
     }
 }

@@ -100,6 +100,8 @@ public struct User: Sendable, Decodable {
         public var consent: String
         public var givenName: String?
         public var familyName: String?
+        /// A Managed Apple Account's organisation; nil for personal accounts.
+        public var orgID: String?
 
         enum CodingKeys: String, CodingKey {
             case appleSub = "apple_sub"
@@ -111,6 +113,7 @@ public struct User: Sendable, Decodable {
             case consent
             case givenName = "given_name"
             case familyName = "family_name"
+            case orgID = "org_id"
         }
     }
 

@@ -298,6 +298,45 @@ extension AppleSimulator {
         }
     }
 
+    /// The sender's side of a transfer: the user's transfer_sub for the `target` team, stable
+    /// per (user, recipient team); refused once the transfer's 60 days are over (TN3159).
+    public func transferSub(teamID: String, sub: String, to target: String) throws -> String {
+        let transferSub = "000" + Hex.encode(SHA256.hash(teamID + "|" + sub + "|" + target).prefix(16)) + ".t"
+        try state.withLock { state in
+            if let transfer = state.transfers[transferSub] {
+                guard Self.isOpen(transfer, faults: state.faults) else {
+                    throw AppleError("invalid_request", "the transfer window has ended")
+                }
+            } else {
+                state.transfers[transferSub] = Transfer(fromTeam: teamID, fromSub: sub, toTeam: target, toSub: nil)
+            }
+        }
+        return transferSub
+    }
+
+    /// The recipient's side: the user under the recipient team (made on first use, as when the
+    /// transfer completes), whose tokens then carry the transfer_sub for the window.
+    public func recipient(ofTransfer transferSub: String, teamID: String) throws -> SimulatedUser {
+        try state.withLock { state in
+            guard var transfer = state.transfers[transferSub], transfer.toTeam == teamID else {
+                throw AppleError("invalid_request", "unknown transfer_sub")
+            }
+            // 60 days after the transfer the bridge is gone (TN3159).
+            guard Self.isOpen(transfer, faults: state.faults) else {
+                throw AppleError("invalid_request", "the transfer window has ended")
+            }
+            if let toSub = transfer.toSub, let existing = state.users[teamID + "|" + toSub] { return existing }
+            let user = SimulatedUser(
+                teamID: teamID, sub: SimulatedUser.makeSub(),
+                email: SimulatedUser.makeRelayEmail(domain: state.faults.relayDomain ?? SimulatedUser.relayDomains[0]),
+                isPrivateEmail: true, realUserStatus: 2)
+            state.users[teamID + "|" + user.sub] = user
+            transfer.toSub = user.sub
+            state.transfers[transferSub] = transfer
+            return user
+        }
+    }
+
     func migrationInfo(_ request: HTTPRequest) -> HTTPResponse {
         do {
             let fields = try form(request)
@@ -308,29 +347,10 @@ extension AppleSimulator {
             else { throw AppleError("invalid_client") }
             if let sub = fields["sub"], let target = fields["target"] {
                 guard user(teamID: team.teamID, sub: sub) != nil else { throw AppleError("invalid_request", "unknown sub") }
-                // Stable per (user, recipient team), 1:1 with the old sub.
-                let transferSub = "000" + Hex.encode(SHA256.hash(team.teamID + "|" + sub + "|" + target).prefix(16)) + ".t"
-                state.withLock { state in
-                    if state.transfers[transferSub] == nil {
-                        state.transfers[transferSub] = Transfer(fromTeam: team.teamID, fromSub: sub, toTeam: target, toSub: nil)
-                    }
-                }
-                return tokenResponse(["transfer_sub": .string(transferSub)])
+                return tokenResponse(["transfer_sub": .string(try transferSub(teamID: team.teamID, sub: sub, to: target))])
             }
             if let transferSub = fields["transfer_sub"] {
-                let recipient: SimulatedUser = try state.withLock { state in
-                    guard var transfer = state.transfers[transferSub], transfer.toTeam == team.teamID else {
-                        throw AppleError("invalid_request", "unknown transfer_sub")
-                    }
-                    if let toSub = transfer.toSub, let existing = state.users[team.teamID + "|" + toSub] { return existing }
-                    let user = SimulatedUser(
-                        teamID: team.teamID, sub: SimulatedUser.makeSub(), email: SimulatedUser.makeRelayEmail(),
-                        isPrivateEmail: true, realUserStatus: 2)
-                    state.users[team.teamID + "|" + user.sub] = user
-                    transfer.toSub = user.sub
-                    state.transfers[transferSub] = transfer
-                    return user
-                }
+                let recipient = try recipient(ofTransfer: transferSub, teamID: team.teamID)
                 return tokenResponse([
                     "sub": .string(recipient.sub), "email": .string(recipient.email ?? ""), "is_private_email": true,
                 ])

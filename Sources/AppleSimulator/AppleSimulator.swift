@@ -56,6 +56,28 @@ public final class AppleSimulator: Sendable {
         var fromSub: String
         var toTeam: String
         var toSub: String?
+        var created = Date()
+    }
+
+    /// Apple bridges a team transfer for 60 days (TN3159).
+    static let transferWindow: TimeInterval = 60 * 86_400
+
+    /// Whether a transfer is still inside its window (`FaultSettings.transferAgeDays` ages them all).
+    static func isOpen(_ transfer: Transfer, faults: FaultSettings) -> Bool {
+        Date().timeIntervalSince(transfer.created) + TimeInterval(faults.transferAgeDays) * 86_400 <= transferWindow
+    }
+
+    /// Whether the user stopped using Sign in with Apple for `clientID`'s app group: tokens were
+    /// issued to the group and every one is revoked. Their next authorization is a first one.
+    func consentRevoked(teamID: String, sub: String, clientID: String) -> Bool {
+        state.withLock { state in
+            let primary = state.primaryAppIDs[clientID] ?? clientID
+            let grants = state.grants.values.filter {
+                $0.teamID == teamID && $0.sub == sub && $0.kind != "migration"
+                    && (state.primaryAppIDs[$0.clientID] ?? $0.clientID) == primary
+            }
+            return !grants.isEmpty && grants.allSatisfy(\.revoked)
+        }
     }
 
     struct State {
@@ -165,12 +187,13 @@ public final class AppleSimulator: Sendable {
     /// Creates a user in `teamID` (default team when nil) with a relay address unless `email` is given.
     @discardableResult
     public func createUser(
-        teamID: String? = nil, email: String? = nil, realUserStatus: Int = 2, relayDomain: String = SimulatedUser.relayDomains[0]
+        teamID: String? = nil, email: String? = nil, realUserStatus: Int = 2, relayDomain: String? = nil, orgID: String? = nil
     ) -> SimulatedUser {
+        let domain = relayDomain ?? faults.relayDomain ?? SimulatedUser.relayDomains[0]
         let user = SimulatedUser(
             teamID: teamID ?? defaultTeamID, sub: SimulatedUser.makeSub(),
-            email: email ?? SimulatedUser.makeRelayEmail(domain: relayDomain),
-            isPrivateEmail: email == nil, realUserStatus: realUserStatus)
+            email: email ?? SimulatedUser.makeRelayEmail(domain: domain),
+            isPrivateEmail: email == nil, realUserStatus: realUserStatus, orgID: orgID)
         state.withLock { $0.users[user.teamID + "|" + user.sub] = user }
         return user
     }
@@ -190,8 +213,9 @@ public final class AppleSimulator: Sendable {
             // A managed account's address is the organisation's, never a relay.
             let email = request.email ?? (request.managedAccount == true ? "m\(Int.random(in: 0..<1_000_000))@org.example" : nil)
             user = createUser(
-                teamID: teamID, email: email, realUserStatus: request.realUserStatus ?? 2,
-                relayDomain: request.relayDomain ?? SimulatedUser.relayDomains[0])
+                teamID: teamID, email: email, realUserStatus: request.realUserStatus ?? 2, relayDomain: request.relayDomain,
+                orgID: request.managedAccount == true || request.schoolAccount == true
+                    ? "org.\(Hex.encode(SecureRandom.bytes(4)))" : nil)
             if let sub = request.sub {
                 // Keep the caller's sub (tests address users by it).
                 state.withLock { state in
@@ -410,8 +434,10 @@ public final class AppleSimulator: Sendable {
         claims["nonce_supported"] = .bool(request?.nonceSupported ?? true)
         if let code { claims["c_hash"] = .string(Self.halfHash(code)) }
         if let accessToken { claims["at_hash"] = .string(Self.halfHash(accessToken)) }
-        if request?.managedAccount == true || request?.schoolAccount == true {
-            claims["org_id"] = .string("org.\(user.sub.prefix(8))")
+        if let orgID = user.orgID
+            ?? (request?.managedAccount == true || request?.schoolAccount == true ? "org.\(user.sub.prefix(8))" : nil)
+        {
+            claims["org_id"] = .string(orgID)
         }
         if request?.schoolAccount == true {
             // Apple School Manager: an empty email, email_verified false (§10.5, §11.7).
@@ -428,8 +454,18 @@ public final class AppleSimulator: Sendable {
         if request?.omitRealUserStatus != true {
             claims["real_user_status"] = .integer(Int64(request?.realUserStatus ?? user.realUserStatus))
         }
-        if let transferSub = request?.transferSub { claims["transfer_sub"] = .string(transferSub) }
+        // A migrated user's tokens carry the transfer_sub for the transfer's 60 days (TN3159).
+        if let transferSub = request?.transferSub ?? openTransferSub(of: user) { claims["transfer_sub"] = .string(transferSub) }
         return try signWithCurrentKey(claims)
+    }
+
+    /// The transfer_sub that brought `user` to its team, while the transfer's window is open.
+    func openTransferSub(of user: SimulatedUser) -> String? {
+        state.withLock { state in
+            state.transfers.first {
+                $0.value.toTeam == user.teamID && $0.value.toSub == user.sub && Self.isOpen($0.value, faults: state.faults)
+            }?.key
+        }
     }
 
     /// OIDC `c_hash`/`at_hash`: base64url of the left half of SHA-256.

@@ -21,11 +21,15 @@ public enum AppleSimulatorCommand {
             CommandSpec(
                 ["mint-token"],
                 "--client-id ID [--sub SUB] [--raw-nonce N] [--email E] [--real-user-status 0|1|2] "
-                    + "[--booleans-as-strings] [--with-code] [--format json|env] [--url URL]",
+                    + "[--relay-domain D] [--transfer-sub T] [--managed-account] [--booleans-as-strings] [--with-code] "
+                    + "[--format json|env] [--url URL]",
                 summary: "print a fresh identity token (and code) as JSON, or as shell\n"
-                    + "assignments ID_TOKEN=… SUB=… EMAIL=… CODE=… for `eval` (--format env)",
-                options: ["client-id", "sub", "raw-nonce", "email", "real-user-status", "format", "url"],
-                flags: ["booleans-as-strings", "with-code"]),
+                    + "assignments ID_TOKEN=… SUB=… EMAIL=… CODE=… for `eval` (--format env);\n"
+                    + "--managed-account: a Managed Apple Account (org_id, a real address)",
+                options: [
+                    "client-id", "sub", "raw-nonce", "email", "real-user-status", "relay-domain", "transfer-sub", "format", "url",
+                ],
+                flags: ["booleans-as-strings", "with-code", "managed-account"]),
             CommandSpec(
                 ["notify"], "--to URL --type TYPE --sub SUB --client-id ID [--url URL]",
                 summary: "sign and POST a server-to-server notification (types: email-disabled,\n"
@@ -36,9 +40,20 @@ public enum AppleSimulatorCommand {
                 summary: "add a signing key (and stop publishing the old ones with --retire)", options: ["url"],
                 flags: ["retire"]),
             CommandSpec(
-                ["faults"], "[--latency-ms N] [--error-rate 0.3] [--timeout-rate R] [--invalid-grant] [--url URL]",
-                summary: "set fault injection", options: ["latency-ms", "error-rate", "timeout-rate", "url"],
-                flags: ["invalid-grant"]),
+                ["faults"], faultOptions.map(\.usage).joined(separator: " ") + " [--url URL]",
+                summary: "set every switch of Apple's behaviour at once (what is not given goes back to\n"
+                    + "Apple's default); docs/development.md lists what each one does",
+                options: Set(faultOptions.filter { $0.kind != .flag && $0.kind != .offFlag }.map(\.option) + ["url"]),
+                flags: Set(faultOptions.filter { $0.kind == .flag || $0.kind == .offFlag }.map(\.option))),
+            CommandSpec(
+                ["revoke-consent"], "--sub SUB [--client-id ID] [--team TEAMID] [--url URL]",
+                summary: "the user stops using Sign in with Apple for the app group (every app without\n"
+                    + "--client-id): their tokens die, their next web authorization carries `user` again",
+                options: ["sub", "client-id", "team", "url"]),
+            CommandSpec(
+                ["change-password"], "--sub SUB [--team TEAMID] [--url URL]",
+                summary: "the user changes their password: refresh tokens answer invalid_grant, the\n"
+                    + "authorization stays", options: ["sub", "team", "url"]),
             CommandSpec(["revocations"], "[--url URL]", summary: "print every /auth/revoke call so far", options: ["url"]),
         ],
         footer: """
@@ -85,6 +100,9 @@ public enum AppleSimulatorCommand {
                 body["real_user_status"] = options["real-user-status"].flatMap(Int.init)
                 if flags.contains("booleans-as-strings") { body["booleans_as_strings"] = true }
                 if flags.contains("with-code") { body["with_code"] = true }
+                if flags.contains("managed-account") { body["managed_account"] = true }
+                body["relay_domain"] = options["relay-domain"]
+                body["transfer_sub"] = options["transfer-sub"]
                 switch options["format"] ?? "json" {
                 case "json": return try call(url + "/sim/tokens", method: "POST", body: body)
                 case "env": return try call(url + "/sim/tokens", method: "POST", body: body, printing: shellAssignments)
@@ -101,12 +119,14 @@ public enum AppleSimulatorCommand {
                 let status = try call(url + "/sim/keys/rotate", method: "POST", body: [:])
                 return flags.contains("retire") ? try call(url + "/sim/keys/retire", method: "POST", body: [:]) : status
             case "faults":
-                var body: [String: Any] = [:]
-                body["latency_ms"] = options["latency-ms"].flatMap(Int.init)
-                body["error_rate"] = options["error-rate"].flatMap(Double.init)
-                body["timeout_rate"] = options["timeout-rate"].flatMap(Double.init)
-                if flags.contains("invalid-grant") { body["invalid_grant"] = true }
-                return try call(url + "/sim/faults", method: "PUT", body: body)
+                return try call(url + "/sim/faults", method: "PUT", body: try faultsBody(options, flags: flags))
+            case "revoke-consent", "change-password":
+                guard let sub = options["sub"] else { throw Usage("--sub is required") }
+                var body: [String: Any] = ["sub": sub]
+                body["client_id"] = options["client-id"]
+                body["team_id"] = options["team"]
+                let path = command == "revoke-consent" ? "/sim/consent/revoke" : "/sim/users/password-change"
+                return try call(url + path, method: "POST", body: body)
             case "revocations":
                 return try call(url + "/sim/revocations", method: "GET", body: nil)
             default:
@@ -119,6 +139,77 @@ public enum AppleSimulatorCommand {
             printError("error: \(error)")
             return 1
         }
+    }
+
+    /// One `apple-sim faults` option per `FaultSettings` member (a test checks that none is
+    /// missing): the option, the JSON key of `PUT /sim/faults`, and how its value is read.
+    struct FaultOption: Sendable {
+        enum Kind: Sendable { case int, double, string, list, intList, flag, offFlag }
+        let option: String
+        let key: FaultSettings.CodingKeys
+        let kind: Kind
+        var placeholder = ""
+
+        var usage: String {
+            switch kind {
+            case .flag, .offFlag: "[--\(option)]"
+            default: "[--\(option) \(placeholder)]"
+            }
+        }
+    }
+
+    static let faultOptions: [FaultOption] = [
+        .init(option: "latency-ms", key: .latencyMilliseconds, kind: .int, placeholder: "N"),
+        .init(option: "error-rate", key: .errorRate, kind: .double, placeholder: "0.3"),
+        .init(option: "error-statuses", key: .errorStatuses, kind: .intList, placeholder: "500,503,429"),
+        .init(option: "retry-after", key: .retryAfterSeconds, kind: .int, placeholder: "SECONDS"),
+        .init(option: "retry-after-http-date", key: .retryAfterAsDate, kind: .flag),
+        .init(option: "timeout-rate", key: .timeoutRate, kind: .double, placeholder: "R"),
+        .init(option: "timeout-ms", key: .timeoutMilliseconds, kind: .int, placeholder: "N"),
+        .init(option: "timeout-before-work", key: .timeoutAfterWork, kind: .offFlag),
+        .init(option: "invalid-grant", key: .forceInvalidGrant, kind: .flag),
+        .init(
+            option: "revoked-grant-error", key: .revokedGrantError, kind: .string, placeholder: "invalid_grant|invalid_request"),
+        .init(option: "invalid-client", key: .forceInvalidClient, kind: .flag),
+        .init(option: "empty-key-set", key: .emptyKeySet, kind: .flag),
+        .init(option: "endpoints", key: .endpoints, kind: .list, placeholder: "token,revoke,keys,migration,authorize"),
+        .init(option: "malformed-request", key: .malformedRequest, kind: .flag),
+        .init(option: "malformed-request-subs", key: .malformedRequestSubs, kind: .list, placeholder: "SUB,SUB"),
+        .init(option: "transfer-age-days", key: .transferAgeDays, kind: .int, placeholder: "DAYS"),
+        .init(option: "no-user-field-after-revocation", key: .userFieldAfterRevocation, kind: .offFlag),
+        .init(
+            option: "relay-domain", key: .relayDomain, kind: .string, placeholder: "privaterelay.appleid.com|private.icloud.com"),
+    ]
+
+    /// The `PUT /sim/faults` body of an `apple-sim faults` command line.
+    static func faultsBody(_ options: [String: String], flags: Set<String>) throws -> [String: Any] {
+        var body: [String: Any] = [:]
+        for fault in faultOptions {
+            let key = fault.key.stringValue
+            switch fault.kind {
+            case .flag:
+                if flags.contains(fault.option) { body[key] = true }
+            case .offFlag:
+                if flags.contains(fault.option) { body[key] = false }
+            default:
+                guard let text = options[fault.option] else { continue }
+                let value: Any? =
+                    switch fault.kind {
+                    case .int: Int(text)
+                    case .double: Double(text)
+                    case .string: text
+                    case .list: text.split(separator: ",").map(String.init)
+                    case .intList:
+                        Optional(text.split(separator: ",").compactMap { Int($0) }).flatMap {
+                            $0.count == text.split(separator: ",").count ? $0 : nil
+                        }
+                    case .flag, .offFlag: nil
+                    }
+                guard let value else { throw Usage("--\(fault.option) takes \(fault.placeholder)") }
+                body[key] = value
+            }
+        }
+        return body
     }
 
     struct Usage: Error {

@@ -12,12 +12,16 @@ public struct SimulatedUser: Sendable, Codable, Equatable {
     public var isPrivateEmail: Bool
     /// 0 unsupported, 1 unknown, 2 likely real.
     public var realUserStatus: Int
+    /// A Managed Apple Account's organisation: its tokens carry `org_id` (protocol reference
+    /// §11.7), its address is a real one.
+    public var orgID: String? = nil
 
     enum CodingKeys: String, CodingKey {
         case teamID = "team_id"
         case sub, email
         case isPrivateEmail = "is_private_email"
         case realUserStatus = "real_user_status"
+        case orgID = "org_id"
     }
 
     /// A fresh `sub` shaped like Apple's.
@@ -157,10 +161,21 @@ public struct FaultSettings: Sendable, Codable, Equatable {
     public var malformedRequest: Bool = false
     /// The same, only for refreshes of these users' tokens (one token's request defect).
     public var malformedRequestSubs: [String] = []
+    /// Every team transfer counts as this many days old. Apple bridges a transfer for 60 days
+    /// (TN3159): past them `/auth/usermigrationinfo` refuses its transfer_sub
+    /// (`invalid_request`) and the user's identity tokens stop carrying `transfer_sub`.
+    public var transferAgeDays: Int = 0
+    /// A user who stopped using Sign in with Apple for the app gets the `user` form field
+    /// (name, e-mail) again on the next web authorization, a first authorization once more
+    /// (Apple does; false: never again after the first).
+    public var userFieldAfterRevocation: Bool = true
+    /// The relay domain of new users' addresses when a request names none:
+    /// `privaterelay.appleid.com` (nil) or `private.icloud.com` (protocol reference §11.7).
+    public var relayDomain: String? = nil
 
     public init() {}
 
-    enum CodingKeys: String, CodingKey {
+    enum CodingKeys: String, CodingKey, CaseIterable {
         case latencyMilliseconds = "latency_ms"
         case errorRate = "error_rate"
         case errorStatuses = "error_statuses"
@@ -176,6 +191,9 @@ public struct FaultSettings: Sendable, Codable, Equatable {
         case timeoutAfterWork = "timeout_after_work"
         case malformedRequest = "malformed_request"
         case malformedRequestSubs = "malformed_request_subs"
+        case transferAgeDays = "transfer_age_days"
+        case userFieldAfterRevocation = "user_field_after_revocation"
+        case relayDomain = "relay_domain"
     }
 
     public init(from decoder: any Decoder) throws {
@@ -195,6 +213,13 @@ public struct FaultSettings: Sendable, Codable, Equatable {
         timeoutAfterWork = try container.decodeIfPresent(Bool.self, forKey: .timeoutAfterWork) ?? true
         malformedRequest = try container.decodeIfPresent(Bool.self, forKey: .malformedRequest) ?? false
         malformedRequestSubs = try container.decodeIfPresent([String].self, forKey: .malformedRequestSubs) ?? []
+        transferAgeDays = try container.decodeIfPresent(Int.self, forKey: .transferAgeDays) ?? 0
+        userFieldAfterRevocation = try container.decodeIfPresent(Bool.self, forKey: .userFieldAfterRevocation) ?? true
+        relayDomain = try container.decodeIfPresent(String.self, forKey: .relayDomain)
+        if let relayDomain, !SimulatedUser.relayDomains.contains(relayDomain) {
+            throw DecodingError.dataCorruptedError(
+                forKey: .relayDomain, in: container, debugDescription: "relay_domain is one of \(SimulatedUser.relayDomains)")
+        }
     }
 }
 

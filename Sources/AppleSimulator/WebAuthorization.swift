@@ -16,7 +16,11 @@ import Synchronization
 /// `sim_cancel=1` (the user cancels: `error=user_cancelled_authorize`, with `state`),
 /// `sim_cancel=nostate` (the same without `state`: whether Apple sends it on a cancel is
 /// unconfirmed, protocol reference §10.6),
-/// `sim_first_name`/`sim_last_name`, `sim_email` (a real address instead of a relay one).
+/// `sim_first_name`/`sim_last_name`, `sim_email` (a real address instead of a relay one),
+/// `sim_managed=1` (a Managed Apple Account: `org_id` and a real address),
+/// `sim_relay_domain` (`privaterelay.appleid.com` or `private.icloud.com`).
+/// An existing user who stopped using Sign in with Apple for the app authorizes for the first
+/// time again: `user` comes once more (`FaultSettings.userFieldAfterRevocation`).
 extension AppleSimulator {
     func authorize(_ request: HTTPRequest) -> HTTPResponse {
         let query = request.query
@@ -56,9 +60,15 @@ extension AppleSimulator {
         let user: SimulatedUser
         if let sub = query["sim_sub"], let existing = self.user(teamID: teamID, sub: sub) {
             user = existing
-            firstAuthorization = false
+            firstAuthorization =
+                faults.userFieldAfterRevocation && consentRevoked(teamID: teamID, sub: sub, clientID: clientID)
         } else {
-            user = createUser(teamID: teamID, email: query["sim_email"])
+            let managed = query["sim_managed"] == "1"
+            let relayDomain = query["sim_relay_domain"].flatMap { SimulatedUser.relayDomains.contains($0) ? $0 : nil }
+            user = createUser(
+                teamID: teamID,
+                email: query["sim_email"] ?? (managed ? "m\(Int.random(in: 0..<1_000_000))@org.example" : nil),
+                relayDomain: relayDomain, orgID: managed ? "org.\(Hex.encode(SecureRandom.bytes(4)))" : nil)
             firstAuthorization = true
         }
         let nonce = query["nonce"]

@@ -103,6 +103,13 @@ public final class ConsoleServer: Sendable {
         server.connectionLimit = 256
         server.maximumBodyBytes = ConsoleGate.maximumFormBytes
         server.responseHeaders = Layout.headers
+        // Unknown paths, wrong methods and over-long forms get a page, not problem+json.
+        server.problemRenderer = { problem, _ in
+            var response = Layout.refusal(problem.status, problem.title, problem.detail ?? problem.title, session: nil)
+            for (name, value) in problem.headers { response.headers.set(name, value) }
+            response.headers.set("X-Console-Refusal", problem.code)
+            return response
+        }
         self.server = HTTPServer(
             configuration: server, router: router, logger: logger.labelled("console"), metrics: MetricsRegistry())
     }

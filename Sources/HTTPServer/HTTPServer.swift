@@ -58,6 +58,9 @@ public final class HTTPServer: Sendable {
         /// Headers set on every response of this server, its own 404s and 405s included (the
         /// console's CSP and cache rules, which must not depend on a route matching).
         public var responseHeaders: HTTPHeaders = [:]
+        /// Renders every problem this server answers, its own 404s, 405s and 413s included; nil
+        /// answers RFC 9457 problem+json. For a surface people read (the console's HTML pages).
+        public var problemRenderer: (@Sendable (Problem, HTTPRequest) -> HTTPResponse)?
 
         public init() {}
 
@@ -252,7 +255,9 @@ final class ServerCore: Sendable {
             MetricsMiddleware(metrics),
         ]
         if configuration.accessLog { pipeline.append(AccessLogMiddleware()) }
-        pipeline.append(ProblemMiddleware(errorMapper: errorMapper, typeBase: configuration.problemTypeBase))
+        pipeline.append(
+            ProblemMiddleware(
+                errorMapper: errorMapper, typeBase: configuration.problemTypeBase, renderer: configuration.problemRenderer))
         self.pipeline = pipeline
         let expired = metrics.counter(
             "http_header_timeouts_total", help: "Connections closed because a request's headers did not arrive in time.")

@@ -162,13 +162,15 @@ struct AccessLogMiddleware: HTTPMiddleware {
 struct ProblemMiddleware: HTTPMiddleware {
     let errorMapper: @Sendable (any Error) -> Problem?
     let typeBase: String?
+    var renderer: (@Sendable (Problem, HTTPRequest) -> HTTPResponse)? = nil
 
     func handle(_ request: HTTPRequest, next: HTTPHandler) throws -> HTTPResponse {
         do {
             return try next(request)
         } catch {
-            return problem(for: error, request: request).response(
-                instance: request.path, requestID: request.requestID, typeBase: typeBase)
+            let problem = problem(for: error, request: request)
+            if let renderer { return renderer(problem, request) }
+            return problem.response(instance: request.path, requestID: request.requestID, typeBase: typeBase)
         }
     }
 

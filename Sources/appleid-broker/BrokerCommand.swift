@@ -48,10 +48,11 @@ enum BrokerCommand {
                     + "Apple, written to FILE; resumable (rerun the same command)",
                 options: ["recipient-team", "out", "client-id", "rate"]),
             CommandSpec(
-                ["transfer", "import"], "--in FILE [--client-id ID] [--rate 10]",
+                ["transfer", "import"], "--in FILE [--client-id ID] [--rate 10] [--stage-only]",
                 summary: "receiving side: each transfer_sub exchanged for the new sub\n"
-                    + "and linked to its user; prints a report; resumable",
-                options: ["in", "client-id", "rate"]),
+                    + "and linked to its user; prints a report; resumable. --stage-only writes\n"
+                    + "the file's lines down without calling Apple (before the transfer completes)",
+                options: ["in", "client-id", "rate"], flags: ["stage-only"]),
             CommandSpec(
                 ["reencrypt"], "[--batch 500]",
                 summary: "re-seal every secret at rest (refresh and access tokens, webhook secrets,\n"
@@ -64,7 +65,7 @@ enum BrokerCommand {
                     + "stored hashed, audited; --ttl up to 24h (s, m or h)",
                 options: ["operator", "role", "ttl"]),
             CommandSpec(["version"], summary: "print the version (also --version)"),
-        ],
+        ] + OpenIDCommands.specs,
         footer: """
             Configuration comes from environment variables; see README.md. With DATABASE_URL
             unset, commands use the embedded PostgreSQL in $BROKER_DATA_DIR/postgres.
@@ -123,6 +124,8 @@ enum BrokerCommand {
                 return try ReEncryptCommand.run(parsed, environment: environment)
             case "console link":
                 return try ConsoleCommand.link(parsed, environment: environment)
+            case "oidc-keys rotate", "oidc-keys list", "oidc-clients create", "oidc-clients list", "oidc-clients delete":
+                return try OpenIDCommands.run(parsed, environment: environment)
             case "version":
                 print("appleid-broker \(version)")
                 return 0

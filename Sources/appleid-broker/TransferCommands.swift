@@ -44,6 +44,15 @@ enum TransferCommands {
             let transfer = TeamTransfer(
                 pool: database.pool, apple: apple, teamID: settings.teamID, clientID: clientID, rate: rate,
                 shouldStop: { stop.isRaised })
+            if arguments.flags.contains("stage-only") {
+                do {
+                    print("staged: \(try transfer.stageFile(path))")
+                    return 0
+                } catch let error as TeamTransfer.TransferError {
+                    BrokerCommand.printError("error: \(error)")
+                    return 1
+                }
+            }
             let verb = subcommand == "export" ? "exported" : "migrated"
             var lastPrint = ContinuousClock.now
             let started = ContinuousClock.now

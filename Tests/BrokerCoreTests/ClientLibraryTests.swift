@@ -52,6 +52,10 @@ struct ClientLibraryTests {
 
         let user = try await client.user(login.userID)
         #expect(user.identities.first?.givenName == "Grace")
+        #expect(user.identities.first?.orgID == nil)
+        // A Managed Apple Account's org_id reaches the client library's model.
+        let managed = try await client.login(.init(identityToken: try broker.mint { $0.managedAccount = true }.idToken))
+        #expect(try await client.user(managed.userID).identities.first?.orgID?.hasPrefix("org.") == true)
         #expect(try await client.credentialState(userID: login.userID, clientID: TestBroker.clientID) == .authorized)
         do {
             _ = try await client.user(UUID().uuidString)

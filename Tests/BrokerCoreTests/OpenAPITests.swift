@@ -10,8 +10,14 @@ import Testing
 struct OpenAPITests {
     @Test("every route the router knows is described, and every described operation is a route")
     func routesMatch() throws {
-        // Every route: the API's and Apple's notification endpoint.
-        let broker = try TestBroker(roles: [.api, .notifications])
+        // Every route: the API's, Apple's notification endpoint and the OpenID Provider's
+        // (an issuer without a path, as the description's paths are written).
+        let broker = try TestBroker(
+            roles: [.api, .notifications],
+            extra: [
+                "BROKER_PUBLIC_URL": "https://broker.example.com", "OIDC_ISSUER": "https://id.example.com",
+                "OIDC_APPLE_CLIENT_ID": TestBroker.webClientID,
+            ])
         let response = try broker.get("/openapi.json")
         #expect(response.status == 200)
         let document = try #require(try JSONSerialization.jsonObject(with: Data(response.body)) as? [String: Any])

@@ -65,7 +65,13 @@ struct ConsoleAccessTests {
             #expect(response.status == 200, "\(path)")
             expectConsoleHeaders(response, path)
         }
-        expectConsoleHeaders(try broker.get("/no-such-page"), "404")
+        // The server's own answers (unknown path, wrong method) are pages too, not problem+json.
+        let missing = try broker.get("/no-such-page")
+        expectConsoleHeaders(missing, "404")
+        #expect(missing.status == 404 && missing.header("Content-Type") == "text/html; charset=utf-8")
+        #expect(missing.bodyText.contains("<html lang=\"en\">") && missing.bodyText.contains("<title>Not found"))
+        let wrongMethod = try broker.post("/console.css", form: [])
+        #expect(wrongMethod.status == 405 && wrongMethod.header("Content-Type") == "text/html; charset=utf-8")
     }
 
     @Test("the console is served on its own listener only: the API's has none of its routes or headers")
@@ -175,7 +181,7 @@ struct ConsoleAccessTests {
         #expect(try broker.get("/", cookie: alice).status == 200, "alice is still signed in")
     }
 
-    @Test("a step-up route with a sign-in older than five minutes sends the operator to /step-up")
+    @Test("a step-up route with a sign-in older than five minutes moves the operator on to /step-up")
     func stepUp() throws {
         let broker = try ConsoleBroker()
         let cookie = try broker.signIn(.operator)
@@ -183,8 +189,10 @@ struct ConsoleAccessTests {
         let id = UUID().uuidString.lowercased()
         try broker.pool.query("UPDATE console_sessions SET auth_time = now() - interval '6 minutes'")
         let response = try broker.post("/deletions/\(id)/retry", form: [("csrf_token", csrf)], cookie: cookie)
-        #expect(response.status == 303)
-        #expect(response.header("Location") == "/step-up?next=/deletions/\(id)/retry")
+        // A page that moves on by GET, not a 303: a redirect chain from a form's POST to the identity
+        // provider breaks `form-action 'self'` in Chromium.
+        #expect(response.status == 200 && response.header("Location") == nil)
+        #expect(response.bodyText.contains("content=\"0;url=/step-up?next=/deletions/\(id)/retry\""))
         #expect(try broker.get("/step-up", cookie: cookie).status == 200)
         try broker.pool.query("UPDATE console_sessions SET auth_time = now() - interval '4 minutes'")
         #expect(try broker.post("/deletions/\(id)/retry", form: [("csrf_token", csrf)], cookie: cookie).status == 404)

@@ -84,7 +84,7 @@ public final class BrokerApplication: Sendable {
         var router = Router()
         OperationsRoutes.register(
             on: &router, database: database, metrics: metrics, health: health, servesMetrics: configuration.metricsListen == nil)
-        if roles.contains(.api) { parts.registerAPI(on: &router, wakeDeletions: wakeDeletions, eventsWritten: eventsWritten) }
+        if roles.contains(.api) { try parts.registerAPI(on: &router, wakeDeletions: wakeDeletions, eventsWritten: eventsWritten) }
         if roles.contains(.notifications) {
             parts.registerNotifications(on: &router, wakeDeletions: wakeDeletions, eventsWritten: eventsWritten)
         }
@@ -94,7 +94,9 @@ public final class BrokerApplication: Sendable {
             listener.subscribe("deletion_requested") { _ in deletionWorker.wake() }
         }
         if let dispatcher { workers += [dispatcher, parts.webhookReconciler()] }
+        if roles.contains(.dispatch), let logout = parts.logoutDispatcher() { workers.append(logout) }
         if roles.contains(.sweep) { workers += [parts.refreshSweep(), parts.housekeeping()] }
+        if roles.contains(.sweep), let pruning = parts.providerHousekeeping() { workers.append(pruning) }
         self.workers = workers
 
         routes = router.routes.map { "\($0.method) \($0.pattern)" }

@@ -4,6 +4,7 @@ import Foundation
 import HTTPClient
 import HTTPServer
 import Observability
+import OpenIDProvider
 import PostgresClient
 import Workers
 
@@ -108,6 +109,20 @@ struct BrokerParts: Sendable {
             ).step)
     }
 
+    /// Back-Channel Logout deliveries of the OpenID Provider, when it is on.
+    func logoutDispatcher() -> WorkerGroup? {
+        guard let oidc = configuration.oidc else { return nil }
+        let dispatch = configuration.dispatch
+        let keys = SigningKeys(store: SigningKeyStore(pool: pool, tokenKeys: tokenKeys))
+        return WorkerGroup(
+            name: "oidc-logout", lanes: max(1, dispatch.concurrency / 2), interval: .milliseconds(dispatch.intervalMilliseconds),
+            logger: logger,
+            step: LogoutDispatcher(
+                store: LogoutDeliveryStore(pool: pool), keys: keys, issuer: oidc.issuer, transport: transport, settings: dispatch,
+                metrics: metrics, logger: logger.labelled("oidc-logout")
+            ).step)
+    }
+
     /// Brings parked deliveries of resumed subscriptions back, once a minute.
     func webhookReconciler() -> WorkerGroup {
         let pool = pool
@@ -129,6 +144,15 @@ struct BrokerParts: Sendable {
             logger: logger, step: sweep.step)
     }
 
+    /// The OpenID Provider's pruning, when it is on.
+    func providerHousekeeping() -> WorkerGroup? {
+        guard configuration.oidc != nil else { return nil }
+        let housekeeping = ProviderHousekeeping(
+            pool: pool, retentionSeconds: configuration.dispatch.retentionSeconds,
+            deadLetterRetentionSeconds: configuration.dispatch.deadLetterRetentionSeconds)
+        return WorkerGroup(name: "oidc-housekeeping", lanes: 1, interval: .seconds(300), logger: logger, step: housekeeping.step)
+    }
+
     func housekeeping() -> WorkerGroup {
         let housekeeping = Housekeeping(
             pool: pool, eventRetentionSeconds: configuration.dispatch.retentionSeconds,
@@ -141,7 +165,7 @@ struct BrokerParts: Sendable {
 
     func registerAPI(
         on router: inout Router, wakeDeletions: @escaping @Sendable () -> Void, eventsWritten: @escaping @Sendable () -> Void
-    ) {
+    ) throws {
         let login = LoginService(
             validator: validator, apple: apple, pool: pool, tokenKeys: tokenKeys, teamID: appleSettings.teamID,
             settings: configuration.login, validationIntervalSeconds: configuration.sweep.validationIntervalSeconds,
@@ -164,11 +188,24 @@ struct BrokerParts: Sendable {
                     try handedOver.exchange(deletionID: $0, userID: $1, inRequest: true)
                 }),
             keys: apiKeys)
+        // The OpenID Provider (OIDC_ISSUER): Apple's form posts for it come back to the web callback.
+        var continuations: [any AppleFormPostContinuation] = []
+        if let oidc = configuration.oidc {
+            let provider = try OpenIDProvider(
+                settings: oidc, appleBaseURL: appleSettings.baseURL, pool: pool, tokenKeys: tokenKeys, login: login,
+                groups: appleSettings.appGroups, metrics: metrics,
+                allowPrivateNetworks: configuration.dispatch.allowPrivateNetworks)
+            let apiKeys = apiKeys
+            provider.register(
+                on: &router, authorizeAdmin: { "api:" + (try apiKeys.authenticate($0, requiring: .admin)).id },
+                perAddress: perAddressLimiter())
+            continuations.append(provider.authorization)
+        }
         WebSignInRoutes.register(
             on: &router,
             service: WebSignInService(
                 settings: configuration.web, appleBaseURL: appleSettings.baseURL, store: WebSignInStore(pool: pool),
-                login: login, keys: tokenKeys, metrics: metrics),
+                login: login, keys: tokenKeys, metrics: metrics, continuations: continuations),
             keys: apiKeys, perAddress: perAddressLimiter())
     }
 

@@ -40,6 +40,7 @@ public enum ProblemCatalog {
         case .subscriptionNotFound: (404, "Subscription not found")
         case .deliveryNotFailed: (409, "Not a failed delivery")
         case .webhookSubscriptionLimit: (409, "Webhook subscription limit reached")
+        case .rateLimited: (429, "Too many requests")
         case .appleClientRejected: (502, "Apple refused our credentials")
         case .appleResponseInvalid: (502, "Apple's answer was invalid")
         case .appleUnavailable, .databaseUnavailable, .shuttingDown: (503, "Service unavailable")

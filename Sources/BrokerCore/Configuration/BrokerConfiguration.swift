@@ -76,6 +76,62 @@ public struct BrokerConfiguration: Sendable {
     public var dispatch = DispatchSettings()
     /// Web sign-in; nil unless `BROKER_PUBLIC_URL` and `APPLE_WEB_RETURN_URLS` are set.
     public var web: WebSignInSettings?
+    /// The OpenID Provider (Sources/OpenIDProvider); nil unless `OIDC_ISSUER` is set. Read
+    /// here so that every setting is checked in the one pass that reports all problems.
+    public var oidc: OpenIDProviderSettings?
+
+    /// The OpenID Provider's settings (`OIDC_*`; docs/configuration.md).
+    public struct OpenIDProviderSettings: Sendable {
+        /// `OIDC_ISSUER`: the provider's issuer; its endpoints live under the issuer's path.
+        public var issuer: String
+        /// `OIDC_APPLE_CLIENT_ID`: the Services ID users sign in with at Apple.
+        public var appleClientID: String
+        /// `BROKER_PUBLIC_URL`: Apple posts back to `<it>/v1/apple/web/callback`, the web sign-in's Return URL.
+        public var publicURL: String
+        /// `OIDC_KEY_PREPUBLISH_SECONDS`: a rotated-in key is published this long before it signs.
+        public var keyPrepublishSeconds = 86_400
+
+        /// Where Apple posts the authorization: the web sign-in's callback.
+        public var callbackURL: String { publicURL + "/v1/apple/web/callback" }
+
+        public init(issuer: String, appleClientID: String, publicURL: String) {
+            self.issuer = issuer
+            self.appleClientID = appleClientID
+            self.publicURL = publicURL
+        }
+
+        fileprivate static func load(_ reader: inout EnvironmentReader, clientIDs: [String]?) -> OpenIDProviderSettings? {
+            let prepublish = reader.integer("OIDC_KEY_PREPUBLISH_SECONDS", in: 0...(30 * 86_400))
+            let appleClientID = reader.string("OIDC_APPLE_CLIENT_ID")
+            guard var issuer = reader.string("OIDC_ISSUER") else {
+                if appleClientID != nil || prepublish != nil {
+                    reader.problem("OIDC_ISSUER: missing; OIDC_APPLE_CLIENT_ID and OIDC_KEY_PREPUBLISH_SECONDS need it")
+                }
+                return nil
+            }
+            while issuer.hasSuffix("/") { issuer.removeLast() }
+            // OpenID Connect Discovery §3: https, no query, no fragment (http on loopback for development).
+            if !URLRule.accepts(issuer) || issuer.contains("?") {
+                reader.problem("OIDC_ISSUER: expected an https URL without query (http only on loopback), got '\(issuer)'")
+            }
+            guard let appleClientID else {
+                reader.problem(
+                    "OIDC_APPLE_CLIENT_ID: missing; the Services ID (one of APPLE_CLIENT_IDS) the provider signs users in with")
+                return nil
+            }
+            if let clientIDs, !clientIDs.contains(appleClientID) {
+                reader.problem("OIDC_APPLE_CLIENT_ID: \(appleClientID) is not one of APPLE_CLIENT_IDS")
+            }
+            guard var publicURL = reader.string("BROKER_PUBLIC_URL") else {
+                reader.problem("BROKER_PUBLIC_URL: missing; OIDC_ISSUER needs it (Apple posts back to its web callback)")
+                return nil
+            }
+            while publicURL.hasSuffix("/") { publicURL.removeLast() }
+            var settings = OpenIDProviderSettings(issuer: issuer, appleClientID: appleClientID, publicURL: publicURL)
+            settings.keyPrepublishSeconds = prepublish ?? settings.keyPrepublishSeconds
+            return settings
+        }
+    }
 
     /// Sign in with Apple on the web through the broker (`BROKER_PUBLIC_URL`,
     /// `APPLE_WEB_RETURN_URLS`).
@@ -104,6 +160,8 @@ public struct BrokerConfiguration: Sendable {
             let publicURL = reader.string("BROKER_PUBLIC_URL")
             let returns = reader.string("APPLE_WEB_RETURN_URLS")
             guard publicURL != nil || returns != nil else { return nil }
+            // The OpenID Provider alone needs only the public URL (its own settings check it).
+            if returns == nil, reader.string("OIDC_ISSUER") != nil { return nil }
             guard var publicURL, let returns else {
                 reader.problem("BROKER_PUBLIC_URL and APPLE_WEB_RETURN_URLS: web sign-in needs both (or neither)")
                 return nil
@@ -318,6 +376,7 @@ public struct BrokerConfiguration: Sendable {
         }
         configuration.apple = AppleConfiguration.load(&reader, required: requireApple)
         configuration.web = WebSignInSettings.load(&reader, clientIDs: configuration.apple?.clientIDs)
+        configuration.oidc = OpenIDProviderSettings.load(&reader, clientIDs: configuration.apple?.clientIDs)
         var login = LoginSettings()
         login.tokenLeewaySeconds = reader.integer("APPLE_TOKEN_LEEWAY_SECONDS", in: 0...600) ?? login.tokenLeewaySeconds
         login.tokenMaximumAgeSeconds =

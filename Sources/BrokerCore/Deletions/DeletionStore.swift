@@ -492,12 +492,18 @@ package struct DeletionStore: Sendable {
             WHERE d.id = \(id) ORDER BY i.id
             """
         ).map { (try $0.decode(String.self, "team_id"), try $0.decode(String.self, "sub")) }
-        return try pool.query(
-            """
-            SELECT broker_purge_user(\(id), \(PostgresTextArray(identities.map(\.0))),
-                \(PostgresTextArray(identities.map { hasher.hash(teamID: $0.0, sub: $0.1) })))
-            """
-        ).single().decode(Bool.self, "broker_purge_user")
+        return try pool.withTransaction { connection in
+            // A staged transfer line (sql/0015) names the user too; broker_purge_user is released
+            // and does not know the table, so its rows go here, in the purge's transaction.
+            try connection.query(
+                "DELETE FROM transfer_staged WHERE user_id = (SELECT user_id FROM deletion_requests WHERE id = \(id))")
+            return try connection.query(
+                """
+                SELECT broker_purge_user(\(id), \(PostgresTextArray(identities.map(\.0))),
+                    \(PostgresTextArray(identities.map { hasher.hash(teamID: $0.0, sub: $0.1) })))
+                """
+            ).single().decode(Bool.self, "broker_purge_user")
+        }
     }
 
     /// Schedules the next attempt, or dead-letters the request after its last attempt.

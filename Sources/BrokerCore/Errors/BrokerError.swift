@@ -41,6 +41,8 @@ public struct BrokerError: Error, Sendable, Equatable, CustomStringConvertible {
         case subscriptionNotFound = "subscription_not_found"
         case deliveryNotFailed = "delivery_not_failed"
         case webhookSubscriptionLimit = "webhook_subscription_limit"
+        /// Over a per-user budget (code exchanges), with `Retry-After`.
+        case rateLimited = "rate_limited"
         // Dependencies.
         case appleClientRejected = "apple_client_rejected"
         case appleResponseInvalid = "apple_response_invalid"

@@ -8,14 +8,14 @@ import Synchronization
 /// and the delivery stops waiting at `timeout`; the thread ends when getaddrinfo returns and
 /// its answer is dropped. At most `maximumInFlight` lookups run at once: past that a lookup
 /// fails at once rather than pile up threads behind a dead resolver.
-struct ReceiverResolver: Sendable {
+package struct ReceiverResolver: Sendable {
     var timeout: Duration
     var maximumInFlight = 64
     /// The lookup itself (replaced in tests).
     var lookup: @Sendable (String) throws -> [String] = { try OutboundAddress.publicAddresses(of: $0) }
     private let inFlight = InFlight()
 
-    enum Failure: Error, Equatable {
+    package enum Failure: Error, Equatable {
         /// No answer in time, or too many lookups waiting.
         case timedOut
     }
@@ -29,12 +29,12 @@ struct ReceiverResolver: Sendable {
         var result: Result<[String], any Error>?
     }
 
-    init(timeout: Duration, lookup: (@Sendable (String) throws -> [String])? = nil) {
+    package init(timeout: Duration, lookup: (@Sendable (String) throws -> [String])? = nil) {
         self.timeout = timeout
         if let lookup { self.lookup = lookup }
     }
 
-    func publicAddresses(of host: String) throws -> [String] {
+    package func publicAddresses(of host: String) throws -> [String] {
         guard inFlight.count.add(1, ordering: .relaxed).newValue <= maximumInFlight else {
             inFlight.count.subtract(1, ordering: .relaxed)
             throw Failure.timedOut

@@ -7,8 +7,17 @@ import PostgresClient
 /// second request waits for the first and reuses its outcome.
 struct CodeExchangeStore: Sendable {
     let pool: PostgresPool
+    /// Names a code's user by a keyed hash of team and sub (never the sub, nor a plain hash a
+    /// lookup away): the ledger row outlives a purge by up to an hour.
+    let hasher: SubjectHasher
+    let teamID: String
     /// How long a second request waits for the first to finish.
     var waitLimit: Duration = .seconds(15)
+    /// Codes of one user (client id and sub) sent to Apple per hour, the ledger's lifetime: a
+    /// login key plus one valid identity token buys at most this many calls to Apple's token
+    /// endpoint (and ledger rows) an hour; the stored refresh token is one row per identity and
+    /// client id whatever the count. A person signs in a few times an hour at most.
+    static let exchangesPerUserPerHour = 10
 
     /// `authorization_codes.state`.
     enum State: String {
@@ -26,14 +35,22 @@ struct CodeExchangeStore: Sendable {
         case spent
     }
 
-    func claim(_ code: String, clientID: String) throws -> Claim {
+    /// Claims `code` for this request. `sub` is the identity token's: over the user's hourly
+    /// budget (per client id) the claim is taken back and refused with 429 `rate_limited`,
+    /// before Apple.
+    func claim(_ code: String, clientID: String, sub: String) throws -> Claim {
         let hash = SHA256.hexHash(code)
+        let subject = hasher.hash(teamID: teamID, sub: sub)
         let inserted = try pool.query(
             """
-            INSERT INTO authorization_codes (code_hash, client_id, state) VALUES (\(hash), \(clientID), \(State.exchanging.rawValue))
+            INSERT INTO authorization_codes (code_hash, client_id, state, subject_hash)
+            VALUES (\(hash), \(clientID), \(State.exchanging.rawValue), \(subject))
             ON CONFLICT (code_hash) DO NOTHING RETURNING 1
             """)
-        if !inserted.isEmpty { return .claimed }
+        if !inserted.isEmpty {
+            try withinBudget(hash, clientID: clientID, subject: subject)
+            return .claimed
+        }
         let deadline = ContinuousClock.now + waitLimit
         while ContinuousClock.now < deadline {
             guard
@@ -45,7 +62,7 @@ struct CodeExchangeStore: Sendable {
                 ).first
             else {
                 // The other attempt failed transiently and let go: try to take it.
-                return try claim(code, clientID: clientID)
+                return try claim(code, clientID: clientID, sub: sub)
             }
             switch State(rawValue: try row.decode(String.self, "state")) {
             case .exchanged:
@@ -64,6 +81,24 @@ struct CodeExchangeStore: Sendable {
             }
         }
         throw BrokerError.appleUnavailable("the code is still being exchanged by another request")
+    }
+
+    /// Counted after the insert (each insert commits before its count), so concurrent claims
+    /// cannot all pass: at most `exchangesPerUserPerHour` rows of the last hour stay claimed.
+    private func withinBudget(_ hash: String, clientID: String, subject: String) throws {
+        let row = try pool.query(
+            """
+            SELECT count(*) AS codes,
+                   ceil(extract(epoch FROM min(created_at) + interval '1 hour' - now()))::int AS free_in
+            FROM authorization_codes
+            WHERE subject_hash = \(subject) AND client_id = \(clientID) AND created_at > now() - interval '1 hour'
+            """
+        ).single()
+        guard try row.decode(Int.self, "codes") > Self.exchangesPerUserPerHour else { return }
+        try pool.query("DELETE FROM authorization_codes WHERE code_hash = \(hash)")
+        throw BrokerError(
+            .rateLimited, "too many authorization codes for this user in the last hour; sign in again later",
+            retryAfterSeconds: max(1, try row.decode(Int?.self, "free_in") ?? 60))
     }
 
     /// Records that the code went to Apple and no usable answer came back (a timeout, 5xx,

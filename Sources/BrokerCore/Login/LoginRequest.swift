@@ -22,13 +22,13 @@ public struct LoginRequest: Sendable {
     /// must be registered for the token's client id (`APPLE_REDIRECT_URIS`).
     public var redirectURI: String?
     /// The broker's own callback URL, set by its web sign-in (no registration check).
-    var redirectURIIsOurs = false
+    package var redirectURIIsOurs = false
     /// The client ids the calling API key may log in (nil: every one): a token for another
     /// `aud` is refused with 403 `client_not_allowed` before its code is exchanged.
     package var allowedClientIDs: Set<String>?
     /// Runs once the identity token verified, before the code is exchanged: the web
     /// callback spends its single-use state here, so only a real sign-in costs a row.
-    var afterVerification: (@Sendable (AppleIdentity) throws -> Void)?
+    package var afterVerification: (@Sendable (AppleIdentity) throws -> Void)?
 
     public init(
         identityToken: String, authorizationCode: String? = nil, rawNonce: String? = nil, user: AppleUserField? = nil,

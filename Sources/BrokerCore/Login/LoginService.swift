@@ -38,7 +38,7 @@ public final class LoginService: Sendable {
         self.store = LoginStore(
             pool: pool, teamID: teamID, lastLoginResolution: settings.lastLoginResolutionSeconds,
             groups: groups, hasher: SubjectHasher(keys: tokenKeys))
-        self.ledger = CodeExchangeStore(pool: pool)
+        self.ledger = CodeExchangeStore(pool: pool, hasher: SubjectHasher(keys: tokenKeys), teamID: teamID)
         self.tokenKeys = tokenKeys
         self.teamID = teamID
         self.settings = settings
@@ -81,7 +81,7 @@ public final class LoginService: Sendable {
     /// Saves the verified user of a sign-in whose code exchange already failed (and was
     /// counted as that failure): the web callback keeps the name Apple sends only once.
     /// Not counted in `login_requests_total`, so one sign-in is one outcome.
-    func keepUserAfterFailedExchange(_ request: LoginRequest) throws -> LoginResponse {
+    package func keepUserAfterFailedExchange(_ request: LoginRequest) throws -> LoginResponse {
         var request = request
         request.authorizationCode = nil
         request.redirectURI = nil
@@ -129,7 +129,7 @@ public final class LoginService: Sendable {
         var sealedAccess: (keyID: String, sealed: [UInt8], expiresIn: Int)?
         var claimedCode: String?
         if let code = request.authorizationCode {
-            switch try ledger.claim(code, clientID: identity.clientID) {
+            switch try ledger.claim(code, clientID: identity.clientID, sub: identity.sub) {
             case .alreadyExchanged:
                 break
             case .spent:

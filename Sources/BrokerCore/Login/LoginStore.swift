@@ -44,15 +44,33 @@ struct LoginStore: Sendable {
         _ identity: AppleIdentity, user: AppleUserField?, sealedRefreshToken: (keyID: String, sealed: [UInt8])?,
         validationJitterSeconds: Int
     ) throws -> Record {
+        let record = try upsertLogin(
+            identity, user: user, sealedRefreshToken: sealedRefreshToken, validationJitterSeconds: validationJitterSeconds)
+        if let orgID = identity.orgID, record.outcome == .ok {
+            // broker_login (released) takes no org_id: a managed account's is written beside it,
+            // only when it changed.
+            try pool.query(
+                """
+                UPDATE apple_identities SET org_id = \(orgID)
+                WHERE team_id = \(teamID) AND sub = \(identity.sub) AND org_id IS DISTINCT FROM \(orgID)
+                """)
+        }
+        return record
+    }
+
+    private func upsertLogin(
+        _ identity: AppleIdentity, user: AppleUserField?, sealedRefreshToken: (keyID: String, sealed: [UInt8])?,
+        validationJitterSeconds: Int
+    ) throws -> Record {
         if sealedRefreshToken == nil, let record = try unchangedRepeatLogin(identity, user: user) { return record }
         guard let transferSub = identity.transferSub else {
-            guard user?.name != nil else {
+            guard user?.name != nil || user?.email != nil else {
                 return try upsert(
                     pool, identity, user: user, sealedRefreshToken: sealedRefreshToken,
                     validationJitterSeconds: validationJitterSeconds)
             }
             return try pool.withTransaction { connection in
-                try keepReauthorizationName(connection, identity, user: user)
+                try keepReauthorizationUserField(connection, identity, user: user)
                 return try upsert(
                     connection, identity, user: user, sealedRefreshToken: sealedRefreshToken,
                     validationJitterSeconds: validationJitterSeconds)
@@ -62,13 +80,48 @@ struct LoginStore: Sendable {
         // user of the old sub and, in the same transaction, retires the old team's identity and
         // refresh tokens as `transfer import` does.
         return try pool.withTransaction { connection in
-            let record = try upsert(
+            let linked = try joinStagedTransfer(connection, identity, user: user, transferSub: transferSub)
+            var record = try upsert(
                 connection, identity, user: user, sealedRefreshToken: sealedRefreshToken,
                 validationJitterSeconds: validationJitterSeconds)
             guard record.outcome == .ok else { return record }
+            if linked { record.wroteThrough = true }
             try TeamTransferStore.retireOldTeam(connection, userID: record.userID, teamID: teamID, transferSub: transferSub)
             return record
         }
+    }
+
+    /// A first login with a `transfer_sub` that `transfer import` staged but has not linked yet
+    /// (the recipient may run a database of its own, without the sender's identities): the
+    /// identity is created for the sender's user id, as the import would, so broker_login then
+    /// takes it as a repeat login and no second user appears. True when it linked one.
+    private func joinStagedTransfer(
+        _ connection: some PostgresQuerying, _ identity: AppleIdentity, user: AppleUserField?, transferSub: String
+    ) throws -> Bool {
+        guard
+            try connection.query("SELECT 1 FROM apple_identities WHERE team_id = \(teamID) AND sub = \(identity.sub)").isEmpty,
+            let userID = try TeamTransferStore.stagedUser(connection, teamID: teamID, transferSub: transferSub),
+            try connection.query("SELECT 1 FROM tombstones WHERE user_id = \(userID)").isEmpty
+        else { return false }
+        try connection.query("INSERT INTO users (id) VALUES (\(userID)) ON CONFLICT (id) DO NOTHING")
+        let inserted = try connection.query(
+            """
+            INSERT INTO apple_identities (
+                id, user_id, team_id, sub, client_id, email, email_verified, is_private_email, real_user_status,
+                given_name, family_name, transfer_sub, last_login_at, last_verified_at)
+            VALUES (
+                gen_random_uuid(), \(userID), \(teamID), \(identity.sub), \(identity.clientID), \(identity.email),
+                \(identity.emailVerified ?? false), \(identity.isPrivateEmail ?? false), \(identity.realUserStatus),
+                \(user?.name?.firstName), \(user?.name?.lastName), \(transferSub), now(), now())
+            ON CONFLICT (team_id, sub) DO NOTHING RETURNING 1
+            """)
+        guard !inserted.isEmpty else { return false }
+        try connection.query(
+            """
+            SELECT broker_emit_event('identity.linked', \(userID),
+                jsonb_build_object('user_id', \(userID)::text, 'client_id', \(identity.clientID)::text, 'reason', 'team_transfer'))
+            """)
+        return true
     }
 
     private func upsert(
@@ -111,17 +164,22 @@ struct LoginStore: Sendable {
     }
 
     /// A sign-in after the user revoked this app group's consent is a first authorization again:
-    /// Apple sends the `user` field (name) once more, and it is kept over the old one, which
-    /// broker_login would otherwise prefer (it keeps a stored name). Runs before broker_login,
-    /// in its transaction, only while the group's consent is still revoked.
-    private func keepReauthorizationName(_ connection: some PostgresQuerying, _ identity: AppleIdentity, user: AppleUserField?)
-        throws
-    {
-        guard let name = user?.name, name.firstName != nil || name.lastName != nil else { return }
+    /// Apple sends the `user` field (name, e-mail) once more, and it is kept over the old one,
+    /// which broker_login would otherwise prefer (it keeps a stored name, and the unverified
+    /// e-mail of the first authorization only). The e-mail stays apart as `unverified_email`
+    /// when the verified token has another (as at a first authorization). Runs before
+    /// broker_login, in its transaction, only while the group's consent is still revoked.
+    private func keepReauthorizationUserField(
+        _ connection: some PostgresQuerying, _ identity: AppleIdentity, user: AppleUserField?
+    ) throws {
+        let name = user?.name
+        let email = user?.email.flatMap { $0 == identity.email ? nil : $0 }
+        guard name?.firstName != nil || name?.lastName != nil || email != nil else { return }
         try connection.query(
             """
-            UPDATE apple_identities i SET given_name = COALESCE(\(name.firstName), i.given_name),
-                family_name = COALESCE(\(name.lastName), i.family_name)
+            UPDATE apple_identities i SET given_name = COALESCE(\(name?.firstName), i.given_name),
+                family_name = COALESCE(\(name?.lastName), i.family_name),
+                unverified_email = COALESCE(\(email), i.unverified_email)
             FROM apple_grants g
             WHERE i.team_id = \(teamID) AND i.sub = \(identity.sub) AND g.identity_id = i.id
               AND g.app_id = \(groups.group(of: identity.clientID).primary) AND g.consent = 'revoked'

@@ -29,6 +29,7 @@ package struct Housekeeping: Sendable {
     /// One round; true when the console's expired rows filled a batch (more remain).
     package func step() throws -> Bool {
         try CodeExchangeStore.prune(pool)
+        try TeamTransferStore.pruneStaged(pool)
         try EventRetention.prune(
             pool, retentionSeconds: eventRetentionSeconds, deadLetterRetentionSeconds: deadLetterRetentionSeconds)
         try WebSignInStore.prune(pool)

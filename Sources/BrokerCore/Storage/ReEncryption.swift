@@ -4,8 +4,9 @@ import PostgresClient
 
 /// `appleid-broker reencrypt`: re-seals every secret at rest with the current (first) key
 /// of `TOKEN_ENCRYPTION_KEY`, so that an older key can be removed from it: refresh and
-/// access tokens, webhook signing secrets, and authorization codes waiting in deletion
-/// requests.
+/// access tokens, webhook signing secrets, authorization codes waiting in deletion
+/// requests, and the OpenID Provider's signing keys (sql/0017; their associated data is
+/// the provider's, `oidc_signing_keys|<kid>`).
 ///
 /// Resumable and safe beside running brokers: rows are read in batches in key order, each
 /// row is opened with the key it names and its associated data, and written back only if
@@ -118,6 +119,22 @@ package struct ReEncryption: Sendable {
                 remaining: { current in
                     "SELECT count(*) AS remaining FROM deletion_requests WHERE authorization_code IS NOT NULL AND code_key_id <> \(current)"
                 }),
+            Kind(
+                name: "oidc_signing_keys",
+                select: { after, current in
+                    """
+                    SELECT kid AS id, private_key AS sealed, key_id, 'oidc_signing_keys|' || kid AS associated_data
+                    FROM oidc_signing_keys WHERE key_id <> \(current) AND kid > \(after) ORDER BY kid LIMIT \(batchSize)
+                    """
+                },
+                update: { id, sealed, keyID, old, oldKeyID in
+                    """
+                    UPDATE oidc_signing_keys SET private_key = \(sealed), key_id = \(keyID)
+                    WHERE kid = \(id) AND key_id = \(oldKeyID) AND private_key = \(old)
+                    RETURNING 1
+                    """
+                },
+                remaining: { current in "SELECT count(*) AS remaining FROM oidc_signing_keys WHERE key_id <> \(current)" }),
         ]
     }
 

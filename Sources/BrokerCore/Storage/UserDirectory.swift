@@ -46,6 +46,8 @@ package struct UserDirectory: Sendable {
         var givenName: String?
         var familyName: String?
         var transferred: Bool
+        /// A Managed Apple Account's organisation (`org_id`); nil for personal accounts.
+        var orgID: String?
         var createdAt: Date
         var lastLoginAt: Date?
         /// Per app group: the group of `clientID`, every group with a stored refresh token, and
@@ -64,7 +66,7 @@ package struct UserDirectory: Sendable {
             ]
             let optional: [(String, String?)] = [
                 ("email", email), ("unverified_email", unverifiedEmail), ("real_user_status", realUserStatus?.rawValue),
-                ("given_name", givenName), ("family_name", familyName),
+                ("given_name", givenName), ("family_name", familyName), ("org_id", orgID),
                 ("last_login_at", lastLoginAt.map(RFC3339.string(from:))),
             ]
             for case (let name, let value?) in optional { members[name] = .string(value) }
@@ -95,7 +97,7 @@ package struct UserDirectory: Sendable {
         let identities = try pool.query(
             """
             SELECT id, sub, team_id, client_id, email, email_verified, is_private_email, real_user_status,
-                   given_name, family_name, transferred_at IS NOT NULL AS transferred, created_at, last_login_at, unverified_email
+                   given_name, family_name, transferred_at IS NOT NULL AS transferred, created_at, last_login_at, unverified_email, org_id
             FROM apple_identities WHERE user_id = \(id) ORDER BY created_at
             """
         ).map { row in
@@ -117,6 +119,7 @@ package struct UserDirectory: Sendable {
                 realUserStatus: try row.decode(RealUserStatus?.self, "real_user_status"),
                 consent: current.consent, givenName: try row.decode(String?.self, "given_name"),
                 familyName: try row.decode(String?.self, "family_name"), transferred: try row.decode(Bool.self, "transferred"),
+                orgID: try row.decode(String?.self, "org_id"),
                 createdAt: try row.decode(Date.self, "created_at"), lastLoginAt: try row.decode(Date?.self, "last_login_at"),
                 apps: apps)
         }

@@ -15,7 +15,9 @@ import Workers
 /// - **import** (recipient team's credentials): each `transfer_sub` is exchanged for the
 ///   new `sub` and relay e-mail, which become a new identity of the same user; the old
 ///   identity is marked transferred and its refresh tokens retired. Users already linked (by an earlier run, or by a
-///   login during the window) are skipped, so a rerun resumes.
+///   login during the window) are skipped, so a rerun resumes. The file's lines are staged
+///   first (`transfer_staged`): a login with a `transfer_sub` the import has not reached yet
+///   joins the sender's user id, even in a database of its own.
 ///
 /// Calls are paced to `rate` per second and blocking: run it on a thread of its own.
 package struct TeamTransfer: Sendable {
@@ -158,9 +160,23 @@ package struct TeamTransfer: Sendable {
 
     // MARK: Import
 
-    /// Links every line of `path` not yet linked to its user under this team.
+    /// Writes down the lines of `path` (transfer_sub → user id) without calling Apple; returns
+    /// how many. Run on the recipient as soon as the file arrives: from then on a login
+    /// carrying one of them joins the sender's user id (protocol reference §11.6), also before
+    /// the transfer completes and the import can ask Apple.
+    package func stageFile(_ path: String) throws -> Int {
+        let (lines, _) = try Self.read(path, tolerateTornTail: false)
+        try store.stage(lines)
+        return lines.count
+    }
+
+    /// Links every line of `path` not yet linked to its user under this team (staging them
+    /// all first, as `stageFile`).
     package func importFile(_ path: String, progress: (Report) -> Void) throws -> Report {
         let (lines, _) = try Self.read(path, tolerateTornTail: false)
+        // Every line first, before any call to Apple (paced, hours for a large team): a login
+        // carrying one of these transfer_subs meanwhile joins the sender's user id, not a new user.
+        try store.stage(lines)
         var report = Report()
         report.total = lines.count
         var token = MigrationToken(apple: apple, clientID: clientID)

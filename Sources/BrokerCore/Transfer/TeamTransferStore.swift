@@ -44,6 +44,33 @@ struct TeamTransferStore: Sendable {
         try pool.query("UPDATE apple_identities SET transfer_sub = \(transferSub) WHERE id = \(identityID)")
     }
 
+    /// Writes down each line's transfer_sub → user id for logins that come before the import
+    /// reaches them (`LoginStore`), 500 a statement.
+    func stage(_ lines: [TeamTransfer.Line]) throws {
+        for start in stride(from: 0, to: lines.count, by: 500) {
+            let page = lines[start..<min(start + 500, lines.count)]
+            try pool.query(
+                """
+                INSERT INTO transfer_staged (team_id, transfer_sub, user_id)
+                SELECT \(teamID), s, u::uuid FROM unnest(\(PostgresTextArray(page.map(\.transferSub)))::text[],
+                    \(PostgresTextArray(page.map(\.userID.lowercasedString)))::text[]) AS l(s, u)
+                ON CONFLICT (team_id, transfer_sub) DO NOTHING
+                """)
+        }
+    }
+
+    /// The staged user id of a transfer_sub this team's import has not linked yet.
+    static func stagedUser(_ database: some PostgresQuerying, teamID: String, transferSub: String) throws -> UUID? {
+        try database.query(
+            "SELECT user_id FROM transfer_staged WHERE team_id = \(teamID) AND transfer_sub = \(transferSub)"
+        ).first.map { try $0.decode(UUID.self, "user_id") }
+    }
+
+    /// Staged lines outlive Apple's 60-day window by a day, then go.
+    static func pruneStaged(_ pool: PostgresPool) throws {
+        try pool.query("DELETE FROM transfer_staged WHERE staged_at < now() - interval '61 days'")
+    }
+
     /// The user already linked under this team by `transferSub`, if any.
     func owner(ofTransferSub transferSub: String) throws -> UUID? {
         try pool.query(

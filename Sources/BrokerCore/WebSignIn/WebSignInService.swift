@@ -26,12 +26,15 @@ package final class WebSignInService: Sendable {
     let store: WebSignInStore
     let login: LoginService
     let keys: TokenKeyRing
+    /// Other sign-ins whose Apple form posts come back to this callback (the OpenID Provider).
+    let continuations: [any AppleFormPostContinuation]
     private let outcomes: CounterFamily
 
     package init(
         settings: BrokerConfiguration.WebSignInSettings?, appleBaseURL: String, store: WebSignInStore, login: LoginService,
-        keys: TokenKeyRing, metrics: MetricsRegistry
+        keys: TokenKeyRing, metrics: MetricsRegistry, continuations: [any AppleFormPostContinuation] = []
     ) {
+        self.continuations = continuations
         self.settings = settings
         self.appleBaseURL = appleBaseURL
         self.store = store
@@ -107,11 +110,11 @@ package final class WebSignInService: Sendable {
         return all.count == 1 ? all.first : nil
     }
 
-    /// A state spent by an earlier callback (the Back button, a double submit).
-    private struct StateAlreadyUsed: Error {}
-
     /// Handles Apple's form post and answers where the browser goes next.
     package func callback(form fields: [String: String], browserBinding: String?) throws -> String {
+        if let state = fields["state"], let continuation = continuations.first(where: { state.hasPrefix($0.statePrefix) }) {
+            return try continuation.callback(form: fields)
+        }
         guard let settings else { throw Self.notConfigured }
         guard let stateText = fields["state"], !stateText.isEmpty else {
             // Whether Apple sends `state` with a cancel is unconfirmed (protocol reference
@@ -137,12 +140,6 @@ package final class WebSignInService: Sendable {
                 throw Self.invalidState
             }
         }
-        // Names over the login's 256-byte bound are dropped rather than failing the sign-in.
-        // Apple sends the name only once: it is saved on the identity whenever the token
-        // verifies, also when the code exchange fails (keepUserAfterFailedExchange).
-        func bounded(_ text: String?) -> String? { text.flatMap { $0.utf8.count <= 256 && !$0.isEmpty ? $0 : nil } }
-        let sent = fields["user"].flatMap { try? AppleUserField(jsonText: $0) }?.name
-        let name = sent.map { AppleUserField.Name(firstName: bounded($0.firstName), lastName: bounded($0.lastName)) }
         func finish(_ outcome: String, _ parameters: [(String, String)]) -> String {
             outcomes.increment(outcome)
             let carried = parameters + (authorization.appState.map { [("app_state", $0)] } ?? [])
@@ -157,34 +154,17 @@ package final class WebSignInService: Sendable {
         guard let idToken = fields["id_token"], let code = fields["code"], !idToken.isEmpty, !code.isEmpty else {
             return finish("invalid_request", [("error", "invalid_request")])
         }
-        // Only the name is taken from the unsigned `user`; the e-mail comes from the token.
-        var request = LoginRequest(
-            identityToken: idToken, authorizationCode: code, rawNonce: authorization.rawNonce,
-            user: name.map { AppleUserField(name: $0, email: nil) }, clientID: authorization.clientID)
-        request.redirectURI = settings.callbackURL
-        request.redirectURIIsOurs = true
-        // Spent only once Apple's token for this very state (its nonce) verified: a forged
-        // post costs no row, and a replay of a real one is refused before the code is used.
-        let store = self.store
-        let expiresAt = authorization.expiresAt
-        request.afterVerification = { _ in
-            guard try store.markUsed(state: stateText, expiresAt: expiresAt) else { throw StateAlreadyUsed() }
-        }
         let response: LoginResponse
-        do {
-            response = try login.login(request)
-        } catch is StateAlreadyUsed {
+        switch try FormPostLogin(login: login, usedStates: store).signIn(
+            idToken: idToken, code: code, userField: fields["user"], rawNonce: authorization.rawNonce,
+            clientID: authorization.clientID, callbackURL: settings.callbackURL, state: stateText,
+            stateExpiresAt: authorization.expiresAt)
+        {
+        case .signedIn(let signedIn): response = signedIn
+        case .stateAlreadyUsed:
             outcomes.increment("invalid_state")
             throw Self.invalidState
-        } catch let error as BrokerError {
-            if Self.exchangeFailures.contains(error.code) {
-                // The token verified but the code could not be exchanged: still keep the user
-                // and the name Apple will not send again; the app can simply retry.
-                _ = try? login.keepUserAfterFailedExchange(request)
-            }
-            return finish(error.code.rawValue, [("error", error.code.rawValue)])
-        } catch let rejection as TokenRejection {
-            return finish(rejection.code.rawValue, [("error", rejection.code.rawValue)])
+        case .failed(let code, _, _): return finish(code, [("error", code)])
         }
         let result = try store.createResult(
             response.json, clientID: authorization.clientID, userID: response.userID.uuidString.lowercased(),
@@ -206,18 +186,18 @@ package final class WebSignInService: Sendable {
     }
 
     /// The errors Apple's authorization page reports (OAuth 2.0 §4.1.2.1 and Apple's cancel).
-    static let appleErrors: Set<String> = [
+    package static let appleErrors: Set<String> = [
         "user_cancelled_authorize", "access_denied", "invalid_request", "invalid_client", "invalid_scope",
         "unsupported_response_type", "unauthorized_client", "server_error", "temporarily_unavailable",
     ]
 
     /// Login problems that come after the identity token verified: Apple could not exchange the code.
-    static let exchangeFailures: Set<BrokerError.Code> = [
+    package static let exchangeFailures: Set<BrokerError.Code> = [
         .authorizationCodeInvalid, .appleClientRejected, .appleResponseInvalid, .appleUnavailable,
     ]
 
     /// A query string, with spaces as %20 (Apple's documented form for `scope`).
-    static func query(_ fields: [(String, String)]) -> String {
+    package static func query(_ fields: [(String, String)]) -> String {
         fields.map { FormEncoding.escape($0.0) + "=" + FormEncoding.escape($0.1).replacingOccurrences(of: "+", with: "%20") }
             .joined(separator: "&")
     }

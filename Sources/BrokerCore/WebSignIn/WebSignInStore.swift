@@ -12,7 +12,7 @@ package struct WebSignInStore: Sendable {
     package init(pool: PostgresPool) { self.pool = pool }
 
     /// Remembers `state` as used until it expires; false when it was used already.
-    func markUsed(state: String, expiresAt: Int) throws -> Bool {
+    package func markUsed(state: String, expiresAt: Int) throws -> Bool {
         let rows = try pool.query(
             """
             INSERT INTO web_used_states (state_hash, expires_at) VALUES (\(SHA256.hexHash(state)), to_timestamp(\(expiresAt)))

@@ -82,9 +82,12 @@ struct ConsoleGate {
                         guard ConstantTime.equals(sent, Array(session.csrfToken.utf8)) else { throw ConsoleRefusal.csrf }
                     }
                     if route.stepUp, session.authTime.timeIntervalSinceNow < -Double(stepUpSeconds) {
-                        let back =
-                            http.method == .get ? http.path : (route.page == .createDeletion ? "/deletions/new" : http.path)
-                        return Layout.redirect("/step-up?next=" + Self.percentEncoded(back))
+                        if http.method == .get { return Layout.redirect("/step-up?next=" + Self.percentEncoded(http.path)) }
+                        // A form's POST answered by a redirect that ends at the identity provider breaks
+                        // `form-action 'self'` (Chromium applies it to the whole redirect chain): answer a
+                        // page that moves on to the step-up by a GET instead.
+                        let back = route.page == .createDeletion ? "/deletions/new" : http.path
+                        return Layout.moveOn(to: "/step-up?next=" + Self.percentEncoded(back), session: session)
                     }
                 }
                 return try page(request)

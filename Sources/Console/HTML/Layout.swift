@@ -72,6 +72,17 @@ enum Layout {
         return response
     }
 
+    /// A 200 page that moves on to `location` by itself (a meta refresh, which CSP does not
+    /// govern) and offers a link: for where a 303 would break `form-action` or a Strict cookie.
+    static func moveOn(to location: String, session: ConsoleSession?, title: String = "Sign in again to continue")
+        -> HTTPResponse
+    {
+        page(
+            title, session: session,
+            head: "<meta http-equiv=\"refresh\" content=\"0;url=\(location)\">",
+            "<p>This action needs a recent sign-in. <a href=\"\(location)\">Continue</a></p>")
+    }
+
     static func redirect(_ location: String, cookie: String? = nil) -> HTTPResponse {
         var response = HTTPResponse(status: 303, headers: ["Location": location])
         if let cookie { response.headers.add("Set-Cookie", cookie) }
@@ -90,6 +101,7 @@ enum Layout {
         table { border-collapse: collapse; width: 100%; margin: 1em 0; }
         caption { text-align: left; font-weight: 600; padding: .3em 0; }
         th, td { text-align: left; padding: .35em .6em; border-bottom: 1px solid var(--line); vertical-align: top; }
+        td a { display: inline-block; min-height: 24px; min-width: 24px; padding: .15em 0; } /* WCAG 2.5.8 target size */
         dl { display: grid; grid-template-columns: max-content 1fr; gap: .3em 1.2em; }
         dt { font-weight: 600; }
         dd { margin: 0; }

@@ -14,14 +14,16 @@ enum DeletionWords {
         }
     }
 
+    /// A step is named as the action it tried; its outcome column says how it went, so a
+    /// revocation Apple refused never reads as "revoked" beside "will retry".
     static func step(_ step: DeletionStep) -> String {
         switch step {
-        case .codeExchange: "Authorization code exchanged at Apple"
-        case .revoke: "Refresh token revoked at Apple"
-        case .revokeAccessToken: "Access token revoked at Apple"
+        case .codeExchange: "Exchange the authorization code at Apple"
+        case .revoke: "Revoke the refresh token at Apple"
+        case .revokeAccessToken: "Revoke the access token at Apple"
         case .revokeSkipped: "Revocation skipped (Apple deleted the account itself)"
         case .nothingToRevoke: "No token to revoke"
-        case .purge: "Account data purged"
+        case .purge: "Purge the account data"
         }
     }
 

@@ -1,0 +1,188 @@
+import AppleID
+import BrokerCore
+import BrokerCrypto
+import Foundation
+import HTTPClient
+import Observability
+
+/// The authorization endpoint and its return from Apple (OpenID Connect Core §3.1.2, RFC 7636,
+/// RFC 9207, RFC 9700): checks the RP's request, sends the browser to Apple with the broker's
+/// own state and nonce, and, on Apple's form post, signs the user in as the web sign-in does
+/// (identity token and nonce verified, Apple's code exchanged and its refresh token stored, the
+/// first authorization's name kept), then redirects to the RP with a one-time code.
+package final class AuthorizationService: AppleFormPostContinuation {
+    let settings: BrokerConfiguration.OpenIDProviderSettings
+    let appleBaseURL: String
+    let clients: ClientStore
+    let grants: GrantStore
+    let login: LoginService
+    let usedStates: WebSignInStore
+    let keys: TokenKeyRing
+    private let outcomes: CounterFamily
+
+    package init(
+        settings: BrokerConfiguration.OpenIDProviderSettings, appleBaseURL: String, clients: ClientStore, grants: GrantStore,
+        login: LoginService, usedStates: WebSignInStore, keys: TokenKeyRing, metrics: MetricsRegistry
+    ) {
+        self.settings = settings
+        self.appleBaseURL = appleBaseURL
+        self.clients = clients
+        self.grants = grants
+        self.login = login
+        self.usedStates = usedStates
+        self.keys = keys
+        outcomes = metrics.counter(
+            "oidc_authorizations_total",
+            help: "OpenID sign-ins returning from Apple, by outcome: success or the error sent to the RP.",
+            labels: ["outcome"])
+    }
+
+    package var statePrefix: String { PendingAuthorization.prefix }
+
+    /// What the authorize endpoint answers.
+    package enum Outcome: Sendable, Equatable {
+        /// Send the browser here (Apple, or the RP with an error).
+        case redirect(String)
+        /// No trustworthy redirect URI: a page, never a redirect (RFC 6749 §4.1.2.1).
+        case page(status: Int, title: String, message: String)
+    }
+
+    /// Checks an authorization request (its query parameters).
+    package func authorize(_ query: [String: String]) throws -> Outcome {
+        guard let clientID = query["client_id"], !clientID.isEmpty, let client = try clients.find(clientID) else {
+            return .page(
+                status: 400, title: "Unknown application",
+                message: "The application asking you to sign in is not registered here.")
+        }
+        guard let redirectURI = query["redirect_uri"], RedirectURIRule.matches(redirectURI, client.metadata.redirectURIs)
+        else {
+            return .page(
+                status: 400, title: "Sign-in cannot continue",
+                message: "The application's redirect_uri is not registered. Tell the application's team.")
+        }
+        let state = query["state"]
+        func refuse(_ error: String, _ description: String) -> Outcome {
+            .redirect(respond(to: redirectURI, [("error", error), ("error_description", description)], state: state))
+        }
+        if let state, state.utf8.count > ProviderPolicy.maximumStateBytes {
+            return .redirect(
+                respond(
+                    to: redirectURI, [("error", "invalid_request"), ("error_description", "state is longer than 512 bytes")],
+                    state: nil))
+        }
+        guard let responseType = query["response_type"] else { return refuse("invalid_request", "response_type is required") }
+        guard responseType == "code" else {
+            return refuse("unsupported_response_type", "only the authorization code flow (response_type=code)")
+        }
+        if let mode = query["response_mode"], mode != "query" { return refuse("invalid_request", "response_mode: query only") }
+        if query["request"] != nil || query["request_uri"] != nil {
+            return refuse(
+                query["request"] != nil ? "request_not_supported" : "request_uri_not_supported",
+                "request objects are not supported")
+        }
+        var scopes = (query["scope"] ?? "").split(separator: " ").map(String.init)
+        // OpenID Connect Core §11: offline_access that cannot be granted is ignored, not refused
+        // (RPs such as oauth2-proxy ask for it whatever the registration says).
+        if !client.metadata.grantTypes.contains("refresh_token") || !client.metadata.scopes.contains("offline_access") {
+            scopes.removeAll { $0 == "offline_access" }
+        }
+        guard scopes.contains("openid") else { return refuse("invalid_scope", "scope must contain openid") }
+        guard Set(scopes).isSubset(of: client.metadata.scopes) else {
+            return refuse("invalid_scope", "scope may hold only " + client.metadata.scope)
+        }
+        let nonce = query["nonce"]
+        if let nonce, nonce.isEmpty || nonce.utf8.count > ProviderPolicy.maximumNonceBytes {
+            return refuse("invalid_request", "nonce: 1 to 256 bytes")
+        }
+        let challenge = query["code_challenge"]
+        if let challenge {
+            // RFC 7636 §4.2: 43 to 128 characters; S256 only (RFC 9700 §2.1.1: plain refused).
+            guard query["code_challenge_method"] == "S256" else {
+                return refuse("invalid_request", "code_challenge_method must be S256")
+            }
+            guard (43...128).contains(challenge.utf8.count),
+                challenge.utf8.allSatisfy({
+                    $0 < 128
+                        && (Character(Unicode.Scalar($0)).isLetter || Character(Unicode.Scalar($0)).isNumber
+                            || "-._~".utf8.contains($0))
+                })
+            else { return refuse("invalid_request", "code_challenge must be 43 to 128 URL-safe characters") }
+        } else if client.metadata.isPublic {
+            return refuse("invalid_request", "public clients must send a PKCE code_challenge (S256)")
+        } else if query["code_challenge_method"] != nil {
+            return refuse("invalid_request", "code_challenge_method without code_challenge")
+        }
+        // The broker keeps no session of its own: every sign-in is Apple's interactive page.
+        if (query["prompt"] ?? "").split(separator: " ").contains("none") {
+            return refuse("login_required", "the user must sign in with Apple")
+        }
+        let appleNonce = Base64URL.encode(SecureRandom.bytes(32))
+        let pending = PendingAuthorization(
+            clientID: client.clientID, redirectURI: redirectURI, state: state, nonce: nonce, codeChallenge: challenge,
+            scope: scopes.joined(separator: " "), appleNonce: appleNonce,
+            expiresAt: Int(Date().timeIntervalSince1970) + ProviderPolicy.stateLifetimeSeconds)
+        // Apple's name and email scopes only when the RP asked for the matching claims; with
+        // any scope Apple requires response_mode=form_post (TN3107).
+        let appleScopes = (scopes.contains("profile") ? ["name"] : []) + (scopes.contains("email") ? ["email"] : [])
+        var parameters: [(String, String)] = [
+            ("client_id", settings.appleClientID), ("redirect_uri", settings.callbackURL),
+            ("response_type", "code id_token"), ("response_mode", "form_post"),
+        ]
+        if !appleScopes.isEmpty { parameters.append(("scope", appleScopes.joined(separator: " "))) }
+        parameters += [("state", try pending.sealed(with: keys)), ("nonce", SHA256.hexHash(appleNonce))]
+        return .redirect(appleBaseURL + "/auth/authorize?" + WebSignInService.query(parameters))
+    }
+
+    /// The redirect to the RP: its parameters, its `state` and our `iss` (RFC 9207).
+    func respond(to redirectURI: String, _ parameters: [(String, String)], state: String?) -> String {
+        let all = parameters + (state.map { [("state", $0)] } ?? []) + [("iss", settings.issuer)]
+        return redirectURI + (redirectURI.contains("?") ? "&" : "?") + WebSignInService.query(all)
+    }
+
+    /// Apple's form post for one of our states: where the browser goes next.
+    package func callback(form fields: [String: String]) throws -> String {
+        guard let text = fields["state"], let pending = PendingAuthorization.open(text, keys: keys), !pending.isExpired,
+            let client = try clients.find(pending.clientID),
+            RedirectURIRule.matches(pending.redirectURI, client.metadata.redirectURIs)
+        else { throw BrokerError(.invalidState, "the state is unknown, already used or expired") }
+        func finish(_ outcome: String, _ parameters: [(String, String)]) -> String {
+            outcomes.increment(outcome)
+            return respond(to: pending.redirectURI, parameters, state: pending.state)
+        }
+        if let error = fields["error"] {
+            // The user cancelled at Apple (`user_cancelled_authorize`), or Apple refused.
+            return finish(
+                "access_denied",
+                [
+                    ("error", "access_denied"),
+                    (
+                        "error_description",
+                        error == "user_cancelled_authorize" ? "the user cancelled" : "Apple refused the sign-in"
+                    ),
+                ])
+        }
+        guard let idToken = fields["id_token"], let code = fields["code"], !idToken.isEmpty, !code.isEmpty else {
+            return finish("invalid_request", [("error", "server_error"), ("error_description", "Apple's answer was incomplete")])
+        }
+        let response: LoginResponse
+        switch try FormPostLogin(login: login, usedStates: usedStates).signIn(
+            idToken: idToken, code: code, userField: fields["user"], rawNonce: pending.appleNonce,
+            clientID: settings.appleClientID, callbackURL: settings.callbackURL, state: text, stateExpiresAt: pending.expiresAt)
+        {
+        case .signedIn(let signedIn): response = signedIn
+        case .stateAlreadyUsed:
+            outcomes.increment("invalid_state")
+            throw BrokerError(.invalidState, "the state is unknown, already used or expired")
+        case .failed(let code, let rejected, let brokerCode):
+            if rejected {
+                return finish(code, [("error", "access_denied"), ("error_description", "Apple's answer was refused")])
+            }
+            let error = brokerCode == .appleUnavailable ? "temporarily_unavailable" : "server_error"
+            return finish(code, [("error", error), ("error_description", "the sign-in with Apple failed")])
+        }
+        let issued = try grants.createCode(
+            clientID: client.clientID, userID: response.userID, scope: pending.scope, redirectURI: pending.redirectURI,
+            codeChallenge: pending.codeChallenge, nonce: pending.nonce)
+        return finish("success", [("code", issued)])
+    }
+}

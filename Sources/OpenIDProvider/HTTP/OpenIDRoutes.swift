@@ -1,0 +1,178 @@
+import BrokerCore
+import HTTPClient
+import HTTPServer
+import StrictJSON
+
+/// The provider's endpoints, under the issuer's path, plus the admin API's
+/// `/v1/oidc-clients` (scope `admin`). OAuth endpoints answer OAuth errors as JSON
+/// (RFC 6749 §5.2), not problem documents: that is what relying parties parse.
+enum OpenIDRoutes {
+    static func register(
+        on router: inout Router, provider: OpenIDProvider, authorizeAdmin: @escaping @Sendable (HTTPRequest) throws -> String,
+        perAddress: RateLimiter
+    ) {
+        let endpoints = provider.endpoints
+        let discovery = provider.discoveryDocument
+        let metadata: HTTPHandler = { _ in
+            var response = HTTPResponse.json(discovery)
+            response.headers.set("Cache-Control", "public, max-age=3600")
+            response.headers.set("Access-Control-Allow-Origin", "*")
+            return response
+        }
+        router.get(endpoints.path(Endpoints.discovery), metadata)
+        router.get(endpoints.path(Endpoints.authorizationServer), metadata)
+        // RFC 8414 §3.1: for an issuer with a path, the metadata also sits at the well-known path's end.
+        if !endpoints.pathPrefix.isEmpty { router.get(Endpoints.authorizationServer + endpoints.pathPrefix, metadata) }
+        router.get(endpoints.path(Endpoints.jwks)) { _ in
+            var response = HTTPResponse(
+                status: 200, headers: ["Content-Type": "application/jwk-set+json"], body: try provider.keys.jwks())
+            // Short enough that a rotated-in key is seen long before it signs (OIDC_KEY_PREPUBLISH_SECONDS).
+            response.headers.set("Cache-Control", "public, max-age=300")
+            response.headers.set("Access-Control-Allow-Origin", "*")
+            return response
+        }
+        // OpenID Connect Core §3.1.2.1: GET and POST (form) alike.
+        let authorize: HTTPHandler = { request in
+            let parameters =
+                request.method == .post ? FormEncoding.fields(String(decoding: request.body, as: UTF8.self)) : request.query
+            switch try provider.authorization.authorize(parameters) {
+            case .redirect(let location):
+                return HTTPResponse(
+                    status: 302, headers: ["Location": location, "Cache-Control": "no-store", "Referrer-Policy": "no-referrer"])
+            case .page(let status, let title, let message):
+                return HTMLPage.response(status: status, title: title, message: message, link: nil)
+            }
+        }
+        router.group(AddressBudget(perAddress)) { router in
+            router.get(endpoints.path(Endpoints.authorize), authorize)
+            router.post(endpoints.path(Endpoints.authorize), authorize)
+        }
+        // Outsiders' refusals (bad client credentials, unknown tokens) are budgeted per address:
+        // each one costs a database lookup. Successes are never charged.
+        router.group(AddressBudget(perAddress, charge: .failures)) { router in
+            router.post(endpoints.path(Endpoints.token)) { request in
+                try oauth {
+                    var response = HTTPResponse.json(try provider.tokens.token(request, form: try form(request)))
+                    response.headers.set("Cache-Control", "no-store")
+                    response.headers.set("Pragma", "no-cache")
+                    return response
+                }
+            }
+            router.post(endpoints.path(Endpoints.revocation)) { request in
+                try oauth {
+                    try provider.tokens.revoke(request, form: try form(request))
+                    return HTTPResponse(status: 200, headers: ["Cache-Control": "no-store"])
+                }
+            }
+            let userinfo: HTTPHandler = { request in
+                // RFC 6750 §2.1 (header) or §2.2 (a POST's form body); §3.1: no token, no
+                // error code; a bad one, invalid_token.
+                let formToken =
+                    request.method == .post && request.mediaType == "application/x-www-form-urlencoded"
+                    ? FormEncoding.fields(String(decoding: request.body, as: UTF8.self))["access_token"] : nil
+                guard let token = request.bearerToken ?? formToken else {
+                    return HTTPResponse(status: 401, headers: ["WWW-Authenticate": "Bearer", "Cache-Control": "no-store"])
+                }
+                guard let claims = try provider.tokens.userinfo(accessToken: token) else {
+                    return HTTPResponse(
+                        status: 401,
+                        headers: [
+                            "WWW-Authenticate":
+                                "Bearer error=\"invalid_token\", error_description=\"the access token is not valid\"",
+                            "Cache-Control": "no-store",
+                        ])
+                }
+                var response = HTTPResponse.json(claims)
+                response.headers.set("Cache-Control", "no-store")
+                return response
+            }
+            router.get(endpoints.path(Endpoints.userinfo), userinfo)
+            router.post(endpoints.path(Endpoints.userinfo), userinfo)
+        }
+        router.post(endpoints.path(Endpoints.registration)) { request in
+            let actor = try authorizeAdmin(request)
+            return try oauth {
+                let metadata = try ClientMetadata(json: try request.jsonObject(), logoutURI: provider.checkLogoutURI)
+                let (client, secret) = try provider.clients.create(metadata, createdBy: actor)
+                guard case .object(var members) = client.json else { preconditionFailure("a client is a JSON object") }
+                if let secret { members["client_secret"] = .string(secret) }
+                var response = HTTPResponse.json(.object(members), status: 201)
+                response.headers.set("Cache-Control", "no-store")
+                return response
+            }
+        }
+        // The admin API: read and delete registrations.
+        let admin: (@escaping HTTPHandler) -> HTTPHandler = { handler in
+            { request in
+                _ = try authorizeAdmin(request)
+                return try handler(request)
+            }
+        }
+        router.get(
+            "/v1/oidc-clients",
+            admin { _ in .json(.object(["clients": .array(try provider.clients.list().map(\.json))])) })
+        router.get(
+            "/v1/oidc-clients/{id}",
+            admin { request in
+                guard let client = try provider.clients.find(try request.parameter("id")) else {
+                    throw Problem.notFound(path: request.path)
+                }
+                return .json(client.json)
+            })
+        router.delete(
+            "/v1/oidc-clients/{id}",
+            admin { request in
+                guard try provider.clients.delete(try request.parameter("id")) else { throw Problem.notFound(path: request.path) }
+                return .noContent
+            })
+        registerLogoutDeliveries(on: &router, store: provider.logoutDeliveries, admin: admin)
+    }
+
+    /// The admin API over Back-Channel Logout deliveries: visible and re-drivable like webhook deliveries.
+    static func registerLogoutDeliveries(
+        on router: inout Router, store: LogoutDeliveryStore, admin: (@escaping HTTPHandler) -> HTTPHandler
+    ) {
+        router.get(
+            "/v1/oidc-logout-deliveries",
+            admin { request in
+                let state = request.query["state"]
+                if let state, !["pending", "delivered", "failed"].contains(state) {
+                    throw BrokerError.invalidRequest("state is pending, delivered or failed")
+                }
+                let limit = request.query["limit"].flatMap(Int.init) ?? 100
+                guard (1...1000).contains(limit) else { throw BrokerError.invalidRequest("limit is 1 to 1000") }
+                return .json(.object(["deliveries": .array(try store.list(state: state, limit: limit))]))
+            })
+        router.post(
+            "/v1/oidc-logout-deliveries/{id}/retry",
+            admin { request in
+                guard let id = Int64(try request.parameter("id")), try store.retry(id) else {
+                    throw Problem.notFound(path: request.path)
+                }
+                return .noContent
+            })
+    }
+
+    /// Runs an OAuth endpoint: its refusals become OAuth error answers.
+    static func oauth(_ body: () throws -> HTTPResponse) rethrows -> HTTPResponse {
+        do {
+            return try body()
+        } catch let error as OAuthError {
+            return error.response
+        } catch let failure as ClientAuthenticationFailure {
+            return failure.response
+        } catch is JSONFieldError {
+            return OAuthError.invalidClientMetadata("the body is not valid client metadata").response
+        } catch let problem as Problem where problem.status == 400 || problem.status == 415 {
+            return OAuthError.invalidRequest(problem.detail ?? problem.title).response
+        }
+    }
+
+    /// The form body of a token or revocation request.
+    static func form(_ request: HTTPRequest) throws -> [String: String] {
+        guard request.mediaType == "application/x-www-form-urlencoded" else {
+            throw OAuthError.invalidRequest("the body must be application/x-www-form-urlencoded")
+        }
+        return FormEncoding.fields(String(decoding: request.body, as: UTF8.self))
+    }
+}

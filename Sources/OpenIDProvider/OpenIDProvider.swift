@@ -1,0 +1,83 @@
+import BrokerCore
+import HTTPServer
+import Observability
+import PostgresClient
+import StrictJSON
+
+/// The OpenID Provider (issue 27): Sign in with Apple for every standard OpenID Connect
+/// relying party. One folder per job: Configuration/ (endpoints, lifetimes, errors), Keys/
+/// (RS256 keys in PostgreSQL), Clients/ (RFC 7591 registrations), Authorization/ (the
+/// authorize endpoint and Apple's form post), Tokens/ (grants, codes, tokens, userinfo),
+/// Logout/ (Back-Channel Logout deliveries), HTTP/ (routes). It uses BrokerCore's services (login, the web callback's seam); BrokerCore
+/// never imports it.
+package final class OpenIDProvider: Sendable {
+    package let endpoints: Endpoints
+    package let authorization: AuthorizationService
+    let tokens: TokenService
+    package let clients: ClientStore
+    package let keys: SigningKeys
+    let logoutDeliveries: LogoutDeliveryStore
+    /// The webhook address rules, for `backchannel_logout_uri`.
+    let checkLogoutURI: @Sendable (String) throws -> String
+
+    /// Builds the provider and makes its first signing key when there is none.
+    package init(
+        settings: BrokerConfiguration.OpenIDProviderSettings, appleBaseURL: String, pool: PostgresPool,
+        tokenKeys: TokenKeyRing, login: LoginService, groups: AppGroups, metrics: MetricsRegistry, allowPrivateNetworks: Bool
+    ) throws {
+        endpoints = Endpoints(issuer: settings.issuer)
+        let store = SigningKeyStore(pool: pool, tokenKeys: tokenKeys)
+        try store.ensureKey()
+        keys = SigningKeys(store: store)
+        clients = ClientStore(pool: pool)
+        logoutDeliveries = LogoutDeliveryStore(pool: pool)
+        let grants = GrantStore(pool: pool, appID: groups.group(of: settings.appleClientID).primary)
+        authorization = AuthorizationService(
+            settings: settings, appleBaseURL: appleBaseURL, clients: clients, grants: grants, login: login,
+            usedStates: WebSignInStore(pool: pool), keys: tokenKeys, metrics: metrics)
+        tokens = TokenService(issuer: settings.issuer, clients: clients, grants: grants, keys: keys, metrics: metrics)
+        checkLogoutURI = { try WebhookSubscriptionStore.validate(url: $0, allowPrivateNetworks: allowPrivateNetworks) }
+    }
+
+    /// Adds the provider's routes.
+    /// - Parameter authorizeAdmin: checks an admin-scope API key (RFC 7591's initial access
+    ///   token); returns the actor recorded with a registration.
+    package func register(
+        on router: inout Router, authorizeAdmin: @escaping @Sendable (HTTPRequest) throws -> String, perAddress: RateLimiter
+    ) {
+        OpenIDRoutes.register(on: &router, provider: self, authorizeAdmin: authorizeAdmin, perAddress: perAddress)
+    }
+
+    /// OpenID Connect Discovery 1.0 §3 and RFC 8414 §2 (one document).
+    var discoveryDocument: JSONValue {
+        func strings(_ values: [String]) -> JSONValue { .array(values.map(JSONValue.string)) }
+        return .object([
+            "issuer": .string(endpoints.issuer),
+            "authorization_endpoint": .string(endpoints.url(Endpoints.authorize)),
+            "token_endpoint": .string(endpoints.url(Endpoints.token)),
+            "userinfo_endpoint": .string(endpoints.url(Endpoints.userinfo)),
+            "jwks_uri": .string(endpoints.url(Endpoints.jwks)),
+            "registration_endpoint": .string(endpoints.url(Endpoints.registration)),
+            "revocation_endpoint": .string(endpoints.url(Endpoints.revocation)),
+            "response_types_supported": strings(["code"]),
+            "response_modes_supported": strings(["query"]),
+            "grant_types_supported": strings(["authorization_code", "refresh_token"]),
+            "subject_types_supported": strings(["public"]),
+            "id_token_signing_alg_values_supported": strings(["RS256"]),
+            "code_challenge_methods_supported": strings(["S256"]),
+            "token_endpoint_auth_methods_supported": strings(["client_secret_basic", "client_secret_post", "none"]),
+            "revocation_endpoint_auth_methods_supported": strings(["client_secret_basic", "client_secret_post", "none"]),
+            "scopes_supported": strings(["openid", "email", "profile", "offline_access"]),
+            "claims_supported": strings([
+                "iss", "sub", "aud", "iat", "exp", "auth_time", "nonce", "at_hash", "sid", "email", "email_verified",
+                "is_private_email", "email_forwarding", "name", "given_name", "family_name",
+            ]),
+            "prompt_values_supported": strings(["none", "login", "consent"]),
+            "authorization_response_iss_parameter_supported": .bool(true),
+            "backchannel_logout_supported": .bool(true),
+            "backchannel_logout_session_supported": .bool(true),
+            "request_parameter_supported": .bool(false),
+            "request_uri_parameter_supported": .bool(false),
+        ])
+    }
+}

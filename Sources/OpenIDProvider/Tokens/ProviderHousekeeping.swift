@@ -1,0 +1,26 @@
+import PostgresClient
+
+/// Keeps the provider's tables bounded (the `sweep` role runs it every few minutes): spent
+/// codes and tokens, finished grants, old logout deliveries.
+package struct ProviderHousekeeping: Sendable {
+    let grants: GrantStore
+    let logouts: LogoutDeliveryStore
+    let retentionSeconds: Int
+    let deadLetterRetentionSeconds: Int
+
+    /// - Parameters: the webhook delivery retention settings, which logout deliveries follow.
+    package init(pool: PostgresPool, retentionSeconds: Int, deadLetterRetentionSeconds: Int) {
+        // The app id only matters for claims; pruning reads no identity.
+        grants = GrantStore(pool: pool, appID: "")
+        logouts = LogoutDeliveryStore(pool: pool)
+        self.retentionSeconds = retentionSeconds
+        self.deadLetterRetentionSeconds = deadLetterRetentionSeconds
+    }
+
+    /// One pass; never more to do at once (a worker step).
+    package func step() throws -> Bool {
+        try grants.prune()
+        try logouts.prune(retentionSeconds: retentionSeconds, deadLetterRetentionSeconds: deadLetterRetentionSeconds)
+        return false
+    }
+}

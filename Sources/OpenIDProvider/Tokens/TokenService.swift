@@ -1,0 +1,159 @@
+import BrokerCrypto
+import Foundation
+import HTTPServer
+import Observability
+import StrictJSON
+
+/// The token, userinfo and revocation endpoints (OpenID Connect Core §3.1.3 and §5.3,
+/// RFC 6749 §4.1.3 and §6, RFC 7636 §4.6, RFC 7009). Every refusal is an OAuth error.
+package struct TokenService: Sendable {
+    let issuer: String
+    let grants: GrantStore
+    let keys: SigningKeys
+    let authentication: ClientAuthentication
+    private let outcomes: CounterFamily
+
+    package init(issuer: String, clients: ClientStore, grants: GrantStore, keys: SigningKeys, metrics: MetricsRegistry) {
+        self.issuer = issuer
+        self.grants = grants
+        self.keys = keys
+        authentication = ClientAuthentication(clients: clients)
+        outcomes = metrics.counter(
+            "oidc_token_requests_total", help: "Token endpoint requests by grant type and outcome: success or the OAuth error.",
+            labels: ["grant_type", "outcome"])
+    }
+
+    /// `POST /token` with its form fields.
+    func token(_ request: HTTPRequest, form: [String: String]) throws -> JSONValue {
+        // Only the known grant types label the metric: a caller cannot invent labels.
+        let grantType =
+            ["authorization_code", "refresh_token"].contains(form["grant_type"] ?? "") ? form["grant_type"]! : "other"
+        do {
+            let client = try authentication.authenticate(request, form: form)
+            let answer: JSONValue
+            switch form["grant_type"] {
+            case "authorization_code": answer = try exchange(form, client: client)
+            case "refresh_token": answer = try refresh(form, client: client)
+            case nil: throw OAuthError.invalidRequest("grant_type is required")
+            default: throw OAuthError("unsupported_grant_type", "authorization_code or refresh_token")
+            }
+            outcomes.increment(grantType, "success")
+            return answer
+        } catch let error as OAuthError {
+            outcomes.increment(grantType, error.code)
+            throw error
+        } catch let failure as ClientAuthenticationFailure {
+            outcomes.increment(grantType, "invalid_client")
+            throw failure
+        }
+    }
+
+    private func exchange(_ form: [String: String], client: ClientStore.Client) throws -> JSONValue {
+        guard let code = form["code"], !code.isEmpty, code.utf8.count <= 256 else {
+            throw OAuthError.invalidRequest("code is required")
+        }
+        guard let redirectURI = form["redirect_uri"] else { throw OAuthError.invalidRequest("redirect_uri is required") }
+        let verifier = form["code_verifier"]
+        if let verifier, !(43...128).contains(verifier.utf8.count) {
+            throw OAuthError.invalidRequest("code_verifier must be 43 to 128 characters")
+        }
+        switch try grants.redeem(code: code) {
+        case .unknown, .expired: throw OAuthError.invalidGrant("the code is unknown or expired")
+        case .spent: throw OAuthError.invalidGrant("the code was used already; the tokens it gave are revoked")
+        case .found(let grant, let clientID, let boundRedirect, let challenge, let nonce):
+            guard clientID == client.clientID else { throw OAuthError.invalidGrant("the code was issued to another client") }
+            guard redirectURI == boundRedirect else {
+                throw OAuthError.invalidGrant("redirect_uri differs from the authorization request's")
+            }
+            switch (challenge, verifier) {
+            case (let challenge?, let verifier?):
+                guard ConstantTime.equals(Array(Base64URL.encode(SHA256.hash(verifier)).utf8), Array(challenge.utf8)) else {
+                    throw OAuthError.invalidGrant("code_verifier does not match the code_challenge")
+                }
+            case (.some, nil): throw OAuthError.invalidGrant("code_verifier is required (PKCE)")
+            // RFC 9700 §2.1.1: a verifier for a code issued without a challenge is a downgrade attempt.
+            case (nil, .some): throw OAuthError.invalidGrant("the authorization request carried no code_challenge")
+            case (nil, nil): break
+            }
+            return try answer(grant, client: client, nonce: nonce)
+        }
+    }
+
+    private func refresh(_ form: [String: String], client: ClientStore.Client) throws -> JSONValue {
+        guard client.metadata.grantTypes.contains("refresh_token") else {
+            throw OAuthError("unauthorized_client", "this client did not register the refresh_token grant")
+        }
+        guard let token = form["refresh_token"], !token.isEmpty, token.utf8.count <= 256 else {
+            throw OAuthError.invalidRequest("refresh_token is required")
+        }
+        switch try grants.useRefreshToken(token, clientID: client.clientID) {
+        case .unknown: throw OAuthError.invalidGrant("the refresh token is unknown, expired or revoked")
+        case .reused: throw OAuthError.invalidGrant("the refresh token was used already; the grant is ended")
+        case .found(let grant):
+            if let scope = form["scope"], !Set(scope.split(separator: " ").map(String.init)).isSubset(of: grant.scopes) {
+                throw OAuthError("invalid_scope", "a refresh cannot widen the scope")
+            }
+            return try answer(grant, client: client, nonce: nil)
+        }
+    }
+
+    /// Tokens for a grant: access token, ID token, and a refresh token with offline_access.
+    private func answer(_ grant: GrantStore.Grant, client: ClientStore.Client, nonce: String?) throws -> JSONValue {
+        let offline = grant.scopes.contains("offline_access") && client.metadata.grantTypes.contains("refresh_token")
+        let tokens = try grants.issueTokens(grantID: grant.id, refresh: offline)
+        let now = Int64(Date().timeIntervalSince1970)
+        var claims: [String: JSONValue] = [
+            "iss": .string(issuer), "sub": .string(grant.userID.uuidString.lowercased()), "aud": .string(client.clientID),
+            "iat": .integer(now), "exp": .integer(now + Int64(ProviderPolicy.idTokenLifetimeSeconds)),
+            "auth_time": .integer(Int64(grant.authTime.timeIntervalSince1970)), "sid": .string(grant.sid),
+            // OpenID Connect Core §3.1.3.6: the left half of the access token's SHA-256.
+            "at_hash": .string(Base64URL.encode(Array(SHA256.hash(tokens.access).prefix(16)))),
+        ]
+        if let nonce { claims["nonce"] = .string(nonce) }
+        try claims.merge(profileClaims(grant)) { $1 }
+        var members: [String: JSONValue] = [
+            "access_token": .string(tokens.access), "token_type": "Bearer",
+            "expires_in": .integer(Int64(ProviderPolicy.accessTokenLifetimeSeconds)),
+            "id_token": .string(try keys.sign(claims)), "scope": .string(grant.scope),
+        ]
+        if let refresh = tokens.refresh { members["refresh_token"] = .string(refresh) }
+        return .object(members)
+    }
+
+    /// The claims `email` and `profile` give, from the user's identity as it is now.
+    private func profileClaims(_ grant: GrantStore.Grant) throws -> [String: JSONValue] {
+        let scopes = grant.scopes
+        guard scopes.contains("email") || scopes.contains("profile"), let identity = try grants.identity(of: grant.userID)
+        else { return [:] }
+        var claims: [String: JSONValue] = [:]
+        if scopes.contains("email"), let email = identity.email {
+            claims["email"] = .string(email)
+            claims["email_verified"] = .bool(identity.emailVerified)
+            claims["is_private_email"] = .bool(identity.isPrivateEmail)
+            // Apple's email-disabled / email-enabled (a relay address that no longer forwards).
+            claims["email_forwarding"] = .string(identity.emailForwarding)
+        }
+        if scopes.contains("profile") {
+            if let given = identity.givenName { claims["given_name"] = .string(given) }
+            if let family = identity.familyName { claims["family_name"] = .string(family) }
+            let name = [identity.givenName, identity.familyName].compactMap { $0 }.joined(separator: " ")
+            if !name.isEmpty { claims["name"] = .string(name) }
+        }
+        return claims
+    }
+
+    /// Userinfo: the claims of the access token's grant, or nil when the token is not live.
+    func userinfo(accessToken: String) throws -> JSONValue? {
+        guard let grant = try grants.grant(accessToken: accessToken) else { return nil }
+        var claims = try profileClaims(grant)
+        claims["sub"] = .string(grant.userID.uuidString.lowercased())
+        return .object(claims)
+    }
+
+    /// RFC 7009 revocation: 200 whatever the token was, once the client authenticated.
+    func revoke(_ request: HTTPRequest, form: [String: String]) throws {
+        let client = try authentication.authenticate(request, form: form)
+        guard let token = form["token"], !token.isEmpty else { throw OAuthError.invalidRequest("token is required") }
+        try grants.revoke(token, clientID: client.clientID)
+    }
+}

@@ -1,0 +1,37 @@
+-- The OpenID Provider's reaction to Apple's events (issue 27): an outbox event that ends a
+-- user's relationship with the app ends their OIDC grants in the same transaction (access and
+-- refresh tokens stop working at once) and queues a Back-Channel Logout delivery for every RP
+-- holding one. A trigger, so the event's writer needs no knowledge of the provider, whichever
+-- release wrote it: `consent.revoked` for the grant's app group (payload client_id is the
+-- group's primary App ID), `user.deletion_requested` (Apple's account-delete or a compliance
+-- request) and `user.deleted` (a purge; grants are normally ended at the request already).
+-- Created when missing, not replaced on every start (see audit_log_append_only.sql).
+CREATE OR REPLACE FUNCTION broker_oidc_end_grants() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF NEW.user_id IS NULL THEN
+        RETURN NULL;
+    END IF;
+    WITH ended AS (
+        UPDATE oidc_grants SET ended_at = now(), end_reason = NEW.type
+        WHERE user_id = NEW.user_id AND ended_at IS NULL
+          AND (NEW.type <> 'consent.revoked' OR app_id = NEW.payload->>'client_id')
+        RETURNING id, client_id, user_id, sid
+    ), tokens AS (
+        DELETE FROM oidc_tokens t USING ended e WHERE t.grant_id = e.id
+    )
+    INSERT INTO oidc_logout_deliveries (client_id, url, sub, sid, reason)
+    SELECT DISTINCT ON (c.client_id, CASE WHEN c.backchannel_logout_session_required THEN e.sid END)
+           c.client_id, c.backchannel_logout_uri, e.user_id,
+           CASE WHEN c.backchannel_logout_session_required THEN e.sid END, NEW.type
+    FROM ended e JOIN oidc_clients c ON c.client_id = e.client_id
+    WHERE c.backchannel_logout_uri IS NOT NULL;
+    RETURN NULL;
+END
+$$;
+DO $$ BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgname = 'broker_oidc_end_grants' AND tgrelid = 'outbox_events'::regclass) THEN
+        CREATE TRIGGER broker_oidc_end_grants AFTER INSERT ON outbox_events
+            FOR EACH ROW WHEN (NEW.type IN ('consent.revoked', 'user.deletion_requested', 'user.deleted'))
+            EXECUTE FUNCTION broker_oidc_end_grants();
+    END IF;
+END $$;
