@@ -16,10 +16,12 @@ public final class ConsoleServer: Sendable {
     ///   - deletions: the deletion service the compliance API uses too.
     ///   - subscriptions: the webhook subscriptions the events API manages.
     ///   - hasher: keys the hashes of looked-up terms in the audit log.
+    ///   - apps: the configured app groups (the overview's last notification per app).
     package init(
         configuration: ConsoleConfiguration, pool: PostgresPool, deletions: DeletionService,
         subscriptions: WebhookSubscriptionStore, teamID: String, hasher: SubjectHasher,
-        keySetAge: @escaping @Sendable () -> Duration? = { nil }, metrics: MetricsRegistry? = nil, logger: Logger,
+        apps: AppGroups = AppGroups(groups: []), keySetAge: @escaping @Sendable () -> Duration? = { nil },
+        metrics: MetricsRegistry? = nil, logger: Logger,
         transport: any HTTPTransport = CurlTransport()
     ) {
         self.configuration = configuration
@@ -33,7 +35,7 @@ public final class ConsoleServer: Sendable {
             redemptions: RateLimiter(rate: configuration.linkRedemptionsPerSecond, burst: 10),
             oidcConfigured: configuration.oidc != nil)
         let overview = OverviewPage(
-            store: store, keySetAge: keySetAge,
+            store: store, apps: apps, silenceSeconds: configuration.notificationSilenceSeconds, keySetAge: keySetAge,
             appleCalls: { metrics?.registeredCounter("apple_requests_total")?.samples ?? [] })
         let oidc = configuration.oidc.map { settings in
             OIDCPages(
@@ -46,7 +48,8 @@ public final class ConsoleServer: Sendable {
         let deletions = DeletionPages(service: deletions, store: store, finder: lookup)
         let followUps = FollowUpPages(store: store, finder: lookup)
         let operations = OperationsPages(
-            store: store, subscriptions: subscriptions, apiKeys: APIKeyStore(pool: pool), sessions: sessions)
+            store: store, subscriptions: subscriptions, apiKeys: APIKeyStore(pool: pool), sessions: sessions,
+            subjectHash: { hasher.hash(teamID: $0, sub: $1) })
         var router = Router()
         for route in ConsoleRoute.table {
             let page: ConsoleHandler

@@ -3,7 +3,7 @@ import PostgresClient
 
 /// The database side of Apple's notifications (`NotificationReceiver` keeps the decisions):
 /// applying one exactly once (`broker_apply_notification`: the inbox row by `jti`, the change
-/// and its outbox events in one transaction) and pruning the inbox.
+/// and its outbox events in one transaction, with the app it was for) and pruning the inbox.
 struct NotificationStore: Sendable {
     let pool: PostgresPool
 
@@ -21,6 +21,12 @@ struct NotificationStore: Sendable {
                     \(subjectHash))
                 """
             ).single().decode(NotificationReceiver.Outcome.self, "broker_apply_notification")
+            // Which app it was for (sql/0019; the console's silence per app). Beside the released
+            // function, not in it: the previous release keeps calling it and leaves this NULL.
+            if outcome != .duplicate {
+                try connection.query(
+                    "UPDATE apple_notifications SET client_id = \(notification.audience) WHERE jti = \(notification.jti)")
+            }
             if outcome == .applied { try Self.applyEmail(notification, teamID: teamID, connection) }
             return outcome
         }

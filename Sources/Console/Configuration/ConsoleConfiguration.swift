@@ -14,6 +14,11 @@ public struct ConsoleConfiguration: Sendable {
     /// without a request, or that long after sign-in, whichever comes first.
     public var sessionIdleSeconds = 1800
     public var sessionMaximumSeconds = 8 * 3600
+    /// `BROKER_CONSOLE_NOTIFICATION_SILENCE_SECONDS` (default 7 days): the overview warns
+    /// when an app (or the whole broker) has received no Apple notification for longer: "no
+    /// traffic at all" is usually the endpoint's TLS or registration (DTS, forum threads
+    /// 811848, 830681). Apple sends one per event, so a quiet app may need it longer.
+    public var notificationSilenceSeconds = 7 * 86_400
     /// How recent a proof of identity must be for a step-up route (5 minutes, issue 30).
     public var stepUpSeconds = 300
     /// Sign-in link redemptions per client address: bursts of 10, then one every 6 s.
@@ -89,6 +94,9 @@ public struct ConsoleConfiguration: Sendable {
             integer("BROKER_CONSOLE_SESSION_IDLE_SECONDS", in: 60...86_400) ?? configuration.sessionIdleSeconds
         configuration.sessionMaximumSeconds =
             integer("BROKER_CONSOLE_SESSION_MAX_SECONDS", in: 300...(7 * 86_400)) ?? configuration.sessionMaximumSeconds
+        configuration.notificationSilenceSeconds =
+            integer("BROKER_CONSOLE_NOTIFICATION_SILENCE_SECONDS", in: 3600...(365 * 86_400))
+            ?? configuration.notificationSilenceSeconds
         let issuer = value("CONSOLE_OIDC_ISSUER")
         let clientID = value("CONSOLE_OIDC_CLIENT_ID")
         let secret = value("CONSOLE_OIDC_CLIENT_SECRET")

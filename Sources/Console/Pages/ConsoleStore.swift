@@ -49,6 +49,24 @@ struct ConsoleStore: Sendable {
             notifications24h: try row.decode(Int.self, "notifications"), activeSessions: try row.decode(Int.self, "sessions"))
     }
 
+    /// The last notification per client id (`apple_notifications.client_id`, sql/0019) among
+    /// `clientIDs`, and since when notifications carry their app at all (rows the previous
+    /// release wrote have none, so an app's silence is only counted from then).
+    func lastNotifications(of clientIDs: [String]) throws -> (last: [String: Date], attributedSince: Date?) {
+        var last: [String: Date] = [:]
+        for row in try pool.query(
+            """
+            SELECT client_id, max(received_at) AS last FROM apple_notifications
+            WHERE client_id = ANY (\(PostgresTextArray(clientIDs))::text[]) GROUP BY client_id
+            """)
+        {
+            last[try row.decode(String.self, "client_id")] = try row.decode(Date.self, "last")
+        }
+        let since = try pool.query("SELECT min(received_at) AS since FROM apple_notifications WHERE client_id IS NOT NULL")
+            .single().decode(Date?.self, "since")
+        return (last, since)
+    }
+
     /// The console's additions to a deletion request (sql/0018).
     struct Annotation {
         var receivedAt: Date?

@@ -11,6 +11,8 @@ struct OperationsPages {
     let subscriptions: WebhookSubscriptionStore
     let apiKeys: APIKeyStore
     let sessions: ConsoleSessionStore
+    /// The keyed hash of a sub under a team, as the notification inbox stores it.
+    let subjectHash: @Sendable (_ teamID: String, _ sub: String) -> String
 
     // MARK: Apple notifications
 
@@ -24,11 +26,23 @@ struct OperationsPages {
                 "<code>\(item.subjectHash.map { String($0.prefix(24)) + "…" } ?? "none")</code>",
             ]
         }
+        let findings: [[HTML]] = try store.sweepFindings(subjectHash: subjectHash).map { finding in
+            [
+                "\(RFC3339Date.string(finding.foundAt))", "\(finding.userID.lowercasedString)", "\(finding.clientID)",
+                "\(finding.appleError ?? "")", "<code>\(String(finding.subjectHash.prefix(24)))…</code>",
+            ]
+        }
         return Layout.page(
             "Apple notifications", session: request.session,
             """
             \(HTML.table(caption: "Counts by type and outcome", headers: ["Type", "Outcome", "Count", "Last"], rows: counts))
             \(HTML.table(caption: "The 50 most recent (subject by keyed hash only)", headers: ["Received", "Type", "Outcome", "Subject hash"], rows: recent))
+            <h2>Refresh-token sweep findings</h2>
+            <p>\(findings.count) refresh token(s) Apple called dead (<code>invalid_grant</code>) in the daily sweep with no
+            <code>consent-revoked</code> or <code>account-delete</code> notification about the user: the consent is kept
+            (a password change also ends a token), the app was asked for a fresh sign-in (<code>token.invalidated</code>).
+            Many of them with none of the notifications above may mean the notification endpoint is not reached.</p>
+            \(HTML.table(caption: "Newest 100: user id and subject hash only", headers: ["Found", "User id", "Client id", "Apple's error", "Subject hash"], rows: findings))
             """)
     }
 

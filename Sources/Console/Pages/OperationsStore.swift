@@ -40,6 +40,45 @@ extension ConsoleStore {
         }
     }
 
+    /// A refresh token the daily sweep found dead (`invalid_grant`, `broker_invalidate_token`)
+    /// while Apple sent no `consent-revoked` or `account-delete` about its subject: a revocation
+    /// (or password change, forum thread 651237) Apple never told us about. Ids and hashes only.
+    struct SweepFinding {
+        var userID: UUID
+        var clientID: String
+        var foundAt: Date
+        var appleError: String?
+        var subjectHash: String
+    }
+
+    /// The newest `limit` findings. The sub is read only to compute its keyed hash (as the
+    /// notification inbox stores it, `SubjectHasher`), which is all a page shows of it.
+    func sweepFindings(subjectHash: (_ teamID: String, _ sub: String) -> String, limit: Int = 100) throws -> [SweepFinding] {
+        let found = try pool.query(
+            """
+            SELECT t.user_id, t.client_id, t.revoked_at, t.last_validation_error, i.team_id, i.sub
+            FROM apple_tokens t JOIN apple_identities i ON i.id = t.identity_id
+            WHERE t.revoked_reason = 'token_invalid' ORDER BY t.revoked_at DESC LIMIT \(limit)
+            """
+        ).map { row in
+            SweepFinding(
+                userID: try row.decode(UUID.self, "user_id"), clientID: try row.decode(String.self, "client_id"),
+                foundAt: try row.decode(Date.self, "revoked_at"),
+                appleError: try row.decode(String?.self, "last_validation_error"),
+                subjectHash: subjectHash(try row.decode(String.self, "team_id"), try row.decode(String.self, "sub")))
+        }
+        guard !found.isEmpty else { return [] }
+        let notified = Set(
+            try pool.query(
+                """
+                SELECT DISTINCT sub_hash FROM apple_notifications
+                WHERE sub_hash = ANY (\(PostgresTextArray(found.map(\.subjectHash)))::text[])
+                  AND event_type IN ('consent-revoked', 'account-delete', 'account-deleted')
+                """
+            ).map { try $0.decode(String.self, "sub_hash") })
+        return found.filter { !notified.contains($0.subjectHash) }
+    }
+
     struct AuditFilter {
         var actor: String?
         var action: String?

@@ -1,23 +1,25 @@
+import BrokerCore
 import Foundation
 import HTTPServer
 
 /// `/`: what needs attention, in figures any role may see (no personal data).
 struct OverviewPage {
     let store: ConsoleStore
+    /// The configured app groups: each is told about under its primary App ID (Apple's `aud`).
+    let apps: AppGroups
+    /// Longer than this without an Apple notification is worth a look
+    /// (`BROKER_CONSOLE_NOTIFICATION_SILENCE_SECONDS`).
+    let silenceSeconds: Int
     /// How old the Apple signing keys in memory are (nil: none fetched yet).
     let keySetAge: @Sendable () -> Duration?
     /// Calls to Apple by endpoint and status, counted by this process since it started.
     let appleCalls: @Sendable () -> [(labels: [String], value: Double)]
-    /// Longer than this without an Apple notification is worth a look (they come once per event).
-    static let notificationSilenceWarning: TimeInterval = 7 * 86_400
 
     func render(_ request: ConsoleRequest) throws -> HTTPResponse {
         let figures = try store.overview()
         let last: HTML
         if let at = figures.lastNotification {
-            let silent = -at.timeIntervalSinceNow > Self.notificationSilenceWarning
-            last =
-                "\(RFC3339Date.string(at))\(silent ? HTML(" <strong class=\"state-failed\">no notification for over 7 days: check the endpoint</strong>") : .empty)"
+            last = "\(RFC3339Date.string(at))\(silenceWarning(since: at))"
         } else {
             last = "none received yet"
         }
@@ -40,10 +42,40 @@ struct OverviewPage {
             <dl><dt>Signing keys fetched</dt><dd>\(keySetAge().map { Self.duration(Double($0.components.seconds)) + " ago" } ?? "not yet (this process serves no logins or notifications, or Apple was unreachable)")</dd>
             <dt>Last notification received</dt><dd>\(last)</dd>
             <dt>Notifications, last 24 hours</dt><dd>\(figures.notifications24h)</dd></dl>
+            \(try perApp())
             \(HTML.table(caption: "Calls to Apple by endpoint and status (this process, since it started)", headers: ["Endpoint", "Status", "Calls"], rows: calls))
             <h2>Console</h2>
             <dl><dt>Open sessions</dt><dd>\(figures.activeSessions)</dd></dl>
             """)
+    }
+
+    /// A warning when `since` is longer ago than the threshold, else nothing.
+    private func silenceWarning(since: Date, now: Date = Date()) -> HTML {
+        guard now.timeIntervalSince(since) > Double(silenceSeconds) else { return .empty }
+        return
+            " <strong class=\"state-failed\">no notification for over \(Self.duration(Double(silenceSeconds))): check the endpoint</strong>"
+    }
+
+    /// The last notification per app group (any of its client ids, sql/0019). An app with none
+    /// is warned about once notifications have carried their app for longer than the threshold.
+    private func perApp() throws -> HTML {
+        guard !apps.groups.isEmpty else { return .empty }
+        let (last, attributedSince) = try store.lastNotifications(of: apps.groups.flatMap(\.clientIDs))
+        let rows: [[HTML]] = apps.groups.map { group in
+            let latest = group.clientIDs.compactMap { last[$0] }.max()
+            let cell: HTML
+            if let latest {
+                cell = "\(RFC3339Date.string(latest))\(silenceWarning(since: latest))"
+            } else if let attributedSince {
+                cell = "none since \(RFC3339Date.string(attributedSince))\(silenceWarning(since: attributedSince))"
+            } else {
+                cell = "none received yet"
+            }
+            return ["\(group.primary)", "\(group.clientIDs.dropFirst().joined(separator: ", "))", cell]
+        }
+        return HTML.table(
+            caption: "Last Apple notification per app (by the primary App ID Apple names in aud)",
+            headers: ["App", "Other client ids", "Last notification"], rows: rows)
     }
 
     static func duration(_ seconds: Double) -> String {

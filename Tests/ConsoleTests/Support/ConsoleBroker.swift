@@ -27,7 +27,8 @@ final class ConsoleBroker: Sendable {
     var pool: PostgresPool { application.database.pool }
 
     init(
-        roles: Set<BrokerConfiguration.Role> = [.api], extra: [String: String] = [:], oidc: ConsoleConfiguration.OIDC? = nil
+        roles: Set<BrokerConfiguration.Role> = [.api], extra: [String: String] = [:], oidc: ConsoleConfiguration.OIDC? = nil,
+        configure: (inout ConsoleConfiguration) -> Void = { _ in }
     ) throws {
         simulator = try AppleSimulator(logger: Logger(label: "sim", sink: .capturing(level: .warning)))
         try simulator.start()
@@ -49,6 +50,7 @@ final class ConsoleBroker: Sendable {
         let configuration = try BrokerConfiguration.load(environment: environment, requireApple: true)
         var console = ConsoleConfiguration(listen: "127.0.0.1:0")
         console.oidc = oidc
+        configure(&console)
         application = try BrokerApplication(
             configuration: configuration, console: console, logger: Logger(label: "broker", sink: .capturing(level: .warning)))
         try application.start()
