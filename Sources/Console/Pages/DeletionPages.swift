@@ -204,7 +204,7 @@ struct DeletionPages {
             \(lead ? HTML("<p class=\"refusal\">Found by e-mail address: an address is a lead, not proof of identity. Check that it is verified.</p>") : .empty)
             <p>User <strong>\(id)</strong> will be deleted: every token is revoked at Apple, then the account data is
             purged. A tombstone (keyed hash of the sub) and the audit log are kept.</p>
-            \(HTML.table(caption: "Apple identities (masked)", headers: ["Apple sub", "Client id", "E-mail", "Consent", "Live tokens per client id"], rows: rows))
+            \(HTML.table(caption: "Apple identities (masked)", headers: ["Apple sub", "Last signed in with", "E-mail", "Consent", "Live tokens per client id"], rows: rows))
             <form method="post" action="/deletions/create">\(Layout.csrfField(session))
             <input type="hidden" name="user_id" value="\(id)">
             <label for="reason">Reason</label><input id="reason" name="reason" required maxlength="500">

@@ -85,7 +85,8 @@ struct FollowUpPages {
             sections.append(
                 "<h2>User \(user.lowercasedString)</h2>"
                     + HTML.table(
-                        caption: "Apple identities (masked)", headers: ["Apple sub", "Client id", "E-mail", "Consent"], rows: rows
+                        caption: "Apple identities (masked)", headers: ["Apple sub", "Last signed in with", "E-mail", "Consent"],
+                        rows: rows
                     ))
         }
         let lead: HTML =
