@@ -100,13 +100,9 @@ package final class AuthorizationService: AppleFormPostContinuation {
             guard query["code_challenge_method"] == "S256" else {
                 return refuse("invalid_request", "code_challenge_method must be S256")
             }
-            guard (43...128).contains(challenge.utf8.count),
-                challenge.utf8.allSatisfy({
-                    $0 < 128
-                        && (Character(Unicode.Scalar($0)).isLetter || Character(Unicode.Scalar($0)).isNumber
-                            || "-._~".utf8.contains($0))
-                })
-            else { return refuse("invalid_request", "code_challenge must be 43 to 128 URL-safe characters") }
+            guard CodeChallenge.isWellFormed(challenge) else {
+                return refuse("invalid_request", "code_challenge must be 43 to 128 URL-safe characters")
+            }
         } else if client.metadata.isPublic {
             return refuse("invalid_request", "public clients must send a PKCE code_challenge (S256)")
         } else if query["code_challenge_method"] != nil {

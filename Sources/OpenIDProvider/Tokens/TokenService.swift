@@ -54,8 +54,8 @@ package struct TokenService: Sendable {
         }
         guard let redirectURI = form["redirect_uri"] else { throw OAuthError.invalidRequest("redirect_uri is required") }
         let verifier = form["code_verifier"]
-        if let verifier, !(43...128).contains(verifier.utf8.count) {
-            throw OAuthError.invalidRequest("code_verifier must be 43 to 128 characters")
+        if let verifier, !CodeChallenge.isWellFormed(verifier) {
+            throw OAuthError.invalidRequest("code_verifier must be 43 to 128 characters of A-Z, a-z, 0-9, -, ., _, ~")
         }
         switch try grants.redeem(code: code) {
         case .unknown, .expired: throw OAuthError.invalidGrant("the code is unknown or expired")
@@ -67,7 +67,7 @@ package struct TokenService: Sendable {
             }
             switch (challenge, verifier) {
             case (let challenge?, let verifier?):
-                guard ConstantTime.equals(Array(Base64URL.encode(SHA256.hash(verifier)).utf8), Array(challenge.utf8)) else {
+                guard CodeChallenge.matches(verifier: verifier, challenge: challenge) else {
                     throw OAuthError.invalidGrant("code_verifier does not match the code_challenge")
                 }
             case (.some, nil): throw OAuthError.invalidGrant("code_verifier is required (PKCE)")
