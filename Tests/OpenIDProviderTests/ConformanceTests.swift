@@ -39,4 +39,19 @@ struct ProviderConformanceTests {
         #expect(answer.status == 400, "\(answer.bodyText)")
         #expect(answer.json["error"] as? String == "invalid_request")
     }
+
+    @Test(
+        "OpenID Connect Core §3.1.2.1: unknown scope values are ignored; a known one the client did not register is invalid_scope"
+    )
+    func unknownScopesIgnored() throws {
+        let harness = try ProviderHarness()
+        let client = try harness.confidentialClient(extra: ["scope": "openid email"])
+        let code = try #require(try harness.signIn(request(client, scope: "openid email groups")).query["code"])
+        let tokens = try harness.token(
+            [("grant_type", "authorization_code"), ("code", code), ("redirect_uri", client.redirectURI)], as: client)
+        #expect(tokens.status == 200, "\(tokens.bodyText)")
+        #expect(tokens.json["scope"] as? String == "openid email")
+        let refused = try ProviderHarness.Redirect(try harness.authorize(request(client, scope: "openid profile")))
+        #expect(refused.query["error"] == "invalid_scope")
+    }
 }

@@ -80,7 +80,13 @@ package final class AuthorizationService: AppleFormPostContinuation {
                 query["request"] != nil ? "request_not_supported" : "request_uri_not_supported",
                 "request objects are not supported")
         }
-        var scopes = (query["scope"] ?? "").split(separator: " ").map(String.init)
+        // OpenID Connect Core §3.1.2.1: scope values not understood are ignored (RPs add their
+        // own, such as `groups`); known ones the client did not register are invalid_scope.
+        var scopes: [String] = []
+        for scope in (query["scope"] ?? "").split(separator: " ").map(String.init)
+        where ProviderPolicy.scopes.contains(scope) && !scopes.contains(scope) {
+            scopes.append(scope)
+        }
         // OpenID Connect Core §11: offline_access that cannot be granted is ignored, not refused
         // (RPs such as oauth2-proxy ask for it whatever the registration says).
         if !client.metadata.grantTypes.contains("refresh_token") || !client.metadata.scopes.contains("offline_access") {
