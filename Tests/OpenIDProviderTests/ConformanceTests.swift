@@ -54,4 +54,22 @@ struct ProviderConformanceTests {
         let refused = try ProviderHarness.Redirect(try harness.authorize(request(client, scope: "openid profile")))
         #expect(refused.query["error"] == "invalid_scope")
     }
+
+    @Test("RFC 6750 §2: an access token in the header and in the body is invalid_request")
+    func userinfoTwoMethods() throws {
+        let harness = try ProviderHarness()
+        let client = try harness.confidentialClient()
+        let code = try #require(try harness.signIn(request(client)).query["code"])
+        let access = try #require(
+            try harness.token(
+                [("grant_type", "authorization_code"), ("code", code), ("redirect_uri", client.redirectURI)], as: client
+            ).json["access_token"] as? String)
+        let both = try harness.send(
+            "POST", "/oidc/userinfo",
+            headers: [("Authorization", "Bearer \(access)"), ("Content-Type", "application/x-www-form-urlencoded")],
+            body: FormEncoding.encode([("access_token", access)]))
+        #expect(both.status == 400, "\(both.bodyText)")
+        #expect(both.header("www-authenticate")?.contains(#"error="invalid_request""#) == true)
+        #expect(try harness.send("GET", "/oidc/userinfo", headers: [("Authorization", "Bearer \(access)")]).status == 200)
+    }
 }

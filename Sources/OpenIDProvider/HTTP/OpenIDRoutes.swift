@@ -70,6 +70,16 @@ enum OpenIDRoutes {
                 let formToken =
                     request.method == .post && request.mediaType == "application/x-www-form-urlencoded"
                     ? FormEncoding.fields(String(decoding: request.body, as: UTF8.self))["access_token"] : nil
+                // §2: a client uses one method; a token in both is invalid_request (§3.1, 400).
+                if request.bearerToken != nil && formToken != nil {
+                    return HTTPResponse(
+                        status: 400,
+                        headers: [
+                            "WWW-Authenticate":
+                                "Bearer error=\"invalid_request\", error_description=\"send the token in one place\"",
+                            "Cache-Control": "no-store",
+                        ])
+                }
                 guard let token = request.bearerToken ?? formToken else {
                     return HTTPResponse(status: 401, headers: ["WWW-Authenticate": "Bearer", "Cache-Control": "no-store"])
                 }
