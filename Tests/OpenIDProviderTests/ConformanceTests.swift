@@ -24,6 +24,28 @@ struct ProviderConformanceTests {
         ("Authorization", "Basic " + Data((client.id + ":" + client.secret!).utf8).base64EncodedString())
     }
 
+    @Test("RFC 6749 §3.2: a repeated parameter is invalid_request (not the first value); an empty one counts as omitted")
+    func repeatedAndEmptyParameters() throws {
+        let harness = try ProviderHarness()
+        let client = try harness.confidentialClient()
+        let code = try #require(try harness.signIn(request(client)).query["code"])
+        let form = [("Content-Type", "application/x-www-form-urlencoded"), basic(client)]
+        let fields = [("grant_type", "authorization_code"), ("code", code), ("redirect_uri", client.redirectURI)]
+        let twice = try harness.send("POST", "/oidc/token", headers: form, body: FormEncoding.encode(fields + [("code", "x")]))
+        #expect(twice.status == 400, "\(twice.bodyText)")
+        #expect(twice.json["error"] as? String == "invalid_request")
+        // The refusal spent nothing; §3.1: `code_verifier=` and `client_secret=` without a value are omitted.
+        let empty = try harness.send(
+            "POST", "/oidc/token", headers: form,
+            body: FormEncoding.encode(fields + [("code_verifier", ""), ("client_secret", "")]))
+        #expect(empty.status == 200, "\(empty.bodyText)")
+        #expect(empty.header("pragma") == "no-cache")
+        let revoke = try harness.send(
+            "POST", "/oidc/revoke", headers: form, body: FormEncoding.encode([("token", "a"), ("token", "b")]))
+        #expect(revoke.status == 400)
+        #expect(revoke.json["error"] as? String == "invalid_request")
+    }
+
     @Test("RFC 7636 §4.1: a code_verifier outside [A-Za-z0-9-._~] is invalid_request even when its hash matches")
     func verifierCharacters() throws {
         let harness = try ProviderHarness()
@@ -71,5 +93,40 @@ struct ProviderConformanceTests {
         #expect(both.status == 400, "\(both.bodyText)")
         #expect(both.header("www-authenticate")?.contains(#"error="invalid_request""#) == true)
         #expect(try harness.send("GET", "/oidc/userinfo", headers: [("Authorization", "Bearer \(access)")]).status == 200)
+    }
+
+    @Test("malformed input is an OAuth error or a page, never a 500: NUL bytes, bad UTF-8, over-long values")
+    func malformedInput() throws {
+        let harness = try ProviderHarness()
+        let client = try harness.confidentialClient()
+        let long = String(repeating: "x", count: 5000)
+        for clientID in ["oidc_%00x", "%FF%FE", long] {
+            let page = try harness.send("GET", "/oidc/authorize?response_type=code&client_id=\(clientID)")
+            #expect(page.status == 400, "\(clientID.prefix(20)): \(page.status)")
+        }
+        let form = [("Content-Type", "application/x-www-form-urlencoded")]
+        for body in [
+            "grant_type=authorization_code&client_id=oidc_%00x&code=c&redirect_uri=x",
+            "grant_type=authorization_code&client_id=%FF%FE&code=c&redirect_uri=x",
+            "grant_type=authorization_code&client_id=\(client.id)&client_secret=%00&code=%00&redirect_uri=%00",
+            "grant_type=refresh_token&client_id=\(client.id)&client_secret=\(client.secret!)&refresh_token=%00%FF",
+            "grant_type=authorization_code&client_id=\(long)&code=\(long)&redirect_uri=\(long)",
+        ] {
+            let answer = try harness.send("POST", "/oidc/token", headers: form, body: body)
+            #expect([400, 401].contains(answer.status), "\(body.prefix(80)): \(answer.status) \(answer.bodyText)")
+            #expect(answer.json["error"] is String)
+        }
+        // RFC 7009 §2.2: an unknown token (bad UTF-8, an unknown hint) is 200; a NUL byte is invalid_request.
+        let revoke = try harness.send(
+            "POST", "/oidc/revoke", headers: form + [basic(client)], body: "token=%FF%FE&token_type_hint=id_token")
+        #expect(revoke.status == 200, "\(revoke.bodyText)")
+        let nul = try harness.send("POST", "/oidc/revoke", headers: form + [basic(client)], body: "token=a%00")
+        #expect(nul.json["error"] as? String == "invalid_request")
+        let userinfo = try harness.send(
+            "POST", "/oidc/userinfo", headers: form, body: "access_token=%00%FF")
+        #expect(userinfo.status == 401)
+        let register = try harness.register(["redirect_uris": ["https://rp.example.com/\u{0}"]])
+        #expect(register.status == 400)
+        #expect(register.json["error"] as? String == "invalid_client_metadata")
     }
 }

@@ -48,7 +48,9 @@ package final class AuthorizationService: AppleFormPostContinuation {
     }
 
     /// Checks an authorization request (its query parameters).
-    package func authorize(_ query: [String: String]) throws -> Outcome {
+    package func authorize(_ parameters: [String: String]) throws -> Outcome {
+        // RFC 6749 §3.1: a parameter sent without a value is treated as omitted.
+        let query = parameters.filter { !$0.value.isEmpty }
         guard let clientID = query["client_id"], !clientID.isEmpty, let client = try clients.find(clientID) else {
             return .page(
                 status: 400, title: "Unknown application",
@@ -61,6 +63,13 @@ package final class AuthorizationService: AppleFormPostContinuation {
                 message: "The application's redirect_uri is not registered. Tell the application's team.")
         }
         let state = query["state"]
+        guard !query.values.contains(where: { $0.utf8.contains(0) }) else {
+            // No database text holds a NUL byte (the nonce and redirect_uri are stored with the code).
+            return .redirect(
+                respond(
+                    to: redirectURI, [("error", "invalid_request"), ("error_description", "a parameter holds a NUL byte")],
+                    state: nil))
+        }
         func refuse(_ error: String, _ description: String) -> Outcome {
             .redirect(respond(to: redirectURI, [("error", error), ("error_description", description)], state: state))
         }

@@ -183,6 +183,20 @@ enum OpenIDRoutes {
         guard request.mediaType == "application/x-www-form-urlencoded" else {
             throw OAuthError.invalidRequest("the body must be application/x-www-form-urlencoded")
         }
-        return FormEncoding.fields(String(decoding: request.body, as: UTF8.self))
+        return try fields(request.body)
+    }
+
+    /// Form fields as RFC 6749 reads them: a parameter without a value is omitted (§3.1), one
+    /// sent twice is refused rather than guessed at (§3.1, §3.2), and so is a NUL byte (no
+    /// database text holds one: it would end as a 500 further in).
+    static func fields(_ body: [UInt8]) throws -> [String: String] {
+        var fields: [String: String] = [:]
+        for (name, value) in FormEncoding.decode(String(decoding: body, as: UTF8.self)) where !value.isEmpty {
+            guard fields.updateValue(value, forKey: name) == nil else {
+                throw OAuthError.invalidRequest("a parameter is sent more than once")
+            }
+            guard !value.utf8.contains(0) else { throw OAuthError.invalidRequest("a parameter holds a NUL byte") }
+        }
+        return fields
     }
 }
