@@ -77,6 +77,17 @@ struct ProviderConformanceTests {
         #expect(refused.query["error"] == "invalid_scope")
     }
 
+    @Test("OpenID Connect Core §3.1.2.1: prompt=none with another value is invalid_request; alone, login_required")
+    func promptNoneAlone() throws {
+        let harness = try ProviderHarness()
+        let client = try harness.confidentialClient()
+        func error(_ prompt: String) throws -> String? {
+            try ProviderHarness.Redirect(try harness.authorize(request(client) + [("prompt", prompt)])).query["error"]
+        }
+        #expect(try error("none login") == "invalid_request")
+        #expect(try error("none") == "login_required")
+    }
+
     @Test("RFC 6750 §2: an access token in the header and in the body is invalid_request")
     func userinfoTwoMethods() throws {
         let harness = try ProviderHarness()

@@ -124,7 +124,10 @@ package final class AuthorizationService: AppleFormPostContinuation {
             return refuse("invalid_request", "code_challenge_method without code_challenge")
         }
         // The broker keeps no session of its own: every sign-in is Apple's interactive page.
-        if (query["prompt"] ?? "").split(separator: " ").contains("none") {
+        let prompts = (query["prompt"] ?? "").split(separator: " ")
+        if prompts.contains("none") {
+            // OpenID Connect Core §3.1.2.1: `none` with any other value is an error.
+            guard prompts.count == 1 else { return refuse("invalid_request", "prompt=none cannot be combined") }
             return refuse("login_required", "the user must sign in with Apple")
         }
         let appleNonce = Base64URL.encode(SecureRandom.bytes(32))
