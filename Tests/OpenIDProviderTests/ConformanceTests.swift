@@ -77,6 +77,18 @@ struct ProviderConformanceTests {
         #expect(refused.query["error"] == "invalid_scope")
     }
 
+    @Test("RFC 6749 §5.2: an over-long code or refresh token is invalid_grant, like any unknown one, not invalid_request")
+    func overLongGrants() throws {
+        let harness = try ProviderHarness()
+        let client = try harness.confidentialClient()
+        let long = String(repeating: "c", count: 300)
+        let code = try harness.token(
+            [("grant_type", "authorization_code"), ("code", long), ("redirect_uri", client.redirectURI)], as: client)
+        #expect(code.json["error"] as? String == "invalid_grant", "\(code.bodyText)")
+        let refresh = try harness.token([("grant_type", "refresh_token"), ("refresh_token", long)], as: client)
+        #expect(refresh.json["error"] as? String == "invalid_grant", "\(refresh.bodyText)")
+    }
+
     @Test("OpenID Connect Core §3.1.2.1: prompt=none with another value is invalid_request; alone, login_required")
     func promptNoneAlone() throws {
         let harness = try ProviderHarness()
