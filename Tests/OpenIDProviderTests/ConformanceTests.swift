@@ -148,6 +148,14 @@ struct ProviderConformanceTests {
         let userinfo = try harness.send(
             "POST", "/oidc/userinfo", headers: form, body: "access_token=%00%FF")
         #expect(userinfo.status == 401)
+        let basicNUL = try harness.send(
+            "POST", "/oidc/token",
+            headers: form + [("Authorization", "Basic " + Data("oidc_%00:x".utf8).base64EncodedString())],
+            body: "grant_type=authorization_code&code=c&redirect_uri=x")
+        #expect(basicNUL.status == 401, "\(basicNUL.bodyText)")
+        let admin = [("Authorization", "Bearer \(try harness.adminKey())")]
+        #expect(try harness.send("GET", "/v1/oidc-clients/oidc_%00x", headers: admin).status == 404)
+        #expect(try harness.send("DELETE", "/v1/oidc-clients/oidc_%00x", headers: admin).status == 404)
         let register = try harness.register(["redirect_uris": ["https://rp.example.com/\u{0}"]])
         #expect(register.status == 400)
         #expect(register.json["error"] as? String == "invalid_client_metadata")
