@@ -89,6 +89,24 @@ struct ProviderConformanceTests {
         #expect(refresh.json["error"] as? String == "invalid_grant", "\(refresh.bodyText)")
     }
 
+    @Test("an incomplete answer from Apple is server_error to the RP, with state and iss, and counted as server_error")
+    func incompleteAppleAnswer() throws {
+        let harness = try ProviderHarness()
+        let client = try harness.confidentialClient()
+        let toApple = try ProviderHarness.Redirect(try harness.authorize(request(client)))
+        let sealed = try #require(toApple.query["state"])
+        let posted = try harness.send(
+            "POST", "/v1/apple/web/callback", headers: [("Content-Type", "application/x-www-form-urlencoded")],
+            body: FormEncoding.encode([("state", sealed), ("code", "c")]))
+        let back = try ProviderHarness.Redirect(posted)
+        #expect(back.base == client.redirectURI)
+        #expect(back.query["error"] == "server_error")
+        #expect(back.query["state"] == "s-1")
+        #expect(back.query["iss"] == ProviderHarness.issuer)
+        let metrics = try harness.send("GET", "/metrics").bodyText
+        #expect(metrics.contains(#"oidc_authorizations_total{outcome="server_error"} 1"#), "\(metrics)")
+    }
+
     @Test("OpenID Connect Core §3.1.2.1: prompt=none with another value is invalid_request; alone, login_required")
     func promptNoneAlone() throws {
         let harness = try ProviderHarness()

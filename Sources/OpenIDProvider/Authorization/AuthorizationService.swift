@@ -176,7 +176,7 @@ package final class AuthorizationService: AppleFormPostContinuation {
                 ])
         }
         guard let idToken = fields["id_token"], let code = fields["code"], !idToken.isEmpty, !code.isEmpty else {
-            return finish("invalid_request", [("error", "server_error"), ("error_description", "Apple's answer was incomplete")])
+            return finish("server_error", [("error", "server_error"), ("error_description", "Apple's answer was incomplete")])
         }
         let response: LoginResponse
         switch try FormPostLogin(login: login, usedStates: usedStates).signIn(
