@@ -107,6 +107,18 @@ struct ProviderConformanceTests {
         #expect(metrics.contains(#"oidc_authorizations_total{outcome="server_error"} 1"#), "\(metrics)")
     }
 
+    @Test("RFC 6749 §5.2: an error_description quoting what the client sent holds only the allowed ASCII characters")
+    func descriptionCharacters() throws {
+        let harness = try ProviderHarness()
+        let response = try harness.register(["redirect_uris": ["https://rp.example.com/é\"\\#x"]])
+        #expect(response.json["error"] as? String == "invalid_redirect_uri")
+        let description = try #require(response.json["error_description"] as? String)
+        #expect(
+            description.unicodeScalars.allSatisfy { (0x20...0x7E).contains($0.value) && $0 != "\"" && $0 != "\\" },
+            "\(description)")
+        #expect(description.contains("rp.example.com"))
+    }
+
     @Test("OpenID Connect Core §3.1.2.1: prompt=none with another value is invalid_request; alone, login_required")
     func promptNoneAlone() throws {
         let harness = try ProviderHarness()
