@@ -1,6 +1,8 @@
 import BrokerCrypto
 import Foundation
 import HTTPClient
+import PostgresClient
+import StrictJSON
 import TestSupport
 import Testing
 
@@ -117,6 +119,26 @@ struct ProviderConformanceTests {
             description.unicodeScalars.allSatisfy { (0x20...0x7E).contains($0.value) && $0 != "\"" && $0 != "\\" },
             "\(description)")
         #expect(description.contains("rp.example.com"))
+    }
+
+    @Test("sub is the broker's user_id: the same for one Apple user at two RPs (a public subject type)")
+    func subAcrossRelyingParties() throws {
+        let harness = try ProviderHarness()
+        func sub(_ client: ProviderHarness.RegisteredClient, sim: [(String, String)] = []) throws -> String {
+            let code = try #require(try harness.signIn(request(client), sim: sim).query["code"])
+            let answer = try harness.token(
+                [("grant_type", "authorization_code"), ("code", code), ("redirect_uri", client.redirectURI)], as: client)
+            let claims = try harness.verifiedClaims(try #require(answer.json["id_token"] as? String))
+            return try #require(claims["sub"]?.stringValue)
+        }
+        let first = try sub(try harness.confidentialClient())
+        let appleSub = try harness.pool.query(
+            "SELECT sub FROM apple_identities WHERE user_id = \(try #require(UUID(uuidString: first)))"
+        ).single().decode(String.self, "sub")
+        let second = try sub(
+            try harness.confidentialClient(redirectURI: "https://other-rp.example.com/cb"), sim: [("sim_sub", appleSub)])
+        #expect(second == first)
+        #expect(first != appleSub, "the broker's user_id, not Apple's team-scoped sub")
     }
 
     @Test("OpenID Connect Core §3.1.2.1: prompt=none with another value is invalid_request; alone, login_required")
