@@ -36,6 +36,8 @@ struct ProviderConformanceTests {
         let twice = try harness.send("POST", "/oidc/token", headers: form, body: FormEncoding.encode(fields + [("code", "x")]))
         #expect(twice.status == 400, "\(twice.bodyText)")
         #expect(twice.json["error"] as? String == "invalid_request")
+        #expect(twice.header("pragma") == "no-cache", "RFC 6749 §5.2: refusals are not cached either")
+        #expect(twice.header("cache-control") == "no-store")
         // The refusal spent nothing; §3.1: `code_verifier=` and `client_secret=` without a value are omitted.
         let empty = try harness.send(
             "POST", "/oidc/token", headers: form,

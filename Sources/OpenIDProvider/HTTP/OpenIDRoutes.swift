@@ -51,12 +51,11 @@ enum OpenIDRoutes {
         // each one costs a database lookup. Successes are never charged.
         router.group(AddressBudget(perAddress, charge: .failures)) { router in
             router.post(endpoints.path(Endpoints.token)) { request in
-                try oauth {
-                    var response = HTTPResponse.json(try provider.tokens.token(request, form: try form(request)))
-                    response.headers.set("Cache-Control", "no-store")
-                    response.headers.set("Pragma", "no-cache")
-                    return response
-                }
+                var response = try oauth { HTTPResponse.json(try provider.tokens.token(request, form: try form(request))) }
+                // RFC 6749 §5.1 and §5.2 (its example): tokens and refusals alike are never cached.
+                response.headers.set("Cache-Control", "no-store")
+                response.headers.set("Pragma", "no-cache")
+                return response
             }
             router.post(endpoints.path(Endpoints.revocation)) { request in
                 try oauth {
