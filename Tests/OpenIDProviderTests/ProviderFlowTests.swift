@@ -292,7 +292,6 @@ struct ProviderFlowTests {
         }
         #expect(try error { $0.map { $0.0 == "response_type" ? ($0.0, "token") : $0 } } == "unsupported_response_type")
         #expect(try error { $0.map { $0.0 == "scope" ? ($0.0, "email") : $0 } } == "invalid_scope")
-        #expect(try error { $0.map { $0.0 == "scope" ? ($0.0, "openid admin") : $0 } } == "invalid_scope")
         #expect(try error { $0 + [("prompt", "none")] } == "login_required")
         #expect(try error { $0 + [("code_challenge", String(repeating: "b", count: 43))] } == "invalid_request")
         #expect(

@@ -48,7 +48,9 @@ package final class AuthorizationService: AppleFormPostContinuation {
     }
 
     /// Checks an authorization request (its query parameters).
-    package func authorize(_ query: [String: String]) throws -> Outcome {
+    package func authorize(_ parameters: [String: String]) throws -> Outcome {
+        // RFC 6749 §3.1: a parameter sent without a value is treated as omitted.
+        let query = parameters.filter { !$0.value.isEmpty }
         guard let clientID = query["client_id"], !clientID.isEmpty, let client = try clients.find(clientID) else {
             return .page(
                 status: 400, title: "Unknown application",
@@ -61,6 +63,13 @@ package final class AuthorizationService: AppleFormPostContinuation {
                 message: "The application's redirect_uri is not registered. Tell the application's team.")
         }
         let state = query["state"]
+        guard !query.values.contains(where: { $0.utf8.contains(0) }) else {
+            // No database text holds a NUL byte (the nonce and redirect_uri are stored with the code).
+            return .redirect(
+                respond(
+                    to: redirectURI, [("error", "invalid_request"), ("error_description", "a parameter holds a NUL byte")],
+                    state: nil))
+        }
         func refuse(_ error: String, _ description: String) -> Outcome {
             .redirect(respond(to: redirectURI, [("error", error), ("error_description", description)], state: state))
         }
@@ -80,7 +89,13 @@ package final class AuthorizationService: AppleFormPostContinuation {
                 query["request"] != nil ? "request_not_supported" : "request_uri_not_supported",
                 "request objects are not supported")
         }
-        var scopes = (query["scope"] ?? "").split(separator: " ").map(String.init)
+        // OpenID Connect Core §3.1.2.1: scope values not understood are ignored (RPs add their
+        // own, such as `groups`); known ones the client did not register are invalid_scope.
+        var scopes: [String] = []
+        for scope in (query["scope"] ?? "").split(separator: " ").map(String.init)
+        where ProviderPolicy.scopes.contains(scope) && !scopes.contains(scope) {
+            scopes.append(scope)
+        }
         // OpenID Connect Core §11: offline_access that cannot be granted is ignored, not refused
         // (RPs such as oauth2-proxy ask for it whatever the registration says).
         if !client.metadata.grantTypes.contains("refresh_token") || !client.metadata.scopes.contains("offline_access") {
@@ -100,20 +115,19 @@ package final class AuthorizationService: AppleFormPostContinuation {
             guard query["code_challenge_method"] == "S256" else {
                 return refuse("invalid_request", "code_challenge_method must be S256")
             }
-            guard (43...128).contains(challenge.utf8.count),
-                challenge.utf8.allSatisfy({
-                    $0 < 128
-                        && (Character(Unicode.Scalar($0)).isLetter || Character(Unicode.Scalar($0)).isNumber
-                            || "-._~".utf8.contains($0))
-                })
-            else { return refuse("invalid_request", "code_challenge must be 43 to 128 URL-safe characters") }
+            guard CodeChallenge.isWellFormed(challenge) else {
+                return refuse("invalid_request", "code_challenge must be 43 to 128 URL-safe characters")
+            }
         } else if client.metadata.isPublic {
             return refuse("invalid_request", "public clients must send a PKCE code_challenge (S256)")
         } else if query["code_challenge_method"] != nil {
             return refuse("invalid_request", "code_challenge_method without code_challenge")
         }
         // The broker keeps no session of its own: every sign-in is Apple's interactive page.
-        if (query["prompt"] ?? "").split(separator: " ").contains("none") {
+        let prompts = (query["prompt"] ?? "").split(separator: " ")
+        if prompts.contains("none") {
+            // OpenID Connect Core §3.1.2.1: `none` with any other value is an error.
+            guard prompts.count == 1 else { return refuse("invalid_request", "prompt=none cannot be combined") }
             return refuse("login_required", "the user must sign in with Apple")
         }
         let appleNonce = Base64URL.encode(SecureRandom.bytes(32))
@@ -162,7 +176,7 @@ package final class AuthorizationService: AppleFormPostContinuation {
                 ])
         }
         guard let idToken = fields["id_token"], let code = fields["code"], !idToken.isEmpty, !code.isEmpty else {
-            return finish("invalid_request", [("error", "server_error"), ("error_description", "Apple's answer was incomplete")])
+            return finish("server_error", [("error", "server_error"), ("error_description", "Apple's answer was incomplete")])
         }
         let response: LoginResponse
         switch try FormPostLogin(login: login, usedStates: usedStates).signIn(

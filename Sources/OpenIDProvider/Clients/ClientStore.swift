@@ -61,9 +61,10 @@ package struct ClientStore: Sendable {
         FROM oidc_clients
         """
 
-    /// The client, or nil (ids longer than any we issue are not looked up).
+    /// The client, or nil (ids longer than any we issue, or holding a NUL that no text column
+    /// can bind, are not looked up).
     package func find(_ clientID: String) throws -> Client? {
-        guard clientID.utf8.count <= 64 else { return nil }
+        guard clientID.utf8.count <= 64, !clientID.utf8.contains(0) else { return nil }
         return try pool.query("\(unescaped: Self.select) WHERE client_id = \(clientID)").first.map(Self.client)
     }
 
@@ -73,7 +74,7 @@ package struct ClientStore: Sendable {
 
     /// Deletes the client with its grants, codes and tokens; false when unknown.
     package func delete(_ clientID: String) throws -> Bool {
-        guard clientID.utf8.count <= 64 else { return false }
+        guard clientID.utf8.count <= 64, !clientID.utf8.contains(0) else { return false }
         return !(try pool.query("DELETE FROM oidc_clients WHERE client_id = \(clientID) RETURNING 1").isEmpty)
     }
 

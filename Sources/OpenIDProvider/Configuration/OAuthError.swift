@@ -10,7 +10,11 @@ package struct OAuthError: Error, Sendable, Equatable {
 
     package init(_ code: String, _ description: String, status: Int = 400) {
         self.code = code
-        self.description = description
+        // RFC 6749 §5.2: error_description holds only %x20-21 / %x23-5B / %x5D-7E; what a
+        // description quotes (a refused redirect URI) is narrowed to that, the rest becomes '?'.
+        self.description = String(
+            String.UnicodeScalarView(
+                description.unicodeScalars.map { (0x20...0x7E).contains($0.value) && $0 != "\"" && $0 != "\\" ? $0 : "?" }))
         self.status = status
     }
 

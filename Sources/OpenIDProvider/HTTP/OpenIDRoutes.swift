@@ -51,12 +51,11 @@ enum OpenIDRoutes {
         // each one costs a database lookup. Successes are never charged.
         router.group(AddressBudget(perAddress, charge: .failures)) { router in
             router.post(endpoints.path(Endpoints.token)) { request in
-                try oauth {
-                    var response = HTTPResponse.json(try provider.tokens.token(request, form: try form(request)))
-                    response.headers.set("Cache-Control", "no-store")
-                    response.headers.set("Pragma", "no-cache")
-                    return response
-                }
+                var response = try oauth { HTTPResponse.json(try provider.tokens.token(request, form: try form(request))) }
+                // RFC 6749 §5.1 and §5.2 (its example): tokens and refusals alike are never cached.
+                response.headers.set("Cache-Control", "no-store")
+                response.headers.set("Pragma", "no-cache")
+                return response
             }
             router.post(endpoints.path(Endpoints.revocation)) { request in
                 try oauth {
@@ -70,6 +69,16 @@ enum OpenIDRoutes {
                 let formToken =
                     request.method == .post && request.mediaType == "application/x-www-form-urlencoded"
                     ? FormEncoding.fields(String(decoding: request.body, as: UTF8.self))["access_token"] : nil
+                // §2: a client uses one method; a token in both is invalid_request (§3.1, 400).
+                if request.bearerToken != nil && formToken != nil {
+                    return HTTPResponse(
+                        status: 400,
+                        headers: [
+                            "WWW-Authenticate":
+                                "Bearer error=\"invalid_request\", error_description=\"send the token in one place\"",
+                            "Cache-Control": "no-store",
+                        ])
+                }
                 guard let token = request.bearerToken ?? formToken else {
                     return HTTPResponse(status: 401, headers: ["WWW-Authenticate": "Bearer", "Cache-Control": "no-store"])
                 }
@@ -173,6 +182,20 @@ enum OpenIDRoutes {
         guard request.mediaType == "application/x-www-form-urlencoded" else {
             throw OAuthError.invalidRequest("the body must be application/x-www-form-urlencoded")
         }
-        return FormEncoding.fields(String(decoding: request.body, as: UTF8.self))
+        return try fields(request.body)
+    }
+
+    /// Form fields as RFC 6749 reads them: a parameter without a value is omitted (§3.1), one
+    /// sent twice is refused rather than guessed at (§3.1, §3.2), and so is a NUL byte (no
+    /// database text holds one: it would end as a 500 further in).
+    static func fields(_ body: [UInt8]) throws -> [String: String] {
+        var fields: [String: String] = [:]
+        for (name, value) in FormEncoding.decode(String(decoding: body, as: UTF8.self)) where !value.isEmpty {
+            guard fields.updateValue(value, forKey: name) == nil else {
+                throw OAuthError.invalidRequest("a parameter is sent more than once")
+            }
+            guard !value.utf8.contains(0) else { throw OAuthError.invalidRequest("a parameter holds a NUL byte") }
+        }
+        return fields
     }
 }

@@ -49,13 +49,13 @@ package struct TokenService: Sendable {
     }
 
     private func exchange(_ form: [String: String], client: ClientStore.Client) throws -> JSONValue {
-        guard let code = form["code"], !code.isEmpty, code.utf8.count <= 256 else {
-            throw OAuthError.invalidRequest("code is required")
-        }
+        guard let code = form["code"] else { throw OAuthError.invalidRequest("code is required") }
+        // Longer than any code we issue: not looked up, and invalid like any unknown code (RFC 6749 §5.2).
+        guard code.utf8.count <= 256 else { throw OAuthError.invalidGrant("the code is unknown or expired") }
         guard let redirectURI = form["redirect_uri"] else { throw OAuthError.invalidRequest("redirect_uri is required") }
         let verifier = form["code_verifier"]
-        if let verifier, !(43...128).contains(verifier.utf8.count) {
-            throw OAuthError.invalidRequest("code_verifier must be 43 to 128 characters")
+        if let verifier, !CodeChallenge.isWellFormed(verifier) {
+            throw OAuthError.invalidRequest("code_verifier must be 43 to 128 characters of A-Z, a-z, 0-9, -, ., _, ~")
         }
         switch try grants.redeem(code: code) {
         case .unknown, .expired: throw OAuthError.invalidGrant("the code is unknown or expired")
@@ -67,7 +67,7 @@ package struct TokenService: Sendable {
             }
             switch (challenge, verifier) {
             case (let challenge?, let verifier?):
-                guard ConstantTime.equals(Array(Base64URL.encode(SHA256.hash(verifier)).utf8), Array(challenge.utf8)) else {
+                guard CodeChallenge.matches(verifier: verifier, challenge: challenge) else {
                     throw OAuthError.invalidGrant("code_verifier does not match the code_challenge")
                 }
             case (.some, nil): throw OAuthError.invalidGrant("code_verifier is required (PKCE)")
@@ -83,9 +83,8 @@ package struct TokenService: Sendable {
         guard client.metadata.grantTypes.contains("refresh_token") else {
             throw OAuthError("unauthorized_client", "this client did not register the refresh_token grant")
         }
-        guard let token = form["refresh_token"], !token.isEmpty, token.utf8.count <= 256 else {
-            throw OAuthError.invalidRequest("refresh_token is required")
-        }
+        guard let token = form["refresh_token"] else { throw OAuthError.invalidRequest("refresh_token is required") }
+        guard token.utf8.count <= 256 else { throw OAuthError.invalidGrant("the refresh token is unknown, expired or revoked") }
         switch try grants.useRefreshToken(token, clientID: client.clientID) {
         case .unknown: throw OAuthError.invalidGrant("the refresh token is unknown, expired or revoked")
         case .reused: throw OAuthError.invalidGrant("the refresh token was used already; the grant is ended")
