@@ -82,6 +82,9 @@ public struct HTTPRequest: Sendable {
     public let path: String
     /// Query arguments, percent-decoded; a bare `?flag` has the value "".
     public let query: [String: String]
+    /// Query names sent more than once (`query` holds the first value): for protocols that
+    /// refuse a repeated parameter rather than guess (RFC 6749 §3.1).
+    public internal(set) var repeatedQueryNames: Set<String> = []
     public let headers: HTTPHeaders
     public let body: [UInt8]
     /// The client's IP address: the peer's, or behind trusted proxies the right-most

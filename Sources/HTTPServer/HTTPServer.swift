@@ -361,10 +361,12 @@ private func finish(
     // off like slow headers, and its slot freed.
     core.headerDeadline?.headersArrived(connection)
     let methodName = HTTPMethod(method.map { String(cString: $0) } ?? "GET")
+    let (query, repeated) = arguments(connection)
     var request = HTTPRequest(
-        method: methodName, path: url.map { String(cString: $0) } ?? "/", query: arguments(connection),
+        method: methodName, path: url.map { String(cString: $0) } ?? "/", query: query,
         headers: headers(connection), body: state.body, remoteAddress: clientAddress(connection), requestID: "",
         logger: core.logger)
+    request.repeatedQueryNames = repeated
     request.received = state.started
     var response = core.respond(
         to: request, refusal: state.tooLarge ? .payloadTooLarge(limit: core.configuration.maximumBodyBytes) : nil)
@@ -389,7 +391,7 @@ private func refuseInMidBody(
     core.headerDeadline?.headersArrived(connection)
     let methodName = HTTPMethod(method.map { String(cString: $0) } ?? "POST")
     var request = HTTPRequest(
-        method: methodName, path: url.map { String(cString: $0) } ?? "/", query: arguments(connection),
+        method: methodName, path: url.map { String(cString: $0) } ?? "/", query: arguments(connection).query,
         headers: headers(connection), body: [], remoteAddress: clientAddress(connection), requestID: "",
         logger: core.logger)
     request.received = state.started
@@ -480,12 +482,14 @@ private func headers(_ connection: OpaquePointer) -> HTTPHeaders {
     HTTPHeaders(pairs(connection, .HEADER_KIND))
 }
 
-private func arguments(_ connection: OpaquePointer) -> [String: String] {
+/// The query arguments (the first value of a name sent twice) and the names sent more than once.
+private func arguments(_ connection: OpaquePointer) -> (query: [String: String], repeated: Set<String>) {
     var query: [String: String] = [:]
-    for (key, value) in pairs(connection, .GET_ARGUMENT_KIND) where query[key] == nil {
-        query[key] = value
+    var repeated: Set<String> = []
+    for (key, value) in pairs(connection, .GET_ARGUMENT_KIND) {
+        if query[key] == nil { query[key] = value } else { repeated.insert(key) }
     }
-    return query
+    return (query, repeated)
 }
 
 func clientAddress(_ connection: OpaquePointer) -> String {

@@ -143,6 +143,23 @@ struct ProviderConformanceTests {
         #expect(first != appleSub, "the broker's user_id, not Apple's team-scoped sub")
     }
 
+    @Test(
+        "RFC 6749 §3.1 at the authorization endpoint: a repeated parameter is invalid_request; a repeated client_id or redirect_uri gets a page"
+    )
+    func repeatedAuthorizeParameters() throws {
+        let harness = try ProviderHarness()
+        let client = try harness.confidentialClient()
+        let nonce = try ProviderHarness.Redirect(try harness.authorize(request(client) + [("nonce", "a"), ("nonce", "b")]))
+        #expect(nonce.base == client.redirectURI && nonce.query["error"] == "invalid_request")
+        #expect(nonce.query["state"] == "s-1" && nonce.query["iss"] != nil)
+        let state = try ProviderHarness.Redirect(try harness.authorize(request(client) + [("state", "s-2")]))
+        #expect(state.query["error"] == "invalid_request" && state.query["state"] == nil, "which state would be the RP's?")
+        for name in ["client_id", "redirect_uri"] {
+            let page = try harness.authorize(request(client) + [(name, name == "client_id" ? client.id : client.redirectURI)])
+            #expect(page.status == 400 && page.header("location") == nil, "\(name)")
+        }
+    }
+
     @Test("OpenID Connect Core §3.1.2.1: prompt=none with another value is invalid_request; alone, login_required")
     func promptNoneAlone() throws {
         let harness = try ProviderHarness()

@@ -48,9 +48,16 @@ package final class AuthorizationService: AppleFormPostContinuation {
     }
 
     /// Checks an authorization request (its query parameters).
-    package func authorize(_ parameters: [String: String]) throws -> Outcome {
+    /// `repeated`: the names sent more than once (RFC 6749 §3.1: "MUST NOT be included more
+    /// than once"); a repeated client_id or redirect_uri leaves no redirect to trust.
+    package func authorize(_ parameters: [String: String], repeated: Set<String> = []) throws -> Outcome {
         // RFC 6749 §3.1: a parameter sent without a value is treated as omitted.
         let query = parameters.filter { !$0.value.isEmpty }
+        guard repeated.isDisjoint(with: ["client_id", "redirect_uri"]) else {
+            return .page(
+                status: 400, title: "Sign-in cannot continue",
+                message: "The application sent client_id or redirect_uri more than once. Tell the application's team.")
+        }
         guard let clientID = query["client_id"], !clientID.isEmpty, let client = try clients.find(clientID) else {
             return .page(
                 status: 400, title: "Unknown application",
@@ -72,6 +79,13 @@ package final class AuthorizationService: AppleFormPostContinuation {
         }
         func refuse(_ error: String, _ description: String) -> Outcome {
             .redirect(respond(to: redirectURI, [("error", error), ("error_description", description)], state: state))
+        }
+        if !repeated.isEmpty {
+            // The names are the sender's text: not echoed (error_description's character rules).
+            return .redirect(
+                respond(
+                    to: redirectURI, [("error", "invalid_request"), ("error_description", "a parameter is sent more than once")],
+                    state: repeated.contains("state") ? nil : state))
         }
         if let state, state.utf8.count > ProviderPolicy.maximumStateBytes {
             return .redirect(

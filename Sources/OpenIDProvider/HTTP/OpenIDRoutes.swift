@@ -33,9 +33,17 @@ enum OpenIDRoutes {
         }
         // OpenID Connect Core §3.1.2.1: GET and POST (form) alike.
         let authorize: HTTPHandler = { request in
-            let parameters =
-                request.method == .post ? FormEncoding.fields(String(decoding: request.body, as: UTF8.self)) : request.query
-            switch try provider.authorization.authorize(parameters) {
+            let parameters: [String: String]
+            let repeated: Set<String>
+            if request.method == .post {
+                let pairs = FormEncoding.decode(String(decoding: request.body, as: UTF8.self)).filter { !$0.1.isEmpty }
+                parameters = Dictionary(pairs, uniquingKeysWith: { first, _ in first })
+                repeated = Set(Dictionary(grouping: pairs, by: \.0).filter { $0.value.count > 1 }.keys)
+            } else {
+                parameters = request.query
+                repeated = request.repeatedQueryNames
+            }
+            switch try provider.authorization.authorize(parameters, repeated: repeated) {
             case .redirect(let location):
                 return HTTPResponse(
                     status: 302, headers: ["Location": location, "Cache-Control": "no-store", "Referrer-Policy": "no-referrer"])
