@@ -228,7 +228,7 @@ let package = Package(
             name: "ConsoleTests",
             dependencies: [
                 "Console", "BrokerAPI", "BrokerCore", "AppleSimulator", "HTTPServer", "HTTPClient", "JOSE", "StrictJSON",
-                "BrokerCrypto", "TestSupport", "PostgresClient", "Observability", "ProcessRunner",
+                "BrokerCrypto", "TestSupport", "PostgresClient", "Observability", "ProcessRunner", "Locking",
             ],
             swiftSettings: swiftSettings
         ),
