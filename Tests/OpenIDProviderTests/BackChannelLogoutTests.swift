@@ -132,8 +132,13 @@ struct BackChannelLogoutTests {
             Thread.sleep(forTimeInterval: 0.05)
         }
         let key = try harness.adminKey()
+        for limit in ["null", "0", "1001", "1.5"] {
+            let refused = try harness.send(
+                "GET", "/v1/oidc-logout-deliveries?limit=\(limit)", headers: [("Authorization", "Bearer \(key)")])
+            #expect(refused.status == 400, "limit=\(limit)")
+        }
         let failed = try harness.send(
-            "GET", "/v1/oidc-logout-deliveries?state=failed", headers: [("Authorization", "Bearer \(key)")])
+            "GET", "/v1/oidc-logout-deliveries?state=failed&limit=5", headers: [("Authorization", "Bearer \(key)")])
         let delivery = try #require((failed.json["deliveries"] as? [[String: Any]])?.first, "\(failed.bodyText)")
         #expect(delivery["last_status"] as? Int == 500)
         #expect(receiver.received.isEmpty)

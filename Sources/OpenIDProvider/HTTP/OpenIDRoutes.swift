@@ -156,8 +156,14 @@ enum OpenIDRoutes {
                 if let state, !["pending", "delivered", "failed"].contains(state) {
                     throw BrokerError.invalidRequest("state is pending, delivered or failed")
                 }
-                let limit = request.query["limit"].flatMap(Int.init) ?? 100
-                guard (1...1000).contains(limit) else { throw BrokerError.invalidRequest("limit is 1 to 1000") }
+                // A limit that is not a number is refused, not replaced by the default.
+                let limit =
+                    try request.query["limit"].map { text in
+                        guard let value = Int(text), (1...1000).contains(value) else {
+                            throw BrokerError.invalidRequest("limit is 1 to 1000")
+                        }
+                        return value
+                    } ?? 100
                 return .json(.object(["deliveries": .array(try store.list(state: state, limit: limit))]))
             })
         router.post(
