@@ -137,6 +137,17 @@ struct ConsoleSignInTests {
         #expect(try broker.count("SELECT count(*) FROM console_oidc_transactions") == 1)
     }
 
+    @Test("a sign-in whose ID token has no auth_time is not a recent proof: the first step-up route asks for a step-up")
+    func signInWithoutAuthTime() throws {
+        let idp = try FakeIdentityProvider()
+        let broker = try broker(idp)
+        idp.next.withLock { $0.authTimeAgo = nil }
+        let cookie = try #require(ConsoleBroker.sessionCookie(try signIn(broker, idp)))
+        let csrf = try #require(ConsoleBroker.csrfToken(try broker.get("/deletions/new", cookie: cookie)))
+        let create = try broker.post("/deletions/create", form: [("csrf_token", csrf)], cookie: cookie)
+        #expect(create.status == 200 && create.bodyText.contains("content=\"0;url=/step-up?next=/deletions/new\""))
+    }
+
     @Test("next= only ever returns to a path of the console")
     func safeReturn() throws {
         let idp = try FakeIdentityProvider()
