@@ -148,6 +148,25 @@ struct ConsoleSignInTests {
         #expect(create.status == 200 && create.bodyText.contains("content=\"0;url=/step-up?next=/deletions/new\""))
     }
 
+    @Test("sign-ins under way are bounded for all addresses together: past the limit, 503 and no row")
+    func transactionLimit() throws {
+        let idp = try FakeIdentityProvider()
+        let broker = try ConsoleBroker(
+            oidc: ConsoleConfiguration.OIDC(
+                issuer: idp.issuer, clientID: idp.clientID, clientSecret: idp.clientSecret, roleMap: ["dpo": [.compliance]]),
+            configure: { $0.oidcTransactionLimit = 3 })
+        let statuses = try (0..<5).map { _ in try broker.get("/login/oidc").status }
+        #expect(statuses == [303, 303, 303, 503, 503])
+        #expect(try broker.count("SELECT count(*) FROM console_oidc_transactions") == 3)
+        // A step-up is a sign-in under way too.
+        let cookie = try broker.signIn(.viewer)
+        #expect(try broker.get("/step-up", cookie: cookie).status == 503)
+        // Expired transactions make room again.
+        try broker.pool.query("UPDATE console_oidc_transactions SET expires_at = now() - interval '1 second'")
+        #expect(try broker.get("/login/oidc").status == 303)
+        #expect(try broker.count("SELECT count(*) FROM console_oidc_transactions") == 1)
+    }
+
     @Test("next= only ever returns to a path of the console")
     func safeReturn() throws {
         let idp = try FakeIdentityProvider()
