@@ -40,7 +40,10 @@ struct ConsoleFollowUpTests {
                 ("received_date", "2026-12-01"), ("confirmation_code", code),
             ], cookie: cookie)
         #expect(created.status == 303)
+        let report = try #require(created.header("Location")) + "/report"
         try waitForDone(broker)
+        #expect(try followUp(broker, report, cookie) == "manual_revocation_required")
+        #expect(try broker.get(report, cookie: cookie).bodyText.contains("manual revocation required (TN3194): open"))
         let open = try broker.get("/follow-ups", cookie: cookie)
         #expect(open.status == 200)
         #expect(open.bodyText.contains("1 open of 1"))
@@ -56,6 +59,16 @@ struct ConsoleFollowUpTests {
         #expect(closed.bodyText.contains("closed: the user revoked at Apple"))
         #expect(closed.bodyText.contains("consent-revoked"), "listed among the notifications after a deletion")
         #expect(!closed.bodyText.contains(user.sub))
+        // The evidence report tells the same: the follow-up is closed, and when.
+        #expect(try followUp(broker, report, cookie) == "manual_revocation_closed")
+        let closedReport = try broker.get(report, cookie: cookie).bodyText
+        #expect(closedReport.contains("closed, the user revoked at Apple") && !closedReport.contains("required (TN3194): open"))
+    }
+
+    /// The `follow_up` member of a deletion's JSON evidence report.
+    private func followUp(_ broker: ConsoleBroker, _ report: String, _ cookie: String) throws -> String? {
+        let json = try JSONSerialization.jsonObject(with: Data(try broker.get(report + ".json", cookie: cookie).body))
+        return (json as? [String: Any])?["follow_up"] as? String
     }
 
     @Test("lookup shows masked results; a reveal needs compliance and is audited with the user, never the address or term")
