@@ -26,7 +26,8 @@ public final class ConsoleServer: Sendable {
     ) {
         self.configuration = configuration
         let sessions = ConsoleSessionStore(
-            pool: pool, idleSeconds: configuration.sessionIdleSeconds, maximumSeconds: configuration.sessionMaximumSeconds)
+            pool: pool, idleSeconds: configuration.sessionIdleSeconds, maximumSeconds: configuration.sessionMaximumSeconds,
+            oidcTransactionLimit: configuration.oidcTransactionLimit)
         self.sessions = sessions
         let store = ConsoleStore(pool: pool, teamID: teamID)
         let gate = ConsoleGate(sessions: sessions, stepUpSeconds: configuration.stepUpSeconds)

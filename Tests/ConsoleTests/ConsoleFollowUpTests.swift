@@ -40,7 +40,10 @@ struct ConsoleFollowUpTests {
                 ("received_date", "2026-12-01"), ("confirmation_code", code),
             ], cookie: cookie)
         #expect(created.status == 303)
+        let report = try #require(created.header("Location")) + "/report"
         try waitForDone(broker)
+        #expect(try followUp(broker, report, cookie) == "manual_revocation_required")
+        #expect(try broker.get(report, cookie: cookie).bodyText.contains("manual revocation required (TN3194): open"))
         let open = try broker.get("/follow-ups", cookie: cookie)
         #expect(open.status == 200)
         #expect(open.bodyText.contains("1 open of 1"))
@@ -56,6 +59,42 @@ struct ConsoleFollowUpTests {
         #expect(closed.bodyText.contains("closed: the user revoked at Apple"))
         #expect(closed.bodyText.contains("consent-revoked"), "listed among the notifications after a deletion")
         #expect(!closed.bodyText.contains(user.sub))
+        // The evidence report tells the same: the follow-up is closed, and when.
+        #expect(try followUp(broker, report, cookie) == "manual_revocation_closed")
+        let closedReport = try broker.get(report, cookie: cookie).bodyText
+        #expect(closedReport.contains("closed, the user revoked at Apple") && !closedReport.contains("required (TN3194): open"))
+    }
+
+    /// The `follow_up` member of a deletion's JSON evidence report.
+    private func followUp(_ broker: ConsoleBroker, _ report: String, _ cookie: String) throws -> String? {
+        let json = try JSONSerialization.jsonObject(with: Data(try broker.get(report + ".json", cookie: cookie).body))
+        return (json as? [String: Any])?["follow_up"] as? String
+    }
+
+    @Test("a lookup by e-mail leaves no whole sub in the page's source; its reveal works; both cases of one address hash alike")
+    func revealByEmailKeepsSubMasked() throws {
+        let broker = try ConsoleBroker()
+        let user = try broker.signInUser(email: "case.test@example.com")
+        let cookie = try broker.signIn(.compliance)
+        let csrf = try #require(ConsoleBroker.csrfToken(try broker.get("/lookup", cookie: cookie)))
+        var result = try broker.post(
+            "/lookup", form: [("csrf_token", csrf), ("identify_by", "email"), ("value", "case.test@example.com")],
+            cookie: cookie)
+        #expect(result.status == 200 && result.bodyText.contains("lead, not proof"))
+        #expect(!result.bodyText.contains(user.sub), "the hidden field of the reveal form held the whole sub")
+        result = try broker.post(
+            "/lookup", form: [("csrf_token", csrf), ("identify_by", "email"), ("value", " Case.Test@EXAMPLE.com")],
+            cookie: cookie)
+        #expect(result.status == 200 && !result.bodyText.contains(user.sub))
+        let named = try #require(ConsoleBroker.hidden("apple_sub", result))
+        let revealed = try broker.post(
+            "/lookup/reveal",
+            form: [("csrf_token", csrf), ("user_id", user.id.uuidString.lowercased()), ("apple_sub", named)], cookie: cookie)
+        #expect(revealed.status == 200 && revealed.bodyText.contains("case.test@example.com"))
+        let hashes = try broker.pool.query(
+            "SELECT detail->>'term_hash' AS h FROM audit_log WHERE action = 'console.lookup' ORDER BY id"
+        ).map { try $0.decode(String.self, "h") }
+        #expect(hashes.count == 2 && hashes[0] == hashes[1], "one address, one keyed hash, whatever its case")
     }
 
     @Test("lookup shows masked results; a reveal needs compliance and is audited with the user, never the address or term")

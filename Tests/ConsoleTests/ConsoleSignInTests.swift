@@ -150,6 +150,36 @@ struct ConsoleSignInTests {
         #expect(try broker.count("SELECT count(*) FROM console_oidc_transactions") == 1)
     }
 
+    @Test("a sign-in whose ID token has no auth_time is not a recent proof: the first step-up route asks for a step-up")
+    func signInWithoutAuthTime() throws {
+        let idp = try FakeIdentityProvider()
+        let broker = try broker(idp)
+        idp.next.withLock { $0.authTimeAgo = nil }
+        let cookie = try #require(ConsoleBroker.sessionCookie(try signIn(broker, idp)))
+        let csrf = try #require(ConsoleBroker.csrfToken(try broker.get("/deletions/new", cookie: cookie)))
+        let create = try broker.post("/deletions/create", form: [("csrf_token", csrf)], cookie: cookie)
+        #expect(create.status == 200 && create.bodyText.contains("content=\"0;url=/step-up?next=/deletions/new\""))
+    }
+
+    @Test("sign-ins under way are bounded for all addresses together: past the limit, 503 and no row")
+    func transactionLimit() throws {
+        let idp = try FakeIdentityProvider()
+        let broker = try ConsoleBroker(
+            oidc: ConsoleConfiguration.OIDC(
+                issuer: idp.issuer, clientID: idp.clientID, clientSecret: idp.clientSecret, roleMap: ["dpo": [.compliance]]),
+            configure: { $0.oidcTransactionLimit = 3 })
+        let statuses = try (0..<5).map { _ in try broker.get("/login/oidc").status }
+        #expect(statuses == [303, 303, 303, 503, 503])
+        #expect(try broker.count("SELECT count(*) FROM console_oidc_transactions") == 3)
+        // A step-up is a sign-in under way too.
+        let cookie = try broker.signIn(.viewer)
+        #expect(try broker.get("/step-up", cookie: cookie).status == 503)
+        // Expired transactions make room again.
+        try broker.pool.query("UPDATE console_oidc_transactions SET expires_at = now() - interval '1 second'")
+        #expect(try broker.get("/login/oidc").status == 303)
+        #expect(try broker.count("SELECT count(*) FROM console_oidc_transactions") == 1)
+    }
+
     @Test("next= only ever returns to a path of the console")
     func safeReturn() throws {
         let idp = try FakeIdentityProvider()

@@ -134,10 +134,20 @@ struct ConsoleGate {
             }
             guard let name = decode(parts[0]), let value = decode(parts.count > 1 ? parts[1] : []), fields[name] == nil
             else { throw ConsoleRefusal.invalid("The form could not be read.") }
+            guard !hasControlCharacters(name), !hasControlCharacters(value) else { throw refusedControl }
             fields[name] = value
         }
         return fields
     }
+
+    /// A NUL cannot be stored (PostgreSQL text refuses it, so it would surface as a 500 after
+    /// part of the work was done) and no console field needs another control character than
+    /// a tab or a line break.
+    static func hasControlCharacters(_ text: String) -> Bool {
+        text.unicodeScalars.contains { ($0.value < 0x20 && !"\t\n\r".unicodeScalars.contains($0)) || $0.value == 0x7F }
+    }
+
+    static let refusedControl = ConsoleRefusal.invalid("The form holds a control character; type the text again.")
 
     static func percentEncoded(_ text: String) -> String {
         text.addingPercentEncoding(withAllowedCharacters: .alphanumerics.union(CharacterSet(charactersIn: "-._~/"))) ?? ""

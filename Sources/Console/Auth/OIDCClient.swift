@@ -137,7 +137,9 @@ final class OIDCClient: Sendable {
             claims["preferred_username"]?.stringValue ?? claims["name"]?.stringValue ?? subject
         return OIDCIdentity(
             subject: subject, displayName: String(name.prefix(100)), roles: roles,
-            authTime: Date(timeIntervalSince1970: authTime ?? issued))
+            // Without auth_time the provider does not say when the operator proved who they are
+            // (an SSO session can be hours old): no step-up window follows such a sign-in.
+            authTime: Date(timeIntervalSince1970: authTime ?? 0))
     }
 
     /// Discovery and keys, fetched at first use and again after ten minutes (or on demand).

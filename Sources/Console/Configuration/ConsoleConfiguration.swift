@@ -23,6 +23,10 @@ public struct ConsoleConfiguration: Sendable {
     public var stepUpSeconds = 300
     /// Sign-in link redemptions per client address: bursts of 10, then one every 6 s.
     public var linkRedemptionsPerSecond = 1.0 / 6
+    /// Sign-ins under way kept at once (`console_oidc_transactions`), from every address
+    /// together: anyone can start one, and the per-address budget alone does not bound the
+    /// table against many addresses.
+    public var oidcTransactionLimit = 10_000
     public var oidc: OIDC?
 
     /// The organisation's OpenID Connect provider, when operators sign in through one.

@@ -291,7 +291,10 @@ struct DeletionPages {
         members["completed_at"] = time(record.completedAt)
         members["purged_at"] = time(purged)
         members["apple_revocation"] = record.appleRevocation.map { .string($0.rawValue) } ?? .null
-        members["follow_up"] = .string(record.appleRevocation == .manualRequired ? "manual_revocation_required" : "none")
+        let followUp = try followUp(record)
+        members["follow_up"] = .string(
+            followUp.required ? (followUp.closedAt == nil ? "manual_revocation_required" : "manual_revocation_closed") : "none")
+        members["follow_up_closed_at"] = time(followUp.closedAt)
         members["timeline"] = .array(timeline)
         members["revocations"] = .array(revocations)
         members["user_deleted_deliveries"] = .array(sent)
@@ -323,6 +326,15 @@ struct DeletionPages {
                 "\(delivery.deliveredAt.map(RFC3339Date.string) ?? "not delivered")",
             ]
         }
+        let followUp = try followUp(record)
+        let followUpWords: String
+        if !followUp.required {
+            followUpWords = "none"
+        } else if let closed = followUp.closedAt {
+            followUpWords = "manual revocation (TN3194): closed, the user revoked at Apple (\(RFC3339Date.string(closed)))"
+        } else {
+            followUpWords = "manual revocation required (TN3194): open"
+        }
         let checklist: HTML = """
             <ul><li>Account data purged: \(purged.map { "yes, " + RFC3339Date.string($0) } ?? "no, not yet")</li>
             <li>Tokens at Apple: \(DeletionWords.revocation(record.appleRevocation))</li>
@@ -338,11 +350,18 @@ struct DeletionPages {
             <dt>Received</dt><dd>\(note?.receivedAt.map(RFC3339Date.string) ?? "not recorded")</dd>
             <dt>Requested</dt><dd>\(RFC3339Date.string(record.createdAt))</dd>
             <dt>Purged</dt><dd>\(purged.map(RFC3339Date.string) ?? "not yet")</dd>
-            <dt>Follow-up</dt><dd>\(record.appleRevocation == .manualRequired ? "manual revocation required (TN3194)" : "none")</dd></dl>
+            <dt>Follow-up</dt><dd>\(followUpWords)</dd></dl>
             \(checklist)
             \(HTML.table(caption: "Revocation per client id", headers: ["Client id", "Step", "Outcome", "At"], rows: revocations))
             \(HTML.table(caption: "user.deleted deliveries per subscription (Art. 19)", headers: ["Subscription", "State", "Attempts", "Delivered"], rows: sent))
             """)
+    }
+
+    /// Whether the deletion needs the user to revoke at Apple (TN3194), and when a later
+    /// notification for the same sub closed that follow-up.
+    private func followUp(_ record: DeletionRecord) throws -> (required: Bool, closedAt: Date?) {
+        guard record.appleRevocation == .manualRequired else { return (false, nil) }
+        return (true, record.state == .done ? try store.followUpClosedAt(deletionID: record.id) : nil)
     }
 
     private func record(_ request: ConsoleRequest) throws -> DeletionRecord {

@@ -25,20 +25,25 @@ struct ExactLookup {
         let kind = try request.field("identify_by", maximum: 20)
         let value = try request.field("value", maximum: 320)
         let users: [UUID]
+        // The value as it is matched (an e-mail address or a UUID in either case is one value), so
+        // one term always has one keyed hash in the audit log.
+        var term = value
         switch kind {
         case "user_id":
             guard let id = UUID(uuidString: value) else { throw ConsoleRefusal.invalid("A broker user id is a UUID.") }
+            term = id.lowercasedString
             users = try store.findUser(userID: id, sub: nil, email: nil)
         case "apple_sub": users = try store.findUser(userID: nil, sub: value, email: nil)
         case "email":
             guard value.contains("@") else { throw ConsoleRefusal.invalid("Give a whole e-mail address.") }
-            users = try store.findUser(userID: nil, sub: nil, email: value)
+            term = value.lowercased()
+            users = try store.findUser(userID: nil, sub: nil, email: term)
         default: throw ConsoleRefusal.invalid("Identify the user by user id, Apple sub or e-mail.")
         }
         try store.pool.withConnection { connection in
             try ConsoleSessionStore.audit(
                 connection, actor: session.actor, action: "console.lookup",
-                detail: ["by": .string(kind), "term_hash": .string(termHash(value)), "matches": .integer(Int64(users.count))])
+                detail: ["by": .string(kind), "term_hash": .string(termHash(term)), "matches": .integer(Int64(users.count))])
         }
         return (kind, users)
     }

@@ -77,7 +77,7 @@ struct FollowUpPages {
                     : """
                     \(Masking.email(identity.email)) (\(flags))
                     <form method="post" action="/lookup/reveal">\(Layout.csrfField(session))
-                    <input type="hidden" name="user_id" value="\(user.lowercasedString)"><input type="hidden" name="apple_sub" value="\(identity.sub)">
+                    <input type="hidden" name="user_id" value="\(user.lowercasedString)"><input type="hidden" name="apple_sub" value="\(finder.termHash(identity.sub))">
                     <button type="submit">Reveal</button></form>
                     """
                 return ["\(Masking.sub(identity.sub))", "\(identity.clientID)", reveal, "\(identity.consent)"]
@@ -104,8 +104,12 @@ struct FollowUpPages {
         guard let user = UUID(uuidString: try request.field("user_id", maximum: 36)) else {
             throw ConsoleRefusal.invalid("The user id is not a UUID.")
         }
-        let sub = try request.field("apple_sub", maximum: 256)
-        guard let email = try store.email(userID: user, sub: sub) else { throw ConsoleRefusal.notFound }
+        // The result page names an identity by the keyed hash of its sub, so the page's source holds
+        // no more than its masked table; a sub typed by hand is still accepted.
+        let named = try request.field("apple_sub", maximum: 256)
+        guard let sub = try store.identities(of: user).map(\.sub).first(where: { $0 == named || finder.termHash($0) == named }),
+            let email = try store.email(userID: user, sub: sub)
+        else { throw ConsoleRefusal.notFound }
         try store.pool.withConnection { connection in
             try ConsoleSessionStore.audit(
                 connection, actor: session.actor, action: "console.reveal", subject: user.lowercasedString,

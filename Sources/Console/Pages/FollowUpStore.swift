@@ -32,6 +32,20 @@ extension ConsoleStore {
         }
     }
 
+    /// When the TN3194 follow-up of one deletion closed (as `manualRevocations` decides), for
+    /// its evidence report; nil while it is open.
+    func followUpClosedAt(deletionID: UUID) throws -> Date? {
+        try pool.query(
+            """
+            SELECT min(n.received_at) AS closed_at
+            FROM deletion_requests d JOIN tombstones t ON t.deletion_id = d.id
+            JOIN apple_notifications n ON n.sub_hash = t.sub_hash
+            WHERE d.id = \(deletionID) AND n.event_type IN ('consent-revoked', 'account-delete')
+              AND n.received_at >= d.created_at
+            """
+        ).first?.decode(Date?.self, "closed_at")
+    }
+
     struct FailedRevocation {
         var deletionID: UUID
         var clientID: String?

@@ -31,8 +31,17 @@ struct OIDCPages {
     private func begin(returnTo: String, stepUpOf: [UInt8]?) throws -> HTTPResponse {
         let nonce = ConsoleSessionStore.newSecret()
         let verifier = ConsoleSessionStore.newSecret()
-        let state = try sessions.beginOIDC(
-            .init(nonce: nonce, verifier: verifier, returnTo: returnTo, stepUpOf: stepUpOf))
+        let state: String
+        do {
+            state = try sessions.beginOIDC(.init(nonce: nonce, verifier: verifier, returnTo: returnTo, stepUpOf: stepUpOf))
+        } catch is ConsoleSessionStore.OIDCTransactionsFull {
+            logger.warning("console sign-ins under way at their limit")
+            var response = Layout.refusal(
+                503, "Too many sign-ins", "Too many sign-ins are under way. Try again in a few minutes, or use a sign-in link.",
+                session: nil)
+            response.headers.set("Retry-After", "60")
+            return response
+        }
         let url: String
         do {
             url = try client.authorizationURL(state: state, nonce: nonce, verifier: verifier, stepUp: stepUpOf != nil)

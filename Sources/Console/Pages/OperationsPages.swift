@@ -245,6 +245,9 @@ struct OperationsPages {
         func value(_ name: String) -> String? {
             request.http.query[name].flatMap { $0.isEmpty ? nil : String($0.prefix(200)) }
         }
+        for name in Self.filterNames {
+            if let text = request.http.query[name], ConsoleGate.hasControlCharacters(text) { throw ConsoleGate.refusedControl }
+        }
         var filter = ConsoleStore.AuditFilter(actor: value("actor"), action: value("action"), subject: value("subject"))
         if let text = value("deletion_id") {
             guard let id = UUID(uuidString: text) else { throw ConsoleRefusal.invalid("The deletion id is not a UUID.") }
@@ -261,6 +264,21 @@ struct OperationsPages {
         return filter
     }
 
+    static let filterNames = ["action", "actor", "deletion_id", "from", "subject", "to"]
+
+    /// The audit filter of a request as a query string: its known fields only, each as the
+    /// filter uses it (at most 200 characters), so neither a link nor the export's own audit
+    /// row carries whatever else the URL held.
+    static func filterQuery(_ request: ConsoleRequest, encoded: Bool = true) -> String {
+        filterNames.compactMap { name in
+            request.http.query[name].flatMap { value in
+                guard !value.isEmpty else { return nil }
+                let text = String(value.prefix(200))
+                return "\(name)=\(encoded ? ConsoleGate.percentEncoded(text) : text)"
+            }
+        }.joined(separator: "&")
+    }
+
     func audit(_ request: ConsoleRequest) throws -> HTTPResponse {
         let filter = try filter(request)
         let entries = try store.audit(filter, limit: 200)
@@ -270,8 +288,7 @@ struct OperationsPages {
                 "\(entry.deletionID?.lowercasedString ?? "")", "<code>\(entry.detail)</code>",
             ]
         }
-        let query = request.http.query.filter { ["actor", "action", "subject", "deletion_id", "from", "to"].contains($0.key) }
-            .sorted { $0.key < $1.key }.map { "\($0.key)=\(ConsoleGate.percentEncoded($0.value))" }.joined(separator: "&")
+        let query = Self.filterQuery(request)
         func field(_ name: String, _ label: String, _ type: String = "text") -> HTML {
             "<label for=\"\(name)\">\(label)</label><input id=\"\(name)\" name=\"\(name)\" type=\"\(type)\" value=\"\(request.http.query[name] ?? "")\">"
         }
@@ -298,9 +315,7 @@ struct OperationsPages {
             actor: session.actor, action: "console.audit_exported",
             detail: [
                 "format": .string(format), "entries": .integer(Int64(entries.count)),
-                "filter": .string(
-                    request.http.query.filter { $0.key != "format" }.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }
-                        .joined(separator: "&")),
+                "filter": .string(Self.filterQuery(request, encoded: false)),
             ])
         var text = ""
         if format == "csv" {

@@ -29,11 +29,15 @@ public struct ConsoleSessionStore: Sendable {
     let pool: PostgresPool
     let idleSeconds: Int
     let maximumSeconds: Int
+    let oidcTransactionLimit: Int
 
-    public init(pool: PostgresPool, idleSeconds: Int = 1800, maximumSeconds: Int = 8 * 3600) {
+    public init(
+        pool: PostgresPool, idleSeconds: Int = 1800, maximumSeconds: Int = 8 * 3600, oidcTransactionLimit: Int = 10_000
+    ) {
         self.pool = pool
         self.idleSeconds = idleSeconds
         self.maximumSeconds = maximumSeconds
+        self.oidcTransactionLimit = oidcTransactionLimit
     }
 
     static func hash(_ secret: String) -> [UInt8] { SHA256.hash(secret) }
@@ -136,11 +140,16 @@ public struct ConsoleSessionStore: Sendable {
         var stepUpOf: [UInt8]?
     }
 
+    /// The table holds `oidcTransactionLimit` live sign-ins already.
+    struct OIDCTransactionsFull: Error {}
+
     /// Stores a transaction for ten minutes; returns its `state`. Expired ones go first, so
-    /// abandoned sign-ins leave nothing behind for long.
+    /// abandoned sign-ins leave nothing behind for long; past the limit nothing is stored.
     func beginOIDC(_ transaction: OIDCTransaction) throws -> String {
         let state = Self.newSecret()
         try pool.query("DELETE FROM console_oidc_transactions WHERE expires_at < now()")
+        let live = try pool.query("SELECT count(*) FROM console_oidc_transactions").single().decode(Int.self, 0)
+        guard live < oidcTransactionLimit else { throw OIDCTransactionsFull() }
         try pool.query(
             """
             INSERT INTO console_oidc_transactions (state_hash, nonce, verifier, return_to, step_up_of, expires_at)
