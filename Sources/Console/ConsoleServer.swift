@@ -30,7 +30,8 @@ public final class ConsoleServer: Sendable {
             oidcTransactionLimit: configuration.oidcTransactionLimit)
         self.sessions = sessions
         let store = ConsoleStore(pool: pool, teamID: teamID)
-        let gate = ConsoleGate(sessions: sessions, stepUpSeconds: configuration.stepUpSeconds)
+        var gate = ConsoleGate(sessions: sessions, stepUpSeconds: configuration.stepUpSeconds)
+        gate.origin = ConsoleGate.origin(of: configuration.publicURL)
         let signIn = SignInPages(
             sessions: sessions,
             redemptions: RateLimiter(rate: configuration.linkRedemptionsPerSecond, burst: 10),

@@ -181,6 +181,23 @@ struct ConsoleAccessTests {
         #expect(try broker.get("/", cookie: alice).status == 200, "alice is still signed in")
     }
 
+    @Test("a POST whose Origin is not the console's, or whose Fetch metadata is not same-origin, is 403: sign-in links too")
+    func originChecked() throws {
+        let broker = try ConsoleBroker(configure: { $0.publicURL = "https://console.example.com:443/" })
+        for headers in [
+            [("Origin", "https://evil.example")], [("Origin", "null")], [("Origin", "https://console.example.com:8443")],
+            [("Sec-Fetch-Site", "same-site")], [("Origin", "https://console.example.com"), ("Sec-Fetch-Site", "cross-site")],
+        ] {
+            let forged = try broker.post(
+                "/link", form: [("token", try broker.link(.admin, operator: "mallory"))], headers: headers)
+            #expect(forged.status == 403 && ConsoleBroker.sessionCookie(forged) == nil, "\(headers)")
+        }
+        let same = try broker.post(
+            "/link", form: [("token", try broker.link(.admin, operator: "alice"))],
+            headers: [("Origin", "https://console.example.com"), ("Sec-Fetch-Site", "same-origin")])
+        #expect(same.status == 303 && ConsoleBroker.sessionCookie(same) != nil)
+    }
+
     @Test("a step-up route with a sign-in older than five minutes moves the operator on to /step-up")
     func stepUp() throws {
         let broker = try ConsoleBroker()

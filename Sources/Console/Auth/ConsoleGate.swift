@@ -59,6 +59,10 @@ struct ConsoleGate {
 
     let sessions: ConsoleSessionStore
     let stepUpSeconds: Int
+    /// The console's origin as browsers see it (`BROKER_CONSOLE_URL`): a POST whose `Origin`
+    /// names another is refused, sign-in forms included (login CSRF), in browsers too old to
+    /// send Fetch metadata.
+    var origin: String? = nil
 
     func handler(for route: ConsoleRoute, _ page: @escaping ConsoleHandler) -> HTTPHandler {
         { http in
@@ -68,7 +72,8 @@ struct ConsoleGate {
                 var request = ConsoleRequest(http: http, session: session, form: [:])
                 if http.method == .post {
                     // Fetch metadata: a browser says when a form comes from another site.
-                    if http.headers["Sec-Fetch-Site"] == "cross-site" { throw ConsoleRefusal.csrf }
+                    if let site = http.headers["Sec-Fetch-Site"], site != "same-origin" { throw ConsoleRefusal.csrf }
+                    if let sent = http.headers["Origin"], let origin, sent != origin { throw ConsoleRefusal.csrf }
                     request.form = try Self.form(http)
                 }
                 if let roles = route.roles {
@@ -98,6 +103,15 @@ struct ConsoleGate {
                 return response
             }
         }
+    }
+
+    /// `scheme://host[:port]` of a URL, as a browser writes it in `Origin`.
+    static func origin(of url: String) -> String? {
+        guard let components = URLComponents(string: url), let scheme = components.scheme?.lowercased(),
+            let host = components.host?.lowercased()
+        else { return nil }
+        let defaultPort = scheme == "https" ? 443 : 80
+        return scheme + "://" + host + (components.port.map { $0 == defaultPort ? "" : ":\($0)" } ?? "")
     }
 
     /// The session cookie's value, if the request carries one.
