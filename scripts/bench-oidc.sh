@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # make bench-oidc: the OpenID Provider's token endpoint (code exchanges) and userinfo against
-# Glewlwyd 2.7 from Debian (an OpenID Certified provider in C: sqlite, its OIDC plugin, RS256
-# with a 2048-bit key like the broker's, one user, one confidential client), both in one run on
-# this machine, in interleaved rounds; codes are minted before each round by each side's own
-# authorize flow. Figures per second and per CPU-second of the server process; the ratio is the
-# median of the per-round ratios (issue 27's goal: >= 2x per CPU-second).
-#   [ROUNDS=3] [CODES=200] [CONCURRENCY=8] [USERINFO=2000] scripts/bench-oidc.sh
+# Glewlwyd 2.7 from Debian (an OpenID Certified provider in C: its OIDC plugin, RS256 with a
+# 2048-bit key like the broker's, one user, one confidential client), both in one run on this
+# machine, in interleaved rounds; codes are minted before each round by each side's own
+# authorize flow. Each side has its own PostgreSQL cluster, set up alike (GLEWLWYD_DB=sqlite
+# gives Glewlwyd a sqlite file instead). Figures per second and per CPU-second of the server
+# process, and of it with its PostgreSQL; the ratio is the median of the per-round ratios
+# (issue 27's goal: >= 2x per CPU-second).
+#   [ROUNDS=3] [CODES=200] [CONCURRENCY=8] [USERINFO=2000] [GLEWLWYD_DB=postgres|sqlite] scripts/bench-oidc.sh
 . "$(dirname "$0")/bench/common.sh"
 "$ROOT/scripts/bootstrap.sh" test
 # shellcheck source=lib/glewlwyd.sh
@@ -31,10 +33,11 @@ registration=$("$BIN/appleid-broker" oidc-clients create --name bench --redirect
 read -r BROKER_CLIENT_ID BROKER_CLIENT_SECRET < <("$PY" -c \
   'import json,sys; c=json.loads(sys.argv[1]); print(c["client_id"], c["client_secret"])' "$registration")
 start_glewlwyd "$PY" "$glewlwyd_redirect"
-echo "== OIDC: broker (release) vs Glewlwyd $(dpkg-query -W -f='${Version}' glewlwyd), ${ROUNDS:-3} interleaved rounds" \
+echo "== OIDC: broker (release) vs Glewlwyd $(dpkg-query -W -f='${Version}' glewlwyd) on $GLEWLWYD_DB, ${ROUNDS:-3} interleaved rounds" \
   "of ${CODES:-200} code exchanges at concurrency ${CONCURRENCY:-8} and ${USERINFO:-2000} userinfo calls (nproc $(nproc))"
 BROKER_ISSUER=$OIDC_ISSUER BROKER_CLIENT_ID=$BROKER_CLIENT_ID BROKER_CLIENT_SECRET=$BROKER_CLIENT_SECRET \
   BROKER_REDIRECT_URI=$broker_redirect BROKER_SERVER_PID=$BROKER_PID BROKER_POSTMASTER_PID="$(head -1 "$WORK/data/postgres/postmaster.pid")" \
-  GLEWLWYD_REDIRECT_URI=$glewlwyd_redirect ROUNDS=${ROUNDS:-3} \
+  GLEWLWYD_REDIRECT_URI=$glewlwyd_redirect GLEWLWYD_POSTMASTER_PID=$GLEWLWYD_POSTMASTER_PID GLEWLWYD_DB=$GLEWLWYD_DB \
+  ROUNDS=${ROUNDS:-3} \
   "$PY" "$ROOT/scripts/oidc/bench_oidc.py" "$RESULTS/oidc.json"
 echo "written: bench-results/oidc.json"
