@@ -60,8 +60,8 @@ struct ConsoleGate {
     let sessions: ConsoleSessionStore
     let stepUpSeconds: Int
     /// The console's origin as browsers see it (`BROKER_CONSOLE_URL`): a POST whose `Origin`
-    /// names another is refused, sign-in forms included (login CSRF), in browsers too old to
-    /// send Fetch metadata.
+    /// names another is refused, sign-in forms included (login CSRF), also where a browser
+    /// sends no Fetch metadata.
     var origin: String? = nil
 
     func handler(for route: ConsoleRoute, _ page: @escaping ConsoleHandler) -> HTTPHandler {
@@ -73,7 +73,11 @@ struct ConsoleGate {
                 if http.method == .post {
                     // Fetch metadata: a browser says when a form comes from another site.
                     if let site = http.headers["Sec-Fetch-Site"], site != "same-origin" { throw ConsoleRefusal.csrf }
-                    if let sent = http.headers["Origin"], let origin, sent != origin { throw ConsoleRefusal.csrf }
+                    // `null` is what a browser sends under the console's own `Referrer-Policy: no-referrer`;
+                    // Fetch metadata speaks for those requests.
+                    if let sent = http.headers["Origin"], sent != "null", let origin, sent != origin {
+                        throw ConsoleRefusal.csrf
+                    }
                     request.form = try Self.form(http)
                 }
                 if let roles = route.roles {
