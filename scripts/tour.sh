@@ -83,13 +83,16 @@ for block in "$work"/block-*.sh; do
 echo "== [second terminal] \$(head -c 120 '$block')" >&2
 bash -euo pipefail '$block' > '$work/background.log' 2>&1 &
 echo \$! > '$work/background.pid'
-for _ in \$(seq 1 100); do grep -q subscribed '$work/background.log' && break; sleep 0.1; done
+# Conditions, not a count of tries: a loaded machine takes longer, never fails for it (120 s).
+deadline=\$((SECONDS + 120))
+until grep -q subscribed '$work/background.log' || [ \$SECONDS -ge \$deadline ]; do sleep 0.1; done
 grep -q subscribed '$work/background.log' || { cat '$work/background.log' >&2; exit 1; }
 SH
       ;;
     *-tour-wait.sh)
       cat >> "$script" <<SH
-for _ in \$(seq 1 300); do kill -0 \$(cat '$work/background.pid') 2>/dev/null || break; sleep 0.1; done
+deadline=\$((SECONDS + 120))
+while kill -0 \$(cat '$work/background.pid') 2>/dev/null && [ \$SECONDS -lt \$deadline ]; do sleep 0.1; done
 if kill -0 \$(cat '$work/background.pid') 2>/dev/null; then echo "tour: the webhook receiver never got user.deleted" >&2; exit 1; fi
 echo "== $(basename "$block")" >&2
 sed "s/^/    /" '$block' >&2

@@ -6,6 +6,8 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 : "${WORK:=${TMPDIR:-/tmp}/appleid-broker-stack}"
 # shellcheck source=ports.sh
 source "$ROOT/scripts/lib/ports.sh"
+# shellcheck source=wait.sh
+source "$ROOT/scripts/lib/wait.sh"
 : "${SIM_PORT:=$(free_port)}"
 : "${BROKER_PORT:=$(free_port)}"
 : "${API_SCOPES:=login,read,compliance,events,admin}"
@@ -31,8 +33,8 @@ stop_all() {
   fi
 }
 
-wait_http() {  # wait_http URL
-  for _ in $(seq 1 300); do curl -sf -o /dev/null "$1" && return 0; sleep 0.1; done
+wait_http() {  # wait_http URL: waits up to 180 s (a first start runs initdb and the migrations)
+  wait_until 180 curl -sf -m 5 -o /dev/null "$1" && return 0
   echo "timed out waiting for $1" >&2; return 1
 }
 
