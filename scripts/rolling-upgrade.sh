@@ -4,11 +4,14 @@
 # and checked by scripts/rolling-upgrade.py (see there for what is checked).
 #
 #   scripts/rolling-upgrade.sh [--write-catalog]   (--write-catalog: rewrite sql/catalog/expected.txt)
+#   scripts/rolling-upgrade.sh --build-only        (builds the previous release and stops: make test
+#                                                   builds it early, beside its other builds)
 #
 # The previous release's source is the commit's tree (`git archive`, so nothing is added to
 # the repository's worktree list), built with `swift build` in a build directory of its own
-# under .build/previous-release/<commit>/, kept between runs: the first run builds it from
-# scratch (several minutes), later runs reuse it. The tag vX.Y.Z is created locally when
+# in the machine's cache (scripts/lib/cache.sh: ~/.cache/appleid-broker/previous-release/<commit>/),
+# kept between runs and clones: the first run on a machine builds it from scratch (about 40
+# CPU-seconds), later ones reuse it (SwiftPM locks the build directory against two at once). The tag vX.Y.Z is created locally when
 # missing (tags may not travel with a push). Needs PostgreSQL's server binaries and psql.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -27,14 +30,22 @@ commit=$(git rev-parse --verify "$commit^{commit}")
 git rev-parse -q --verify "refs/tags/v$version" >/dev/null || git tag "v$version" "$commit"
 echo "== previous release v$version ($commit)" >&2
 
-previous=".build/previous-release/${commit:0:12}"
+# Built once per machine (scripts/lib/cache.sh): a release's sources never change, and a real
+# rolling upgrade runs the released binary, not a rebuild of it.
+# shellcheck source=lib/cache.sh
+source scripts/lib/cache.sh
+previous="$APPLEID_BROKER_CACHE/previous-release/${commit:0:12}"
 if [ ! -f "$previous/src/Package.swift" ]; then
-  rm -rf "$previous/src"
-  mkdir -p "$previous/src"
-  git archive "$commit" | tar -x -C "$previous/src"
+  mkdir -p "$previous"
+  unpacked=$(mktemp -d "$previous/src.XXXXXX")
+  git archive "$commit" | tar -x -C "$unpacked"
+  # Another run on this machine may have placed it meanwhile: theirs is the same tree.
+  mv -T "$unpacked" "$previous/src" 2>/dev/null || rm -rf "$unpacked"
 fi
 echo "== building v$version in $previous (its own build directory)" >&2
-swift build --package-path "$previous/src" --scratch-path "$previous/build" --product appleid-broker >&2
+# No index store: nothing reads it here (no tests to discover), and writing it costs a fifth of a build.
+swift build --package-path "$previous/src" --scratch-path "$previous/build" --product appleid-broker --disable-index-store >&2
+[ "${1:-}" = --build-only ] && exit 0
 # make test hands over the binaries it built (BROKER_BIN), so this does not wait for SwiftPM's
 # lock on .build while another stage builds there.
 if [ -z "${BROKER_BIN:-}" ]; then
