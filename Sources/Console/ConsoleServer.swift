@@ -17,11 +17,12 @@ public final class ConsoleServer: Sendable {
     ///   - subscriptions: the webhook subscriptions the events API manages.
     ///   - hasher: keys the hashes of looked-up terms in the audit log.
     ///   - apps: the configured app groups (the overview's last notification per app).
+    ///   - trustedProxies: `BROKER_TRUSTED_PROXIES`, as the API's listener takes them.
     package init(
         configuration: ConsoleConfiguration, pool: PostgresPool, deletions: DeletionService,
         subscriptions: WebhookSubscriptionStore, teamID: String, hasher: SubjectHasher,
         apps: AppGroups = AppGroups(groups: []), keySetAge: @escaping @Sendable () -> Duration? = { nil },
-        metrics: MetricsRegistry? = nil, logger: Logger,
+        metrics: MetricsRegistry? = nil, trustedProxies: [ClientAddress.Range] = [], logger: Logger,
         transport: any HTTPTransport = CurlTransport()
     ) {
         self.configuration = configuration
@@ -105,6 +106,9 @@ public final class ConsoleServer: Sendable {
         server.connectionLimit = 256
         server.maximumBodyBytes = ConsoleGate.maximumFormBytes
         server.responseHeaders = Layout.headers
+        // The client address behind the proxies the API trusts (BROKER_TRUSTED_PROXIES): the
+        // sign-in budgets and the access log count each operator, not the proxy.
+        server.trustedProxies = trustedProxies
         // Unknown paths, wrong methods and over-long forms get a page, not problem+json.
         server.problemRenderer = { problem, _ in
             var response = Layout.refusal(problem.status, problem.title, problem.detail ?? problem.title, session: nil)

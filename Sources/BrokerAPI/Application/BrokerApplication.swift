@@ -111,7 +111,7 @@ public final class BrokerApplication: Sendable {
                 deletions: DeletionService(store: parts.deletionStore, wake: wakeDeletions),
                 subscriptions: parts.subscriptions, teamID: appleSettings.teamID, hasher: SubjectHasher(keys: tokenKeys),
                 apps: appleSettings.appGroups, keySetAge: { [appleKeys = parts.appleKeys] in appleKeys.age }, metrics: metrics,
-                logger: logger)
+                trustedProxies: serverConfiguration.trustedProxies, logger: logger)
         }
         self.console = console
         ProcessMetrics.register(on: metrics)

@@ -20,6 +20,8 @@ final class ConsoleBroker: Sendable {
     let simulator: AppleSimulator
     let environment: [String: String]
     let client = CurlTransport()
+    /// The broker's log lines (its console's included), from `info` up.
+    let logs = LogSink.capturing(level: .info)
 
     var console: ConsoleServer { application.console! }
     var consoleURL: String { "http://127.0.0.1:\(console.port)" }
@@ -52,7 +54,7 @@ final class ConsoleBroker: Sendable {
         console.oidc = oidc
         configure(&console)
         application = try BrokerApplication(
-            configuration: configuration, console: console, logger: Logger(label: "broker", sink: .capturing(level: .warning)))
+            configuration: configuration, console: console, logger: Logger(label: "broker", sink: logs))
         try application.start()
     }
 
