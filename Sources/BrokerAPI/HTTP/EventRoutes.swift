@@ -112,7 +112,7 @@ enum EventRoutes {
                     cursor = .start
                 }
                 let limit = try request.limitParameter()
-                let page = try feed.page(after: cursor, limit: limit, reach: key.reachArray)
+                let page = try feed.page(after: cursor, limit: limit, reach: key.reachArray, groups: key.grantReachArray)
                 return .json(.object(["events": .array(page.events), "next_cursor": .string(page.next.text)]))
             })
     }

@@ -132,9 +132,9 @@ package struct WebhookSubscriptionStore: Sendable {
             }
             let row = try connection.query(
                 """
-                INSERT INTO webhook_subscriptions (id, url, topics, secret, key_id, description, api_key_id, client_ids)
+                INSERT INTO webhook_subscriptions (id, url, topics, secret, key_id, description, api_key_id, client_ids, app_ids)
                 VALUES (\(id), \(url), \(topicsJSON), \(sealed.sealed), \(sealed.keyID), \(description), \(ownerID),
-                        \(owner?.reachArray))
+                        \(owner?.reachArray), \(owner?.grantReachArray))
                 RETURNING created_at
                 """
             ).single()
