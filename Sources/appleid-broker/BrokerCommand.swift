@@ -64,6 +64,10 @@ enum BrokerCommand {
                 summary: "print a single-use sign-in URL for the console (BROKER_CONSOLE_LISTEN);\n"
                     + "stored hashed, audited; --ttl up to 24h (s, m or h)",
                 options: ["operator", "role", "ttl"]),
+            CommandSpec(
+                ["console", "end-sessions"], "--operator NAME",
+                summary: "end every live console session of an operator (IdP sub or link name) now; audited",
+                options: ["operator"]),
             CommandSpec(["version"], summary: "print the version (also --version)"),
         ] + OpenIDCommands.specs,
         footer: """
@@ -124,6 +128,8 @@ enum BrokerCommand {
                 return try ReEncryptCommand.run(parsed, environment: environment)
             case "console link":
                 return try ConsoleCommand.link(parsed, environment: environment)
+            case "console end-sessions":
+                return try ConsoleCommand.endSessions(parsed, environment: environment)
             case "oidc-keys rotate", "oidc-keys list", "oidc-clients create", "oidc-clients list", "oidc-clients delete":
                 return try OpenIDCommands.run(parsed, environment: environment)
             case "version":

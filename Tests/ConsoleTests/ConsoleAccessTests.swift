@@ -119,8 +119,13 @@ struct ConsoleAccessTests {
             "SELECT action, actor, detail::text AS detail FROM audit_log WHERE action LIKE 'console.%' ORDER BY id"
         )
         .map { (try $0.decode(String.self, "action"), try $0.decode(String.self, "actor"), try $0.decode(String.self, "detail")) }
-        #expect(actions.map(\.0) == ["console.link_created", "console.link_redeemed"])
+        // The used and the unknown token are failed sign-ins, audited too (no actor to name).
+        #expect(
+            actions.map(\.0) == [
+                "console.link_created", "console.link_redeemed", "console.sign_in_refused", "console.sign_in_refused",
+            ])
         #expect(actions[1].1 == "console:bob")
+        #expect(actions[2].1 == "anonymous" && actions[3].1 == "anonymous")
         #expect(actions.allSatisfy { !$0.2.contains(token) })
     }
 

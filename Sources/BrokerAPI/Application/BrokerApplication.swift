@@ -110,7 +110,8 @@ public final class BrokerApplication: Sendable {
                 configuration: settings, pool: pool,
                 deletions: DeletionService(store: parts.deletionStore, wake: wakeDeletions),
                 subscriptions: parts.subscriptions, teamID: appleSettings.teamID, hasher: SubjectHasher(keys: tokenKeys),
-                apps: appleSettings.appGroups, keySetAge: { [appleKeys = parts.appleKeys] in appleKeys.age }, metrics: metrics,
+                apps: appleSettings.appGroups, clientIDs: appleSettings.clientIDs,
+                keySetAge: { [appleKeys = parts.appleKeys] in appleKeys.age }, metrics: metrics,
                 trustedProxies: serverConfiguration.trustedProxies, logger: logger)
         }
         self.console = console

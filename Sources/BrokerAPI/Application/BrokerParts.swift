@@ -76,6 +76,7 @@ struct BrokerParts: Sendable {
         var subscriptions = WebhookSubscriptionStore(pool: pool, tokenKeys: tokenKeys)
         subscriptions.allowPrivateNetworks = configuration.dispatch.allowPrivateNetworks
         subscriptions.maximumSubscriptions = configuration.dispatch.maximumSubscriptions
+        subscriptions.maximumSubscriptionsPerKey = configuration.dispatch.maximumSubscriptionsPerKey
         self.subscriptions = subscriptions
     }
 

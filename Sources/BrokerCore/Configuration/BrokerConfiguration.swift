@@ -197,6 +197,10 @@ public struct BrokerConfiguration: Sendable {
         /// `webhook_subscription_limit` beyond); it also bounds the delivery rows an event's
         /// transaction writes (see `broker_emit_event`).
         public var maximumSubscriptions = 50
+        /// `BROKER_WEBHOOK_MAX_SUBSCRIPTIONS_PER_KEY`: subscriptions one API key may hold (409
+        /// `webhook_subscription_limit` with `limit: per_key` beyond), so one key cannot fill
+        /// the broker's ceiling for every other app's keys.
+        public var maximumSubscriptionsPerKey = 10
         /// `BROKER_WEBHOOK_DEAD_LETTER_RETENTION_SECONDS`: failed deliveries, and deliveries
         /// parked by a paused subscription, are pruned once this old.
         public var deadLetterRetentionSeconds = 30 * 86_400
@@ -421,6 +425,8 @@ public struct BrokerConfiguration: Sendable {
         dispatch.allowPrivateNetworks = reader.boolean("BROKER_WEBHOOK_ALLOW_PRIVATE_NETWORKS") ?? false
         dispatch.maximumSubscriptions =
             reader.integer("BROKER_WEBHOOK_MAX_SUBSCRIPTIONS", in: 1...1000) ?? dispatch.maximumSubscriptions
+        dispatch.maximumSubscriptionsPerKey =
+            reader.integer("BROKER_WEBHOOK_MAX_SUBSCRIPTIONS_PER_KEY", in: 1...1000) ?? dispatch.maximumSubscriptionsPerKey
         dispatch.deadLetterRetentionSeconds =
             reader.integer("BROKER_WEBHOOK_DEAD_LETTER_RETENTION_SECONDS", in: 3600...(365 * 86_400))
             ?? dispatch.deadLetterRetentionSeconds

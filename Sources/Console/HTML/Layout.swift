@@ -26,7 +26,7 @@ enum Layout {
                 links += [link("/deletions/new", "New deletion"), link("/follow-ups", "Follow-ups"), link("/lookup", "Lookup")]
             }
             links += [link("/webhooks", "Webhooks"), link("/notifications", "Apple notifications")]
-            if session.allows(.webhookOperators) { links.append(link("/api-keys", "API keys")) }
+            if session.allows(.keyViewers) { links.append(link("/api-keys", "API keys")) }
             if session.allows(.auditors) { links.append(link("/audit", "Audit log")) }
             navigation = """
                 <header><nav aria-label="Console"><ul>\(links)</ul></nav>
