@@ -36,3 +36,8 @@ ALTER TABLE webhook_subscriptions ADD COLUMN app_ids text[];
 -- once). NULL: a sign-in link's session (its role is the link's) or one the previous release
 -- opened (its stored roles).
 ALTER TABLE console_sessions ADD COLUMN groups text[];
+
+-- The console's overview charts read the last days of deletions and of the deletion job's
+-- steps, tables kept for good (one row per deletion, a few per step): by time, not by scan.
+CREATE INDEX deletion_requests_created ON deletion_requests (created_at);
+CREATE INDEX deletion_steps_at ON deletion_steps (at);

@@ -46,7 +46,7 @@ public final class ConsoleServer: Sendable {
             oidcConfigured: configuration.oidc != nil, failures: failures)
         let overview = OverviewPage(
             store: store, apps: apps, silenceSeconds: configuration.notificationSilenceSeconds, keySetAge: keySetAge,
-            appleCalls: { metrics?.registeredCounter("apple_requests_total")?.samples ?? [] })
+            appleCalls: { metrics?.registeredCounter("apple_requests_total")?.samples ?? [] }, deletions: deletions.store)
         let oidc = configuration.oidc.map { settings in
             OIDCPages(
                 client: OIDCClient(settings: settings, redirectURI: configuration.publicURL + "/callback", transport: transport),
