@@ -3,8 +3,10 @@
 
 -- The audit model: who acted (actor), on what (target, e.g. `api_key:<id>`,
 -- `webhook_subscription:<uuid>`, `console_session`), with what result (outcome: succeeded,
--- refused, failed). Rows the previous release writes leave both NULL; it audited succeeded
--- acts only. Still identifiers and hashes only: no personal data, no secrets.
+-- refused, failed). Rows written before this migration have neither; since, every row has an
+-- outcome, and a target where the act has one (the trigger of sql/functions/broker_audit_defaults.sql
+-- fills them for the released functions' and the previous release's rows). Still identifiers
+-- and hashes only: no personal data, no secrets.
 ALTER TABLE audit_log ADD COLUMN target text, ADD COLUMN outcome text;
 -- NOT VALID: checked for new rows without scanning (and locking) the whole log.
 ALTER TABLE audit_log ADD CONSTRAINT audit_log_outcome CHECK (outcome IN ('succeeded', 'refused', 'failed')) NOT VALID;

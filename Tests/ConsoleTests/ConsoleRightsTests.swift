@@ -144,6 +144,19 @@ struct ConsoleRightsTests {
         #expect(
             try broker.post("/api-keys/\(keyID)/revoke", form: [("csrf_token", csrf)], cookie: operatorCookie).status == 303)
         _ = try broker.post("/link", form: [("token", "not-a-link")])
+        // A deletion through the API: written by the released SQL function, which names neither
+        // target nor outcome; and a row as the previous release writes a key's revocation.
+        let compliance = try APIKeyStore(pool: broker.pool).create(name: "dpo", scopes: [.compliance])
+        let user = try broker.signInUser()
+        let requested = try broker.client.send(
+            .init(
+                method: "POST", url: broker.apiURL + "/v1/deletions",
+                headers: [("Content-Type", "application/json"), ("Authorization", "Bearer \(compliance.secret)")],
+                body: Array(#"{"user_id":"\#(user.id.lowercasedString)","reason":"asked","requested_by":"dpo"}"#.utf8)))
+        #expect(requested.status == 202)
+        let deletionID = try broker.pool.query("SELECT id FROM deletion_requests").single().decode(UUID.self, 0)
+        try broker.pool.query(
+            "INSERT INTO audit_log (actor, action, detail) VALUES ('cli', 'api_key.revoked', '{\"key_id\":\"oldrelease1\"}')")
 
         let rows = try broker.pool.query(
             "SELECT actor, action, target, outcome FROM audit_log WHERE actor <> 'test' ORDER BY id"
@@ -159,6 +172,8 @@ struct ConsoleRightsTests {
             "console:otto webhook_delivery.retried webhook_delivery:\(delivery) failed",
             "console:otto api_key.revoked api_key:\(keyID) succeeded",
             "anonymous console.sign_in_refused console_session refused",
+            "api:dpo deletion.requested deletion:\(deletionID.lowercasedString) succeeded",
+            "cli api_key.revoked api_key:oldrelease1 succeeded",
         ] {
             #expect(rows.contains(expected), "\(expected) not in \(rows)")
         }
