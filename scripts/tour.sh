@@ -95,6 +95,8 @@ cleanup() {
   [ -n "$background_pid" ] && kill "$background_pid" 2>/dev/null || true
   # Nothing of the tour's may outlive it, on failure too.
   if [ -n "$run_pid" ]; then stop_make_run TERM "the tour's cleanup" || status=1; fi
+  # A failed tour keeps its directory (logs, blocks, data) for a look; a passed one leaves none.
+  if [ "$status" = 0 ]; then rm -rf "$work"; else echo "tour: its files are in $work" >&2; fi
   exit "$status"
 }
 trap cleanup EXIT
