@@ -33,7 +33,8 @@ enum OpenIDCommands {
                 "register a resource server that may introspect (RFC 7662) the access\ntokens of these relying parties; prints it as JSON with its secret\n(shown only this once)",
             options: ["client-ids", "name"]),
         CommandSpec(["oidc-resource-servers", "list"], "[--json]", flags: ["json"]),
-        CommandSpec(["oidc-resource-servers", "delete"], "RESOURCE_SERVER_ID", summary: "delete a resource server", operands: 1...1),
+        CommandSpec(
+            ["oidc-resource-servers", "delete"], "RESOURCE_SERVER_ID", summary: "delete a resource server", operands: 1...1),
     ]
 
     static func run(_ arguments: ParsedArguments, environment: [String: String]) throws -> Int32 {

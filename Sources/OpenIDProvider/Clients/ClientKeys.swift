@@ -63,7 +63,9 @@ final class ClientKeys: Sendable {
             method: "GET", url: uri, headers: [("Accept", "application/jwk-set+json, application/json")], body: [],
             timeout: .seconds(5))
         if !allowPrivateNetworks {
-            guard let parts = URLParts(uri), parts.scheme == "https" else { throw Unavailable(description: "jwks_uri is not https") }
+            guard let parts = URLParts(uri), parts.scheme == "https" else {
+                throw Unavailable(description: "jwks_uri is not https")
+            }
             do {
                 request.pinnedAddresses = try resolver.publicAddresses(of: parts.host)
             } catch {

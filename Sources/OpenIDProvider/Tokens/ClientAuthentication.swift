@@ -162,7 +162,8 @@ struct ClientAuthentication: Sendable {
     /// The payload of a compact JWS, not verified: only to learn which client it claims to be.
     static func unverifiedClaims(_ token: String) -> [String: JSONValue]? {
         let parts = token.split(separator: ".", omittingEmptySubsequences: false)
-        guard parts.count == 3, let payload = Base64URL.decode(parts[1]), case .object(let claims)? = try? JSONValue.parse(payload)
+        guard parts.count == 3, let payload = Base64URL.decode(parts[1]),
+            case .object(let claims)? = try? JSONValue.parse(payload)
         else { return nil }
         return claims
     }

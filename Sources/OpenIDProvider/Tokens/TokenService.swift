@@ -1,9 +1,9 @@
 import BrokerCrypto
 import Foundation
 import Locking
-import Synchronization
 import Observability
 import StrictJSON
+import Synchronization
 
 /// The token, userinfo and revocation endpoints (OpenID Connect Core §3.1.3 and §5.3,
 /// RFC 6749 §4.1.3 and §6, RFC 7636 §4.6, RFC 7009, RFC 7662). Every refusal is an OAuth error.
@@ -237,7 +237,8 @@ package struct TokenService: Sendable {
         if credentials.basic != nil && form["client_secret"] != nil {
             throw OAuthError.invalidRequest("use one client authentication method")
         }
-        guard let id = credentials.basic?.id ?? form["client_id"], let secret = credentials.basic?.secret ?? form["client_secret"],
+        guard let id = credentials.basic?.id ?? form["client_id"],
+            let secret = credentials.basic?.secret ?? form["client_secret"],
             let server = try resourceServers.find(id), server.accepts(secret: secret)
         else { throw ClientAuthentication.failed(basic: credentials.basic != nil) }
         return server
