@@ -10,7 +10,8 @@ struct AdminAuditStore: Sendable {
 
     func record(actor: String, action: String, target: String?, outcome: String) throws {
         var detail: [String: JSONValue] = ["outcome": .string(outcome)]
-        if let target { detail["target"] = .string(target) }
+        // A path's id is the caller's text: bounded (ids we issue are shorter).
+        if let target { detail["target"] = .string(String(target.prefix(64))) }
         try pool.withTransaction { try AuditLog.record($0, actor: actor, action: action, detail: detail) }
     }
 }
