@@ -27,7 +27,11 @@ package enum AuditLog {
     package static func record(
         _ connection: PostgresConnection, actor: String, action: String, detail: [String: JSONValue] = [:]
     ) throws {
-        try record(connection, actor: actor, action: action, target: nil, detail: detail)
+        // Target and outcome left to the audit_log_defaults trigger (sql/functions/
+        // broker_audit_defaults.sql), which reads them from `detail` ("target", "outcome") where
+        // the writer put them there.
+        try insert(
+            connection, actor: actor, action: action, target: nil, outcome: nil, subject: nil, deletionID: nil, detail: detail)
     }
 
     /// Appends one entry on `connection` (inside the caller's transaction).
@@ -40,11 +44,20 @@ package enum AuditLog {
         outcome: AuditOutcome = .succeeded, subject: String? = nil, deletionID: UUID? = nil,
         detail: [String: JSONValue] = [:]
     ) throws {
+        try insert(
+            connection, actor: actor, action: action, target: target, outcome: outcome, subject: subject,
+            deletionID: deletionID, detail: detail)
+    }
+
+    private static func insert(
+        _ connection: PostgresConnection, actor: String, action: String, target: String?, outcome: AuditOutcome?,
+        subject: String?, deletionID: UUID?, detail: [String: JSONValue]
+    ) throws {
         let json = PostgresJSON(text: String(decoding: JSONValue.object(detail).serialized(), as: UTF8.self))
         try connection.query(
             """
             INSERT INTO audit_log (actor, action, target, outcome, subject, deletion_id, detail)
-            VALUES (\(actor), \(action), \(target), \(outcome.rawValue), \(subject), \(deletionID), \(json))
+            VALUES (\(actor), \(action), \(target), \(outcome?.rawValue), \(subject), \(deletionID), \(json))
             """)
     }
 
