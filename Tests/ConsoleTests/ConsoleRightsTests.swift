@@ -157,6 +157,13 @@ struct ConsoleRightsTests {
         let deletionID = try broker.pool.query("SELECT id FROM deletion_requests").single().decode(UUID.self, 0)
         try broker.pool.query(
             "INSERT INTO audit_log (actor, action, detail) VALUES ('cli', 'api_key.revoked', '{\"key_id\":\"oldrelease1\"}')")
+        // Rows that carry their target and outcome words in `detail`, as the OpenID Provider writes them.
+        try broker.pool.query(
+            """
+            INSERT INTO audit_log (actor, action, detail) VALUES
+              ('api:k1', 'oidc_client.created', '{"target":"rp-1","outcome":"created"}'),
+              ('api:k2', 'oidc_client.deleted', '{"target":"rp-2","outcome":"refused_client_not_allowed"}')
+            """)
 
         let rows = try broker.pool.query(
             "SELECT actor, action, target, outcome FROM audit_log WHERE actor <> 'test' ORDER BY id"
@@ -174,6 +181,8 @@ struct ConsoleRightsTests {
             "anonymous console.sign_in_refused console_session refused",
             "api:dpo deletion.requested deletion:\(deletionID.lowercasedString) succeeded",
             "cli api_key.revoked api_key:oldrelease1 succeeded",
+            "api:k1 oidc_client.created oidc_client:rp-1 succeeded",
+            "api:k2 oidc_client.deleted oidc_client:rp-2 refused",
         ] {
             #expect(rows.contains(expected), "\(expected) not in \(rows)")
         }
