@@ -200,6 +200,12 @@ public final class AppleSimulator: Sendable {
         return user
     }
 
+    /// The organisation managing an account changes, or releases it (nil): the user's next
+    /// tokens carry that `org_id`, or none (issue 35).
+    public func setOrganization(teamID: String? = nil, sub: String, orgID: String?) {
+        state.withLock { $0.users[(teamID ?? defaultTeamID) + "|" + sub]?.orgID = orgID }
+    }
+
     /// A user by team and sub.
     public func user(teamID: String? = nil, sub: String) -> SimulatedUser? {
         state.withLock { $0.users[(teamID ?? defaultTeamID) + "|" + sub] }
