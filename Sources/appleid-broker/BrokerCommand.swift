@@ -124,7 +124,8 @@ enum BrokerCommand {
                 return try ReEncryptCommand.run(parsed, environment: environment)
             case "console link":
                 return try ConsoleCommand.link(parsed, environment: environment)
-            case "oidc-keys rotate", "oidc-keys list", "oidc-clients create", "oidc-clients list", "oidc-clients delete":
+            case "oidc-keys rotate", "oidc-keys list", "oidc-clients create", "oidc-clients list", "oidc-clients delete",
+                "oidc-resource-servers create", "oidc-resource-servers list", "oidc-resource-servers delete":
                 return try OpenIDCommands.run(parsed, environment: environment)
             case "version":
                 print("appleid-broker \(version)")

@@ -5,6 +5,7 @@ import PostgresClient
 package struct ProviderHousekeeping: Sendable {
     let grants: GrantStore
     let logouts: LogoutDeliveryStore
+    let assertions: ClientAssertionStore
     let retentionSeconds: Int
     let deadLetterRetentionSeconds: Int
 
@@ -13,6 +14,7 @@ package struct ProviderHousekeeping: Sendable {
         // The app id only matters for claims; pruning reads no identity.
         grants = GrantStore(pool: pool, appID: "")
         logouts = LogoutDeliveryStore(pool: pool)
+        assertions = ClientAssertionStore(pool: pool)
         self.retentionSeconds = retentionSeconds
         self.deadLetterRetentionSeconds = deadLetterRetentionSeconds
     }
@@ -20,6 +22,7 @@ package struct ProviderHousekeeping: Sendable {
     /// One pass; never more to do at once (a worker step).
     package func step() throws -> Bool {
         try grants.prune()
+        try assertions.prune()
         try logouts.prune(retentionSeconds: retentionSeconds, deadLetterRetentionSeconds: deadLetterRetentionSeconds)
         return false
     }
