@@ -5,12 +5,17 @@
 -- release wrote it: `consent.revoked` for the grant's app group (payload client_id is the
 -- group's primary App ID), `user.deletion_requested` (Apple's account-delete or a compliance
 -- request) and `user.deleted` (a purge; grants are normally ended at the request already).
+-- The same events end the user's sessions at the provider (sql/0023), so no browser signs
+-- in silently afterwards.
 -- Created when missing, not replaced on every start (see audit_log_append_only.sql).
 CREATE OR REPLACE FUNCTION broker_oidc_end_grants() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     IF NEW.user_id IS NULL THEN
         RETURN NULL;
     END IF;
+    UPDATE oidc_sessions SET ended_at = now(), end_reason = NEW.type
+    WHERE user_id = NEW.user_id AND ended_at IS NULL
+      AND (NEW.type <> 'consent.revoked' OR app_id = NEW.payload->>'client_id');
     WITH ended AS (
         UPDATE oidc_grants SET ended_at = now(), end_reason = NEW.type
         WHERE user_id = NEW.user_id AND ended_at IS NULL

@@ -12,6 +12,8 @@ package struct ClientMetadata: Sendable, Equatable {
     package var scope: String
     package var backchannelLogoutURI: String?
     package var backchannelLogoutSessionRequired: Bool
+    /// RP-Initiated Logout 1.0 §3.1: where the end-session endpoint may send the browser back.
+    package var postLogoutRedirectURIs: [String] = []
 
     package var isPublic: Bool { tokenEndpointAuthMethod == "none" }
     package var scopes: Set<String> { Set(scope.split(separator: " ").map(String.init)) }
@@ -79,6 +81,19 @@ package struct ClientMetadata: Sendable, Equatable {
         self.backchannelLogoutSessionRequired = backchannelLogoutSessionRequired ?? false
     }
 
+    /// Sets `post_logout_redirect_uris` (RP-Initiated Logout 1.0 §3.1), checked as redirect URIs are.
+    package mutating func setPostLogoutRedirectURIs(_ uris: [String]) throws {
+        guard uris.count <= ProviderPolicy.maximumRedirectURIs else {
+            throw OAuthError.invalidClientMetadata("at most \(ProviderPolicy.maximumRedirectURIs) post_logout_redirect_uris")
+        }
+        for uri in uris {
+            if let refusal = RedirectURIRule.refusal(uri, publicClient: isPublic) {
+                throw OAuthError.invalidClientMetadata("post_logout_redirect_uris: \(uri.prefix(200)): \(refusal)")
+            }
+        }
+        postLogoutRedirectURIs = uris
+    }
+
     /// Reads an RFC 7591 registration request.
     package init(json body: JSONObjectReader, logoutURI check: (String) throws -> String) throws {
         do {
@@ -89,6 +104,7 @@ package struct ClientMetadata: Sendable, Equatable {
                 clientName: try body.string("client_name"), scope: try body.string("scope"),
                 backchannelLogoutURI: try body.string("backchannel_logout_uri"),
                 backchannelLogoutSessionRequired: try body.bool("backchannel_logout_session_required"), logoutURI: check)
+            try setPostLogoutRedirectURIs(try body.strings("post_logout_redirect_uris") ?? [])
         } catch let error as JSONFieldError {
             throw OAuthError.invalidClientMetadata(error.description)
         }
@@ -105,6 +121,9 @@ package struct ClientMetadata: Sendable, Equatable {
         ]
         if let clientName { members["client_name"] = .string(clientName) }
         if let backchannelLogoutURI { members["backchannel_logout_uri"] = .string(backchannelLogoutURI) }
+        if !postLogoutRedirectURIs.isEmpty {
+            members["post_logout_redirect_uris"] = .array(postLogoutRedirectURIs.map(JSONValue.string))
+        }
         return members
     }
 }

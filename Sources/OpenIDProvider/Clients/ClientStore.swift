@@ -39,11 +39,13 @@ package struct ClientStore: Sendable {
         let row = try pool.query(
             """
             INSERT INTO oidc_clients (client_id, secret_hash, token_endpoint_auth_method, redirect_uris, grant_types,
-                response_types, client_name, scope, backchannel_logout_uri, backchannel_logout_session_required, created_by)
+                response_types, client_name, scope, backchannel_logout_uri, backchannel_logout_session_required, created_by,
+                post_logout_redirect_uris)
             VALUES (\(clientID), \(secret.map { SHA256.hexHash($0) }), \(metadata.tokenEndpointAuthMethod),
                 \(PostgresTextArray(metadata.redirectURIs)), \(PostgresTextArray(metadata.grantTypes)),
                 \(PostgresTextArray(metadata.responseTypes)), \(metadata.clientName), \(metadata.scope),
-                \(metadata.backchannelLogoutURI), \(metadata.backchannelLogoutSessionRequired), \(actor))
+                \(metadata.backchannelLogoutURI), \(metadata.backchannelLogoutSessionRequired), \(actor),
+                \(PostgresTextArray(metadata.postLogoutRedirectURIs)))
             RETURNING created_at
             """
         ).single()
@@ -57,7 +59,8 @@ package struct ClientStore: Sendable {
     private static let select = """
         SELECT client_id, secret_hash, token_endpoint_auth_method, array_to_json(redirect_uris)::text AS redirect_uris,
                array_to_json(grant_types)::text AS grant_types, array_to_json(response_types)::text AS response_types,
-               client_name, scope, backchannel_logout_uri, backchannel_logout_session_required, created_at
+               client_name, scope, backchannel_logout_uri, backchannel_logout_session_required, created_at,
+               array_to_json(post_logout_redirect_uris)::text AS post_logout_redirect_uris
         FROM oidc_clients
         """
 
@@ -83,13 +86,14 @@ package struct ClientStore: Sendable {
             (try JSONValue.parse(Array(try row.decode(String.self, column).utf8)).arrayValue ?? []).compactMap(\.stringValue)
         }
         // Stored rows were checked when registered; they are read back as they are.
-        let metadata = ClientMetadata(
+        var metadata = ClientMetadata(
             stored: try strings("redirect_uris"),
             tokenEndpointAuthMethod: try row.decode(String.self, "token_endpoint_auth_method"),
             grantTypes: try strings("grant_types"), responseTypes: try strings("response_types"),
             clientName: try row.decode(String?.self, "client_name"), scope: try row.decode(String.self, "scope"),
             backchannelLogoutURI: try row.decode(String?.self, "backchannel_logout_uri"),
             backchannelLogoutSessionRequired: try row.decode(Bool.self, "backchannel_logout_session_required"))
+        metadata.postLogoutRedirectURIs = try strings("post_logout_redirect_uris")
         return Client(
             clientID: try row.decode(String.self, "client_id"), metadata: metadata,
             secretHash: try row.decode(String?.self, "secret_hash"), createdAt: try row.decode(Date.self, "created_at"))
