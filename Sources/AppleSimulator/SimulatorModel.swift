@@ -64,6 +64,9 @@ public struct TokenRequest: Sendable, Codable {
     public var realUserStatus: Int?
     /// Seconds since 1970; default now.
     public var issuedAt: Int?
+    /// `auth_time`, seconds since 1970: when the person last authenticated at Apple (default
+    /// `iat`; earlier when Apple's own session let them through with a click).
+    public var authTime: Int?
     /// Lifetime in seconds; default 600.
     public var lifetime: Int?
     public var transferSub: String?

@@ -17,13 +17,13 @@ package struct SessionStore: Sendable {
     }
 
     /// A live session.
-    struct Session: Sendable, Equatable {
-        let id: UUID
-        let userID: UUID
-        let sid: String
+    package struct Session: Sendable, Equatable {
+        package let id: UUID
+        package let userID: UUID
+        package let sid: String
         /// When Apple last authenticated the person.
-        let authTime: Date
-        let expiresAt: Date
+        package let authTime: Date
+        package let expiresAt: Date
     }
 
     /// Whether `secret` can be one of ours (43 base64url characters): anything else is never looked up.
@@ -32,7 +32,7 @@ package struct SessionStore: Sendable {
     }
 
     /// The live session the browser's cookie secret opens, or nil.
-    func find(secret: String) throws -> Session? {
+    package func find(secret: String) throws -> Session? {
         guard Self.isWellFormed(secret) else { return nil }
         return try pool.query(
             """
@@ -47,7 +47,8 @@ package struct SessionStore: Sendable {
     /// it; a later auth_time and expiry), else starts one (ending the browser's session of
     /// another person). The secret is new either way (no fixation). Ends the person's oldest
     /// sessions beyond the bound. Returns the session and the cookie's new secret.
-    func signedIn(userID: UUID, authTime: Date, lifetimeSeconds: Int, previousSecret: String?) throws -> (Session, String) {
+    package func signedIn(userID: UUID, authTime: Date, lifetimeSeconds: Int, previousSecret: String?) throws -> (Session, String)
+    {
         let secret = Base64URL.encode(SecureRandom.bytes(32))
         let hash = SHA256.hexHash(secret)
         let previous = previousSecret.flatMap { Self.isWellFormed($0) ? SHA256.hexHash($0) : nil }
