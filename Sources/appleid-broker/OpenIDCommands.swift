@@ -17,10 +17,13 @@ enum OpenIDCommands {
         CommandSpec(
             ["oidc-clients", "create"],
             "--redirect-uris URL[,URL…] [--auth-method METHOD] [--name NAME] [--scope SCOPES] [--grant-types TYPES] "
-                + "[--backchannel-logout-uri URL] [--backchannel-logout-session-required]",
+                + "[--backchannel-logout-uri URL] [--backchannel-logout-session-required] [--post-logout-redirect-uris URL[,URL…]]",
             summary:
                 "register a relying party (METHOD client_secret_basic, client_secret_post\nor none; SCOPES from openid email profile offline_access; TYPES\nauthorization_code,refresh_token); prints its registration as JSON\n(the client_secret only this once)",
-            options: ["redirect-uris", "auth-method", "name", "scope", "grant-types", "backchannel-logout-uri"],
+            options: [
+                "redirect-uris", "auth-method", "name", "scope", "grant-types", "backchannel-logout-uri",
+                "post-logout-redirect-uris",
+            ],
             flags: ["backchannel-logout-session-required"]),
         CommandSpec(["oidc-clients", "list"], "[--json]", flags: ["json"]),
         CommandSpec(["oidc-clients", "delete"], "CLIENT_ID", summary: "delete a relying party and its grants", operands: 1...1),
@@ -69,7 +72,7 @@ enum OpenIDCommands {
                 arguments.options[name].map { $0.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) } }
             }
             let allowPrivate = configuration.dispatch.allowPrivateNetworks
-            let metadata: ClientMetadata
+            var metadata: ClientMetadata
             do {
                 metadata = try ClientMetadata(
                     redirectURIs: list("redirect-uris"), tokenEndpointAuthMethod: arguments.options["auth-method"],
@@ -77,6 +80,7 @@ enum OpenIDCommands {
                     scope: arguments.options["scope"], backchannelLogoutURI: arguments.options["backchannel-logout-uri"],
                     backchannelLogoutSessionRequired: arguments.flags.contains("backchannel-logout-session-required"),
                     logoutURI: { try WebhookSubscriptionStore.validate(url: $0, allowPrivateNetworks: allowPrivate) })
+                try metadata.setPostLogoutRedirectURIs(list("post-logout-redirect-uris") ?? [])
             } catch let error as OAuthError {
                 throw arguments.usageError("\(error.code): \(error.description)")
             }
