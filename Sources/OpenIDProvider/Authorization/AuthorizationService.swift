@@ -4,6 +4,7 @@ import BrokerCrypto
 import Foundation
 import HTTPClient
 import Observability
+import StrictJSON
 
 /// The authorization endpoint and its return from Apple (OpenID Connect Core §3.1.2, RFC 7636,
 /// RFC 9207, RFC 9700): checks the RP's request; while the browser holds a live session at the
@@ -125,6 +126,11 @@ package final class AuthorizationService: AppleFormPostContinuation {
                 return refuse("invalid_request", "response_mode: query or form_post", state: state)
             }
             mode = known
+        } else if let request = query["request"], let inside = Self.responseMode(inRequestObject: request) {
+            // Request objects are refused (request_not_supported), but in the response mode the
+            // RP asked for inside one: it waits for a form post (OpenID Connect Core §6.1 puts
+            // every parameter there). Only where the refusal goes; nothing else is read from it.
+            mode = inside
         }
         func refuse(_ error: String, _ description: String) -> Outcome { refuse(error, description, state: state) }
         guard let responseType = query["response_type"] else { return refuse("invalid_request", "response_type is required") }
@@ -220,6 +226,17 @@ package final class AuthorizationService: AppleFormPostContinuation {
         if !appleScopes.isEmpty { parameters.append(("scope", appleScopes.joined(separator: " "))) }
         parameters += [("state", try pending.sealed(with: keys)), ("nonce", SHA256.hexHash(appleNonce))]
         return .redirect(appleBaseURL + "/auth/authorize?" + WebSignInService.query(parameters))
+    }
+
+    /// The `response_mode` inside an unverified request object (`header.payload.signature`), if
+    /// it is one we answer in; anything else (too long, not a JWT, no such member) is nil.
+    static func responseMode(inRequestObject request: String) -> ResponseMode? {
+        guard request.utf8.count <= 8192 else { return nil }
+        let parts = request.split(separator: ".", omittingEmptySubsequences: false)
+        guard parts.count == 3, let payload = Base64URL.decode(parts[1]),
+            case .object(let members)? = try? JSONValue.parse(payload)
+        else { return nil }
+        return members["response_mode"]?.stringValue.flatMap(ResponseMode.init(rawValue:))
     }
 
     /// The answer to the RP: its parameters, its `state` and our `iss` (RFC 9207).
