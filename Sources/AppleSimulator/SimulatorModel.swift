@@ -102,6 +102,7 @@ public struct TokenRequest: Sendable, Codable {
         case booleansAsStrings = "booleans_as_strings"
         case realUserStatus = "real_user_status"
         case issuedAt = "iat"
+        case authTime = "auth_time"
         case lifetime
         case transferSub = "transfer_sub"
         case withCode = "with_code"

@@ -162,7 +162,7 @@ def exchange_round(side):
     return figures, [token for status, token in answers if status == 200]
 
 
-def measure_flows(side, count, prepare, flow):
+def measure_flows(side, phase, count, prepare, flow):
     """`count` sign-ins by CONCURRENCY browsers at once, each browser made by `prepare` (not
     measured) and then running `flow(browser)` for its share; the server's CPU (and its
     database's) over the flows alone. The simulator's CPU (Apple's side) is not counted."""
@@ -187,7 +187,12 @@ def measure_flows(side, count, prepare, flow):
     elapsed = time.monotonic() - started
     cpu, db_cpu = (ticks(side.pids) - before) / HZ, (ticks(db_pids) - db_before) / HZ
     failed = [r for chunk in results for r in chunk if not isinstance(r, str)]
-    assert len(failed) * 20 <= count, f"{side.name}: {len(failed)} of {count} sign-ins failed, e.g. {failed[0]!r}"
+    # Glewlwyd answers the odd exchange of a code from a brand-new login session invalid_code
+    # when several logins of its one user run at once (about 1 in 15 at concurrency 8): failures
+    # are counted and reported; only completed sign-ins count. A broken setup still stops here.
+    if failed:
+        print(f"{side.name} {phase}: {len(failed)} of {count} failed, e.g. {failed[0]!r}", flush=True)
+    assert len(failed) * 4 <= count, f"{side.name} {phase}: {len(failed)} of {count} sign-ins failed, e.g. {failed[0]!r}"
     done = count - len(failed)
     return {"per_s": done / elapsed, "per_cpu_s": done / cpu if cpu else None, "failed": len(failed),
             "per_cpu_s_with_db": done / (cpu + db_cpu) if cpu + db_cpu else None,
@@ -209,7 +214,7 @@ def full_flow_round(side):
         person = side.browser()
         code, verifier = side.mint_one(person)
         return exchange(side, person, code, verifier)
-    return measure_flows(side, CODES, lambda: None, flow)
+    return measure_flows(side, "whole sign-ins", CODES, lambda: None, flow)
 
 
 def renewal_round(side):
@@ -228,7 +233,7 @@ def renewal_round(side):
         query = parse_qs(urlparse(callback).query)
         assert "code" in query, f"{side.name}: prompt=none answered {query}"
         return exchange(side, person, query["code"][0], verifier)
-    return measure_flows(side, CODES, prepare, flow)
+    return measure_flows(side, "prompt=none renewals", CODES, prepare, flow)
 
 
 def userinfo_round(side, tokens):
