@@ -1,4 +1,5 @@
 import AppleSimulator
+import BrokerCore
 import BrokerCrypto
 import Foundation
 import HTTPClient
@@ -170,8 +171,18 @@ struct SessionTests {
         #expect(error(try browser.answer(try browser.authorize(request(client, [("max_age", "-1")])))) == "invalid_request")
     }
 
-    @Test("OIDC_SESSION_SECONDS=0 turns sessions off: no cookie, prompt=none is login_required")
+    @Test("OIDC_SESSION_SECONDS=0 turns sessions off: no cookie, prompt=none is login_required; a bad value stops the start")
     func sessionsOff() throws {
+        for bad in ["-1", "7776001", "week"] {
+            let refused = #expect(throws: BrokerConfiguration.Invalid.self) {
+                _ = try BrokerConfiguration.load(
+                    environment: [
+                        "OIDC_ISSUER": "https://id.example.com", "OIDC_APPLE_CLIENT_ID": "com.example.web",
+                        "BROKER_PUBLIC_URL": "https://broker.example.com", "OIDC_SESSION_SECONDS": bad,
+                    ], requireApple: false)
+            }
+            #expect(refused?.description.contains("OIDC_SESSION_SECONDS") == true, "\(bad)")
+        }
         let harness = try ProviderHarness(extra: ["OIDC_SESSION_SECONDS": "0"])
         let client = try harness.confidentialClient()
         let browser = SessionBrowser(harness)

@@ -7,7 +7,8 @@ keep-alive clients (PKCE S256, client_secret_basic, RS256 2048-bit ID tokens on 
 then USERINFO calls with the access tokens obtained; then CODES whole sign-ins (authorize, the
 broker's trip to Apple or Glewlwyd's login, the callback, the code exchange) and CODES
 prompt=none renewals from a live session (authorize answered at once, then the exchange), by
-CONCURRENCY browsers at once. Throughput is per wall second and per
+CONCURRENCY browsers at once (for Glewlwyd as CONCURRENCY users of its own, for the broker a
+new person at Apple each whole sign-in). Throughput is per wall second and per
 CPU-second of the server (utime+stime from /proc/PID/stat), also counting its PostgreSQL
 (the postmaster and its backends; each side has its own cluster; with GLEWLWYD_DB=sqlite,
 Glewlwyd's database is inside its process). The figure is the median over rounds of the
@@ -103,8 +104,10 @@ class Side:
         with ThreadPoolExecutor(4) as pool:
             return list(pool.map(one, range(count)))
 
-    def browser(self):
-        return browser_for(self.issuer, self.name)
+    def browser(self, person=None):
+        """A new browser; for Glewlwyd, signed in as its user number `person` (GLEWLWYD_EXTRA_USERS)."""
+        username = f"{os.environ['GLEWLWYD_USER']}{person}" if person and self.name == "glewlwyd" else None
+        return browser_for(self.issuer, self.name, username)
 
 
 def run_parallel(items, call, connection_of):
@@ -166,7 +169,7 @@ def measure_flows(side, phase, count, prepare, flow):
     """`count` sign-ins by CONCURRENCY browsers at once, each browser made by `prepare` (not
     measured) and then running `flow(browser)` for its share; the server's CPU (and its
     database's) over the flows alone. The simulator's CPU (Apple's side) is not counted."""
-    browsers = [prepare() for _ in range(CONCURRENCY)]
+    browsers = [prepare(index + 1) for index in range(CONCURRENCY)]
     shares = [count // CONCURRENCY + (1 if i < count % CONCURRENCY else 0) for i in range(CONCURRENCY)]
     results = [[] for _ in range(CONCURRENCY)]
     db_pids = children(side.postmaster) if side.postmaster else []
@@ -175,7 +178,7 @@ def measure_flows(side, phase, count, prepare, flow):
     def worker(index):
         for _ in range(shares[index]):
             try:
-                results[index].append(flow(browsers[index]))
+                results[index].append(flow(browsers[index], index + 1))
             except (AssertionError, KeyError, requests.RequestException) as error:
                 results[index].append(error)
 
@@ -204,35 +207,41 @@ def exchange(side, browser, code, verifier):
         "grant_type": "authorization_code", "code": code, "redirect_uri": side.redirect_uri, "code_verifier": verifier},
         headers={"Authorization": side.basic})
     assert answer.status_code == 200, f"{side.name}: token {answer.status_code} {answer.text[:200]}"
-    return answer.json()["access_token"]
+    return answer.json()
 
 
 def full_flow_round(side):
     """The whole sign-in: the broker's through Apple (the simulator, a new person each time),
     Glewlwyd's with its own login (a new session each time); then the code exchange."""
-    def flow(_):
-        person = side.browser()
+    def flow(_, number):
+        person = side.browser(number)
         code, verifier = side.mint_one(person)
-        return exchange(side, person, code, verifier)
-    return measure_flows(side, "whole sign-ins", CODES, lambda: None, flow)
+        return exchange(side, person, code, verifier)["access_token"]
+    return measure_flows(side, "whole sign-ins", CODES, lambda _: None, flow)
 
 
 def renewal_round(side):
-    """Silent renewal: prompt=none with a live session at the provider (no trip to Apple for
-    the broker, no login for Glewlwyd), then the code exchange. Each browser signs in once
-    first (not measured)."""
-    def prepare():
-        person = side.browser()
-        side.mint_one(person)
+    """Silent renewal as an RP does it: prompt=none with the last ID token as id_token_hint
+    (Glewlwyd requires one) and a live session at the provider (no trip to Apple for the
+    broker, no login for Glewlwyd), then the code exchange. Each browser signs in once first
+    (not measured)."""
+    def prepare(number):
+        person = side.browser(number)
+        code, verifier = side.mint_one(person)
+        person.id_token = exchange(side, person, code, verifier)["id_token"]
         return person
 
-    def flow(person):
+    def flow(person, _):
         verifier, challenge = pkce()
-        callback = person.navigate(side.authorize_url(challenge) + "&prompt=none", side.redirect_uri)
+        hint = urlencode({"prompt": "none", "id_token_hint": person.id_token})
+        callback = person.navigate(side.authorize_url(challenge) + "&" + hint, side.redirect_uri)
         assert isinstance(callback, str), f"{side.name}: prompt=none ended at {person.trail()[-300:]}"
         query = parse_qs(urlparse(callback).query)
         assert "code" in query, f"{side.name}: prompt=none answered {query}"
-        return exchange(side, person, query["code"][0], verifier)
+        tokens = exchange(side, person, query["code"][0], verifier)
+        # The RP keeps the newest ID token for its next renewal (Glewlwyd takes only the last one).
+        person.id_token = tokens["id_token"]
+        return tokens["access_token"]
     return measure_flows(side, "prompt=none renewals", CODES, prepare, flow)
 
 
