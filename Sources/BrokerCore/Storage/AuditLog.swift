@@ -3,9 +3,9 @@ import StrictJSON
 
 /// The append-only `audit_log`: who did what, in the transaction that did it. Entries hold
 /// identifiers and hashes only, never personal data or secrets.
-enum AuditLog {
+package enum AuditLog {
     /// Appends one entry on `connection` (inside the caller's transaction).
-    static func record(
+    package static func record(
         _ connection: PostgresConnection, actor: String, action: String, detail: [String: JSONValue] = [:]
     ) throws {
         let json = PostgresJSON(text: String(decoding: JSONValue.object(detail).serialized(), as: UTF8.self))

@@ -29,6 +29,7 @@ package struct Endpoints: Sendable {
     /// RP-Initiated Logout 1.0 (`end_session_endpoint`) and its confirmation form's target.
     static let endSession = "/logout"
     static let endSessionConfirmation = "/logout/confirm"
+    static let introspection = "/introspect"
     static let discovery = "/.well-known/openid-configuration"
     static let authorizationServer = "/.well-known/oauth-authorization-server"
 }

@@ -6,6 +6,7 @@ package struct ProviderHousekeeping: Sendable {
     let grants: GrantStore
     let sessions: SessionStore
     let logouts: LogoutDeliveryStore
+    let assertions: ClientAssertionStore
     let retentionSeconds: Int
     let deadLetterRetentionSeconds: Int
 
@@ -15,6 +16,7 @@ package struct ProviderHousekeeping: Sendable {
         grants = GrantStore(pool: pool, appID: "")
         sessions = SessionStore(pool: pool, appID: "")
         logouts = LogoutDeliveryStore(pool: pool)
+        assertions = ClientAssertionStore(pool: pool)
         self.retentionSeconds = retentionSeconds
         self.deadLetterRetentionSeconds = deadLetterRetentionSeconds
     }
@@ -23,6 +25,7 @@ package struct ProviderHousekeeping: Sendable {
     package func step() throws -> Bool {
         try grants.prune()
         try sessions.prune()
+        try assertions.prune()
         try logouts.prune(retentionSeconds: retentionSeconds, deadLetterRetentionSeconds: deadLetterRetentionSeconds)
         return false
     }
