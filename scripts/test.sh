@@ -47,7 +47,8 @@ suites() {
   timed suites "integration examples (Python, Node, Go; standardwebhooks)" scripts/examples.sh &&
   timed suites "generated Python client" scripts/generated-client.sh &&
   timed suites "rolling upgrade (the previous release beside this build on one database)" scripts/rolling-upgrade.sh &&
-  timed suites "OpenID Connect relying parties (Authlib, mod_auth_openidc)" scripts/oidc-rps.sh
+  timed suites "OpenID Connect relying parties (Authlib, mod_auth_openidc)" scripts/oidc-rps.sh &&
+  timed suites "OpenID Foundation conformance plans (Basic, Config, Form Post, RP-Initiated, Back-Channel)" scripts/oidc-conformance.sh
 }
 release() {
   timed release "release build" swift build -c release --product appleid-broker &&

@@ -446,7 +446,7 @@ public final class AppleSimulator: Sendable {
         var claims: [String: JSONValue] = [
             "iss": .string(request?.issuer ?? Self.issuer), "aud": .string(clientID), "sub": .string(user.sub),
             "iat": .integer(Int64(now)), "exp": .integer(Int64(now + (request?.lifetime ?? 600))),
-            "auth_time": .integer(Int64(now)),
+            "auth_time": .integer(Int64(request?.authTime ?? now)),
         ]
         if let raw = request?.rawNonce {
             claims["nonce"] = .string(SHA256.hexHash(raw))

@@ -64,6 +64,9 @@ public struct TokenRequest: Sendable, Codable {
     public var realUserStatus: Int?
     /// Seconds since 1970; default now.
     public var issuedAt: Int?
+    /// `auth_time`, seconds since 1970: when the person last authenticated at Apple (default
+    /// `iat`; earlier when Apple's own session let them through with a click).
+    public var authTime: Int?
     /// Lifetime in seconds; default 600.
     public var lifetime: Int?
     public var transferSub: String?
@@ -99,6 +102,7 @@ public struct TokenRequest: Sendable, Codable {
         case booleansAsStrings = "booleans_as_strings"
         case realUserStatus = "real_user_status"
         case issuedAt = "iat"
+        case authTime = "auth_time"
         case lifetime
         case transferSub = "transfer_sub"
         case withCode = "with_code"

@@ -31,8 +31,8 @@ stop_all() {
   fi
 }
 
-wait_http() {  # wait_http URL
-  for _ in $(seq 1 300); do curl -sf -o /dev/null "$1" && return 0; sleep 0.1; done
+wait_http() {  # wait_http URL  (STACK_CA: the CA of a broker serving HTTPS)
+  for _ in $(seq 1 300); do curl -sf ${STACK_CA:+--cacert "$STACK_CA"} -o /dev/null "$1" && return 0; sleep 0.1; done
   echo "timed out waiting for $1" >&2; return 1
 }
 
@@ -56,7 +56,8 @@ start_stack() {
   wait_http "http://127.0.0.1:$SIM_PORT/sim/stats"
   "$BIN/appleid-broker" serve > "$WORK/broker.log" 2>&1 &
   BROKER_PID=$!
-  wait_http "http://127.0.0.1:$BROKER_PORT/readyz"
+  # A broker with BROKER_TLS_* speaks HTTPS only.
+  wait_http "$([ -n "${BROKER_TLS_CERT_PATH:-}" ] && echo https || echo http)://127.0.0.1:$BROKER_PORT/readyz"
   API_KEY=$("$BIN/appleid-broker" api-keys create --name stack --scopes "$API_SCOPES" 2>/dev/null)
   export API_KEY
 }
