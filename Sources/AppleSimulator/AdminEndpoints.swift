@@ -167,6 +167,10 @@ enum AdminEndpoints {
         router.post("/sim/notifications") { request in
             .json(try simulator.sendNotification(try request.decodeJSON(NotificationRequest.self)))
         }
+        // The notifications Apple sent on its own (a user's revocation), every attempt.
+        router.get("/sim/notifications/deliveries") { _ in
+            .json(simulator.notificationDeliveries)
+        }
         router.get("/sim/revocations") { _ in
             .json(simulator.revocations)
         }

@@ -97,6 +97,8 @@ public final class AppleSimulator: Sendable {
     }
 
     let state: Lock<State>
+    /// Seeded fault draws and Apple's own notification deliveries (NotificationDelivery.swift).
+    let appleClock = Lock(AppleClockState())
     let logger: Logger
     let transport: any HTTPTransport
     private let server = Lock<HTTPServer?>(nil)
@@ -196,6 +198,12 @@ public final class AppleSimulator: Sendable {
             isPrivateEmail: email == nil, realUserStatus: realUserStatus, orgID: orgID)
         state.withLock { $0.users[user.teamID + "|" + user.sub] = user }
         return user
+    }
+
+    /// The organisation managing an account changes, or releases it (nil): the user's next
+    /// tokens carry that `org_id`, or none (issue 35).
+    public func setOrganization(teamID: String? = nil, sub: String, orgID: String?) {
+        state.withLock { $0.users[(teamID ?? defaultTeamID) + "|" + sub]?.orgID = orgID }
     }
 
     /// A user by team and sub.
@@ -316,24 +324,36 @@ public final class AppleSimulator: Sendable {
         return code
     }
 
-    /// Revokes every grant of a user (as when they stop using Sign in with Apple in Settings).
-    @discardableResult
     /// The user stops using Sign in with Apple for an app group (`clientID`'s; nil: every app
-    /// of the team). Returns how many tokens died.
+    /// of the team), as in Settings. With `FaultSettings.notificationURL` set, Apple then sends
+    /// each group's `consent-revoked` there (DTS, forum 708415), by the delivery switches.
+    /// Returns how many tokens died.
+    @discardableResult
     public func revokeConsent(teamID: String? = nil, sub: String, clientID: String? = nil) -> Int {
         let team = teamID ?? defaultTeamID
-        return state.withLock { state in
+        let (count, groups, url) = state.withLock { state in
             var count = 0
+            var groups = Set(clientID.map { [state.primaryAppIDs[$0] ?? $0] } ?? [])
             let primary = clientID.map { state.primaryAppIDs[$0] ?? $0 }
             for (token, grant) in state.grants
-            where grant.teamID == team && grant.sub == sub && !grant.revoked
+            where grant.teamID == team && grant.sub == sub && !grant.revoked && grant.kind != "migration"
                 && (primary == nil || (state.primaryAppIDs[grant.clientID] ?? grant.clientID) == primary)
             {
                 state.grants[token]?.revoked = true
+                groups.insert(state.primaryAppIDs[grant.clientID] ?? grant.clientID)
                 count += 1
             }
-            return count
+            return (count, groups, state.faults.notificationURL)
         }
+        if let url {
+            let now = Int64(Date().timeIntervalSince1970 * 1000)
+            for group in groups.sorted() {
+                var notification = NotificationRequest(url: url, type: "consent-revoked", sub: sub, clientID: group)
+                notification.eventTimeMilliseconds = now
+                deliver(notification)
+            }
+        }
+        return count
     }
 
     /// A password change: the user's refresh tokens stop working (`invalid_grant`), their
@@ -376,7 +396,10 @@ public final class AppleSimulator: Sendable {
     /// The current fault settings.
     public var faults: FaultSettings {
         get { state.withLock { $0.faults } }
-        set { state.withLock { $0.faults = newValue } }
+        set {
+            state.withLock { $0.faults = newValue }
+            appleClock.withLock { $0.draws = .init(seed: newValue.requestErrorSeed) }
+        }
     }
 
     // MARK: Serving
@@ -407,6 +430,7 @@ public final class AppleSimulator: Sendable {
     }
 
     public func stop() {
+        appleClock.withLock { $0.stopped = true }
         let running = server.withLock { value -> HTTPServer? in
             defer { value = nil }
             return value

@@ -137,12 +137,14 @@ struct LimitedKeyTests {
         let (webOnly, _) = try broker.signIn(clients: [TestBroker.webClientID])
         let (shared, _) = try broker.signIn(clients: [TestBroker.clientID, TestBroker.webClientID])
         // Apple's verdicts on the group's grant (a notification or the sweep): one grant, both
-        // apps', named by the group's primary App ID (com.example.app).
+        // apps', named by the group's primary App ID (com.example.app); a sign-in writes it too
+        // (its authorization timeline, issue 35).
         try broker.pool.query(
             """
             INSERT INTO apple_grants (identity_id, user_id, app_id, consent, email_forwarding)
             SELECT id, user_id, \(TestBroker.clientID), 'active', 'enabled' FROM apple_identities
             WHERE user_id IN (\(shared), \(webOnly))
+            ON CONFLICT (identity_id, app_id) DO NOTHING
             """)
         // A key limited to the primary: the grant row of a user of the other app is no reach.
         let app = try store.create(name: "app-backend", scopes: all.union([.admin]), clientIDs: [TestBroker.clientID])

@@ -161,7 +161,9 @@ struct LoginTests {
         #expect(icloud.json["is_private_email"] as? Bool == true)
     }
 
-    @Test("the nonce must be the hex SHA-256 of raw_nonce; nonce_supported=false allows none")
+    @Test(
+        "the nonce is raw_nonce's SHA-256 (hex, base64) or, unless shaped like one, raw_nonce itself; nonce_supported=false allows none"
+    )
     func nonce() throws {
         let broker = try TestBroker()
         let good = try broker.mint { $0.rawNonce = "n-123" }
@@ -172,11 +174,24 @@ struct LoginTests {
         ])
         #expect(mismatch.status == 401)
         #expect(mismatch.json["code"] as? String == "nonce_mismatch")
-        // The raw nonce itself (not hashed) in the token is a mismatch too.
-        let unhashed = try broker.login([
-            "identity_token": try broker.mint { $0.nonceClaim = "n-123" }.idToken, "raw_nonce": "n-123",
+        // What Apple's SDKs are given (issue 35, protocol reference §1): the raw nonce unhashed
+        // (web flows, Sign in with Apple JS), its SHA-256 as uppercase hex or base64.
+        let digest = SHA256.hash("n-123")
+        let base64url = Base64URL.encode(digest)
+        let base64 = base64url.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/") + "="
+        for claim in ["n-123", Hex.encode(digest).uppercased(), base64url, base64] {
+            let accepted = try broker.login([
+                "identity_token": try broker.mint { $0.nonceClaim = claim }.idToken, "raw_nonce": "n-123",
+            ])
+            #expect(accepted.status == 200, "nonce \(claim): \(accepted.bodyText)")
+        }
+        // A nonce shaped like a SHA-256 needs its preimage: whoever holds the token must not pass
+        // the token's own nonce as raw_nonce.
+        let hashed = Hex.encode(digest)
+        let replayed = try broker.login([
+            "identity_token": try broker.mint { $0.nonceClaim = hashed }.idToken, "raw_nonce": hashed,
         ])
-        #expect(unhashed.json["code"] as? String == "nonce_mismatch")
+        #expect(replayed.json["code"] as? String == "nonce_mismatch")
 
         let missing = try broker.login(["identity_token": try broker.mint().idToken, "raw_nonce": "n-123"])
         #expect(missing.json["code"] as? String == "nonce_missing")

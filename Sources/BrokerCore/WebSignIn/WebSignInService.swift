@@ -192,9 +192,7 @@ package final class WebSignInService: Sendable {
     ]
 
     /// Login problems that come after the identity token verified: Apple could not exchange the code.
-    package static let exchangeFailures: Set<BrokerError.Code> = [
-        .authorizationCodeInvalid, .appleClientRejected, .appleResponseInvalid, .appleUnavailable,
-    ]
+    package static var exchangeFailures: Set<BrokerError.Code> { LoginService.exchangeFailures }
 
     /// A query string, with spaces as %20 (Apple's documented form for `scope`).
     package static func query(_ fields: [(String, String)]) -> String {
