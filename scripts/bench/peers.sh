@@ -35,6 +35,8 @@ peers_start() {
     peers_psql postgres -qc "ALTER SYSTEM SET shared_preload_libraries = 'pg_stat_statements'"
     "$PEERS/pg_peer.sh" stop > /dev/null
     "$PEERS/pg_peer.sh" start 9>&- > /dev/null
+  fi
+  if [ "$(peers_psql postgres -tAc "SHOW pg_stat_statements.track")" != none ]; then
     peers_psql postgres -qc "ALTER SYSTEM SET pg_stat_statements.track = 'none'" -c "SELECT pg_reload_conf()" > /dev/null
   fi
 }
