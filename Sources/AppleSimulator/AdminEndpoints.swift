@@ -70,11 +70,19 @@ enum AdminEndpoints {
         var users: Int
         var clientID: String
         var lifetime: Int?
+        /// Distinct users `first_user`, `first_user + 1`, … instead of random draws from `users`
+        /// (first logins: every token a user the broker has not seen).
+        var firstUser: Int?
+        /// Also issue an authorization code per token (its `c_hash` in the token); each line is
+        /// then `token code` (code-exchange benchmarks).
+        var withCode: Bool?
 
         enum CodingKeys: String, CodingKey {
             case count, users
             case clientID = "client_id"
             case lifetime
+            case firstUser = "first_user"
+            case withCode = "with_code"
         }
     }
 

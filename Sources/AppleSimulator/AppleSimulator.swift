@@ -245,7 +245,9 @@ public final class AppleSimulator: Sendable {
     }
 
     /// Many identity tokens for benchmarks: subs `001234.<32 digits of the index>.0042`
-    /// drawn at random from `users` (relay e-mail, likely real), signed on all cores.
+    /// drawn at random from `users` (relay e-mail, likely real), or `first_user` onwards one
+    /// each; signed on all cores. With `with_code`, each line is the token and a code issued
+    /// with it (the users are created here, as `/auth/token` needs them).
     func mintBatch(_ batch: AdminEndpoints.BatchRequest) throws -> [String] {
         let (keyID, key) = state.withLock { $0.signingKeys.last! }
         let signer = try JWSSigner(key: key, keyID: keyID)
@@ -253,8 +255,20 @@ public final class AppleSimulator: Sendable {
         let tokens = Lock<[String?]>(Array(repeating: nil, count: batch.count))
         let failures = Lock<Int>(0)
         DispatchQueue.concurrentPerform(iterations: batch.count) { index in
-            let number = Int.random(in: 0..<batch.users)
+            let number = batch.firstUser.map { $0 + index } ?? Int.random(in: 0..<batch.users)
             let sub = "001234." + String(repeating: "0", count: max(0, 32 - String(number).count)) + String(number) + ".0042"
+            if batch.withCode == true {
+                var request = TokenRequest(clientID: batch.clientID)
+                request.sub = sub
+                request.withCode = true
+                request.lifetime = batch.lifetime ?? 3600
+                if let minted = try? mintToken(request), let code = minted.code {
+                    tokens.withLock { $0[index] = minted.idToken + " " + code }
+                } else {
+                    failures.withLock { $0 += 1 }
+                }
+                return
+            }
             let claims: [String: JSONValue] = [
                 "iss": .string(Self.issuer), "aud": .string(batch.clientID), "sub": .string(sub),
                 "iat": .integer(now), "exp": .integer(now + Int64(batch.lifetime ?? 3600)), "auth_time": .integer(now),
