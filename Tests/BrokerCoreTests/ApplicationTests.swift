@@ -114,7 +114,7 @@ struct CommandLineTests {
         #expect(commands.count == 23, "\(commands)")
         #expect(
             commands.contains(["api-keys", "create"]) && commands.contains(["serve"]) && commands.contains(["reencrypt"])
-                && commands.contains(["console", "link"]))
+                && commands.contains(["console", "link"]) && commands.contains(["oidc-resource-servers", "create"]))
         for words in commands {
             for extra in [["--no-such-option", "x"], ["--no-such-flag"], ["--no-such-option=x"]] {
                 let result = try BrokerExecutable.run(words + extra, environment: environment)
