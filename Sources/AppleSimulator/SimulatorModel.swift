@@ -228,7 +228,9 @@ public struct RevocationRecord: Sendable, Codable, Equatable {
     public var clientID: String
     public var tokenTypeHint: String?
     public var token: String
-    /// `revoked`, `unknown_token`, `client_mismatch`, `already_revoked`, `fault`.
+    /// `revoked`, `unknown_token`, `client_mismatch`, `already_revoked`, `fault`; `dead_token` (a
+    /// password change killed it) and `other_team` (issued before its app moved to another team):
+    /// 200 and nothing revoked, as Apple.
     public var outcome: String
     public var sub: String?
 
