@@ -32,6 +32,8 @@ if [ -z "${APPLE_CLIENT_IDS:-}" ]; then
   export APPLE_TEAM_ID=DEMOTEAM01 APPLE_KEY_ID=DEMOKEY001
   export APPLE_PRIVATE_KEY_PATH="$demo/AuthKey_DEMOKEY001.p8"
   export APPLE_CLIENT_IDS="com.example.app,com.example.web"
+  # The app and its web Services ID are one app group at Apple (required with several client ids).
+  export APPLE_APP_GROUPS="com.example.app=com.example.web"
   # The simulator's address: APPLE_SIM_LISTEN moves it (scripts/tour.sh does when 8090 is taken).
   sim_listen="${APPLE_SIM_LISTEN:-127.0.0.1:8090}"
   export APPLE_BASE_URL="${APPLE_BASE_URL:-http://$sim_listen}"
@@ -43,7 +45,7 @@ if [ -z "${APPLE_CLIENT_IDS:-}" ]; then
   export BROKER_WEBHOOK_ALLOW_PRIVATE_NETWORKS="${BROKER_WEBHOOK_ALLOW_PRIVATE_NETWORKS:-true}"
   echo "== demo mode: Apple settings from $demo; the Apple simulator plays appleid.apple.com" >&2
   "$bin/apple-sim" serve --listen "$sim_listen" --team "$APPLE_TEAM_ID" --key-id "$APPLE_KEY_ID" \
-    --key "$APPLE_PRIVATE_KEY_PATH" --client-ids "$APPLE_CLIENT_IDS" \
+    --key "$APPLE_PRIVATE_KEY_PATH" --client-ids "$APPLE_CLIENT_IDS" --app-groups "com.example.app,com.example.web" \
     --return-urls "com.example.web=$BROKER_PUBLIC_URL/v1/apple/web/callback" &
   simulator=$!
   trap 'kill "$simulator" 2>/dev/null || true' EXIT

@@ -464,8 +464,8 @@ public struct AppleConfiguration: Sendable {
     public var privateKeyPath: String
     /// `APPLE_CLIENT_IDS`: bundle IDs and Services IDs accepted as `aud`.
     public var clientIDs: [String]
-    /// `APPLE_APP_GROUPS`: which client ids share one authorization at Apple (see `AppGroups`);
-    /// by default all of `clientIDs`, as given to `init`.
+    /// `APPLE_APP_GROUPS`: which client ids share one authorization at Apple (see `AppGroups`;
+    /// required with more than one client id); as given to `init`, each client id its own group.
     public var appGroups: AppGroups
     /// `APPLE_BASE_URL`: where Apple's endpoints are (a simulator in tests). The expected
     /// issuer stays `https://appleid.apple.com` whatever this says.
@@ -489,7 +489,7 @@ public struct AppleConfiguration: Sendable {
         self.keyID = keyID
         self.privateKeyPath = privateKeyPath
         self.clientIDs = clientIDs
-        self.appGroups = .single(clientIDs)
+        self.appGroups = .separate(clientIDs)
         self.baseURL = baseURL
     }
 
@@ -531,7 +531,7 @@ public struct AppleConfiguration: Sendable {
         let refresh = reader.integer("APPLE_JWKS_REFRESH_SECONDS", in: 10...86_400)
         let timeout = reader.integer("APPLE_TIMEOUT_MS", in: 100...120_000)
         let attempts = reader.integer("APPLE_MAX_ATTEMPTS", in: 1...10)
-        var appGroups = AppGroups.single(clientIDs)
+        var appGroups = AppGroups.separate(clientIDs)
         switch AppGroups.parse(reader.string("APPLE_APP_GROUPS"), clientIDs: clientIDs) {
         case .success(let groups): appGroups = groups
         case .failure(let problems): problems.messages.forEach { reader.problem($0) }
