@@ -161,7 +161,7 @@ extension AppleSimulator {
             let fields = try form(request)
             let team = try authenticateClient(fields)
             if faults.forceInvalidClient { throw AppleError("invalid_client") }
-            if faults.malformedRequest { throw Self.malformedRequest }
+            if faults.malformedRequest && faults.hits("token") { throw Self.malformedRequest }
             let clientID = fields["client_id"]!
             switch fields["grant_type"] {
             case "authorization_code":
@@ -262,7 +262,7 @@ extension AppleSimulator {
             let team = try authenticateClient(fields)
             let clientID = fields["client_id"]!
             // TN3107: a defective request is invalid_request; revoked or invalid tokens get 200.
-            if faults.malformedRequest { throw Self.malformedRequest }
+            if faults.malformedRequest && faults.hits("revoke") { throw Self.malformedRequest }
             guard let token = fields["token"], !token.isEmpty else { throw AppleError("invalid_request") }
             state.withLock { state in
                 var record = RevocationRecord(

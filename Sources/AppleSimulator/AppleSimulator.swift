@@ -71,7 +71,7 @@ public final class AppleSimulator: Sendable {
 
     /// Whether the user stopped using Sign in with Apple for `clientID`'s app group: tokens were
     /// issued to the group and every one is revoked. Their next authorization is a first one.
-    func consentRevoked(teamID: String, sub: String, clientID: String) -> Bool {
+    public func consentRevoked(teamID: String, sub: String, clientID: String) -> Bool {
         state.withLock { state in
             let primary = state.primaryAppIDs[clientID] ?? clientID
             let grants = state.grants.values.filter {

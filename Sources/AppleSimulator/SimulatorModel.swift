@@ -157,7 +157,7 @@ public struct FaultSettings: Sendable, Codable, Equatable {
     public var timeoutAfterWork: Bool = true
     /// Answer token and revoke calls as a malformed request: `invalid_request` without a
     /// revocation's wording (TN3107: a wrong content type, a missing parameter, a body a
-    /// proxy rewrote), whatever the token.
+    /// proxy rewrote), whatever the token; only on `endpoints` when they name any.
     public var malformedRequest: Bool = false
     /// The same, only for refreshes of these users' tokens (one token's request defect).
     public var malformedRequestSubs: [String] = []
@@ -174,6 +174,9 @@ public struct FaultSettings: Sendable, Codable, Equatable {
     public var relayDomain: String? = nil
 
     public init() {}
+
+    /// Whether the faults that honour `endpoints` hit this one (all when none is named).
+    func hits(_ endpoint: String) -> Bool { endpoints.isEmpty || endpoints.contains(endpoint) }
 
     enum CodingKeys: String, CodingKey, CaseIterable {
         case latencyMilliseconds = "latency_ms"

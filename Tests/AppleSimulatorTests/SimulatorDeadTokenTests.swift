@@ -75,7 +75,8 @@ extension AppleSimulatorTests {
         #expect(simulator.consentRevoked(teamID: Self.teamID, sub: first.sub, clientID: Self.clientID))
     }
 
-    @Test("an app transfer moves its client ids: the sender can neither refresh nor revoke their old tokens, its other apps go on")
+    @Test(
+        "an app transfer moves its client ids: the sender can neither refresh nor revoke their old tokens, its other apps go on")
     func appTransferMovesClientIDs() throws {
         let moved = try exchange()
         let stays = try exchange(sub: moved.sub, clientID: "com.example.web")

@@ -82,8 +82,10 @@ struct ConfigurationTests {
         #expect(message.contains("APPLE_APP_GROUPS='com.example.app=com.example.web;com.example.mac'"), "\(message)")
         // One client id needs no grouping: it is its own group.
         let lone = try #require(
-            try BrokerConfiguration.load(environment: base.merging(["APPLE_CLIENT_IDS": "com.example.app"]) { $1 }, requireApple: true)
-                .apple?.appGroups)
+            try BrokerConfiguration.load(
+                environment: base.merging(["APPLE_CLIENT_IDS": "com.example.app"]) { $1 }, requireApple: true
+            )
+            .apple?.appGroups)
         #expect(lone.groups.map(\.clientIDs) == [["com.example.app"]])
 
         let grouped = try #require(

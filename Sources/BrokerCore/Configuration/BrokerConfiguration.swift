@@ -245,6 +245,9 @@ public struct BrokerConfiguration: Sendable {
         public var leaseSeconds = 300
         /// `BROKER_DELETION_INTERVAL_SECONDS`: how often the job polls besides being woken.
         public var intervalSeconds = 5
+        /// `BROKER_DORMANT_USER_RETENTION_SECONDS`: a user whose every Apple token has been dead
+        /// this long, with no sign-in since, is deleted (`DormantUsers`); nil (0) keeps them.
+        public var dormantUserRetention: Duration? = .seconds(365 * 86_400)
     }
 
     /// The daily re-validation of stored refresh tokens (`BROKER_SWEEP_*`, `BROKER_REFRESH_VALIDATION_SECONDS`).
@@ -403,6 +406,13 @@ public struct BrokerConfiguration: Sendable {
             reader.integer("BROKER_DELETION_RETRY_MAX_SECONDS", in: 1...86_400) ?? deletion.retryMaximumSeconds
         deletion.leaseSeconds = reader.integer("BROKER_DELETION_LEASE_SECONDS", in: 1...86_400) ?? deletion.leaseSeconds
         deletion.intervalSeconds = reader.integer("BROKER_DELETION_INTERVAL_SECONDS", in: 1...3600) ?? deletion.intervalSeconds
+        if let retention = reader.integer("BROKER_DORMANT_USER_RETENTION_SECONDS", in: 0...(3_650 * 86_400)) {
+            if retention > 0 && retention < 86_400 {
+                reader.problem("BROKER_DORMANT_USER_RETENTION_SECONDS: 0 (keep them) or at least 86400 (a day), got \(retention)")
+            } else {
+                deletion.dormantUserRetention = retention == 0 ? nil : .seconds(retention)
+            }
+        }
         configuration.deletion = deletion
         var dispatch = DispatchSettings()
         dispatch.concurrency = reader.integer("BROKER_DISPATCH_CONCURRENCY", in: 1...256) ?? dispatch.concurrency
