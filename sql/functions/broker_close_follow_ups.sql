@@ -1,11 +1,12 @@
 -- Closes TN3194 follow-ups (deletion_app_groups, sql/0021) when Apple says the user stopped
 -- using the app group (a consent-revoked whose aud is one of the group's client ids and whose
 -- event is newer than the group's last sign-in the deletion knew of: an older one is stale,
--- protocol reference §12.1) or deleted the Apple Account (account-delete): in the
--- notification's own transaction, the moment it is stored, and for good. The inbox row names
--- its app only after NotificationStore's UPDATE (sql/0019), hence INSERT OR UPDATE OF
--- client_id; a row the previous release writes names none, and a consent-revoked without an
--- app closes nothing. The trigger is created here when missing (see audit_log_append_only.sql).
+-- protocol reference §12.1; a second's grace, as event times may come in whole seconds) or
+-- deleted the Apple Account (account-delete): in the notification's own transaction, the
+-- moment it is stored, and for good. The inbox row names its app only after
+-- NotificationStore's UPDATE (sql/0019), hence INSERT OR UPDATE OF client_id; a row the
+-- previous release writes names none, and a consent-revoked without an app closes nothing.
+-- The trigger is created here when missing (see audit_log_append_only.sql).
 CREATE OR REPLACE FUNCTION broker_close_follow_ups() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     IF NEW.sub_hash IS NULL THEN
@@ -18,7 +19,7 @@ BEGIN
         UPDATE deletion_app_groups SET follow_up_closed_at = NEW.received_at, follow_up_closed_by = 'consent-revoked'
         WHERE sub_hash = NEW.sub_hash AND revocation = 'manual_required' AND follow_up_closed_at IS NULL
           AND NEW.client_id = ANY (client_ids)
-          AND (authorized_at IS NULL OR coalesce(NEW.event_time, NEW.received_at) > authorized_at);
+          AND (authorized_at IS NULL OR coalesce(NEW.event_time, NEW.received_at) + interval '1 second' > authorized_at);
     END IF;
     RETURN NEW;
 END

@@ -565,7 +565,8 @@ package struct DeletionStore: Sendable {
                     WHERE g.deletion_id = \(id) AND g.revocation = 'manual_required' AND g.follow_up_closed_at IS NULL
                       AND (n.event_type IN ('account-delete', 'account-deleted')
                            OR (n.event_type = 'consent-revoked' AND n.client_id = ANY (g.client_ids)
-                               AND (g.authorized_at IS NULL OR coalesce(n.event_time, n.received_at) > g.authorized_at)))
+                               AND (g.authorized_at IS NULL
+                                    OR coalesce(n.event_time, n.received_at) + interval '1 second' > g.authorized_at)))
                     ORDER BY g.app_id, n.received_at)
                 UPDATE deletion_app_groups g SET follow_up_closed_at = closing.received_at, follow_up_closed_by = closing.kind
                 FROM closing WHERE g.deletion_id = \(id) AND g.app_id = closing.app_id
