@@ -106,12 +106,15 @@ tsan() {
   timed tsan "ThreadSanitizer build" "${low[@]}" scripts/test-tsan.sh --build-only &&
   timed tsan "Swift suites under ThreadSanitizer" scripts/test-tsan.sh
 }
-# libFuzzer (fixed seed and runs) and the previous release's build, both only feeding themselves or a later stage.
+# libFuzzer (fixed seed and runs) and the previous release's build, both only feeding themselves or a later
+# stage; then the OpenID Foundation's plans, a stage of their own that fits here.
 fuzz() {
   timed fuzz "fuzzing (libFuzzer + AddressSanitizer, ${FUZZ_RUNS} inputs per target from a fixed seed; builds included)" \
     "${low[@]}" scripts/fuzz.sh &&
   timed fuzz "previous release build (for the rolling upgrade)" "${low[@]}" scripts/rolling-upgrade.sh --build-only &&
-  signal previous-release
+  signal previous-release &&
+  await debug-build && await python-tools &&
+  timed fuzz "OpenID Foundation conformance plans (Basic, Config, Form Post, RP-Initiated, Back-Channel)" scripts/oidc-conformance.sh
 }
 lanes=(tools build suites release tsan fuzz)
 
