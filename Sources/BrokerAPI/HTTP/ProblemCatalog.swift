@@ -38,6 +38,7 @@ public enum ProblemCatalog {
         case .deletionNotFound: (404, "Deletion not found")
         case .deletionNotFailed: (409, "Not a failed deletion")
         case .subscriptionNotFound: (404, "Subscription not found")
+        case .oidcClientNotFound: (404, "Relying party not found")
         case .deliveryNotFailed: (409, "Not a failed delivery")
         case .webhookSubscriptionLimit: (409, "Webhook subscription limit reached")
         case .rateLimited: (429, "Too many requests")

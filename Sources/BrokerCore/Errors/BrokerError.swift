@@ -39,6 +39,8 @@ public struct BrokerError: Error, Sendable, Equatable, CustomStringConvertible {
         case deletionNotFound = "deletion_not_found"
         case deletionNotFailed = "deletion_not_failed"
         case subscriptionNotFound = "subscription_not_found"
+        /// A resource server named a relying party that is not registered.
+        case oidcClientNotFound = "oidc_client_not_found"
         case deliveryNotFailed = "delivery_not_failed"
         case webhookSubscriptionLimit = "webhook_subscription_limit"
         /// Over a per-user budget (code exchanges), with `Retry-After`.
