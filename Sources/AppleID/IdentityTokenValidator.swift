@@ -23,6 +23,9 @@ public struct AppleIdentity: Sendable, Equatable {
     /// `org_id` of a Managed Apple Account (Work & School): the organisation managing it. Such
     /// an account's address may be a real one (protocol reference §11.7); nil for others.
     public var orgID: String? = nil
+    /// `auth_time`: when Apple last authenticated the person (modern tokens carry it; protocol
+    /// reference §1). nil when absent, not a number, or later than the token itself.
+    public var authTime: Date? = nil
 
     /// Whether `code` can be the code issued with this token: true when the token has no
     /// `c_hash` to compare with.
@@ -108,7 +111,10 @@ public struct IdentityTokenValidator: Sendable {
             realUserStatus: realUserStatus, transferSub: claims[.transferSub]?.stringValue,
             issuedAt: Date(timeIntervalSince1970: TimeInterval(issuedAt)),
             expiresAt: Date(timeIntervalSince1970: TimeInterval(expires)), codeHash: claims[.cHash]?.stringValue,
-            orgID: claims[.orgID]?.stringValue.flatMap { $0.isEmpty || $0.utf8.count > 255 ? nil : $0 })
+            orgID: claims[.orgID]?.stringValue.flatMap { $0.isEmpty || $0.utf8.count > 255 ? nil : $0 },
+            authTime: claims[.authTime]?.integerValue.flatMap {
+                $0 > issuedAt ? nil : Date(timeIntervalSince1970: TimeInterval($0))
+            })
     }
 
     /// The nonce rule (protocol reference §1 "Nonce hashing"; issue 35): Apple hashes nothing

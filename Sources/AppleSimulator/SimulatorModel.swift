@@ -64,6 +64,9 @@ public struct TokenRequest: Sendable, Codable {
     public var realUserStatus: Int?
     /// Seconds since 1970; default now.
     public var issuedAt: Int?
+    /// `auth_time`, seconds since 1970: when the person last authenticated at Apple (default
+    /// `iat`; earlier when Apple's own session let them through with a click).
+    public var authTime: Int?
     /// Lifetime in seconds; default 600.
     public var lifetime: Int?
     public var transferSub: String?
@@ -99,6 +102,7 @@ public struct TokenRequest: Sendable, Codable {
         case booleansAsStrings = "booleans_as_strings"
         case realUserStatus = "real_user_status"
         case issuedAt = "iat"
+        case authTime = "auth_time"
         case lifetime
         case transferSub = "transfer_sub"
         case withCode = "with_code"
@@ -157,7 +161,7 @@ public struct FaultSettings: Sendable, Codable, Equatable {
     public var timeoutAfterWork: Bool = true
     /// Answer token and revoke calls as a malformed request: `invalid_request` without a
     /// revocation's wording (TN3107: a wrong content type, a missing parameter, a body a
-    /// proxy rewrote), whatever the token.
+    /// proxy rewrote), whatever the token; only on `endpoints` when they name any.
     public var malformedRequest: Bool = false
     /// The same, only for refreshes of these users' tokens (one token's request defect).
     public var malformedRequestSubs: [String] = []
@@ -200,6 +204,9 @@ public struct FaultSettings: Sendable, Codable, Equatable {
     public var requestErrorSeed: Int = 1
 
     public init() {}
+
+    /// Whether the faults that honour `endpoints` hit this one (all when none is named).
+    func hits(_ endpoint: String) -> Bool { endpoints.isEmpty || endpoints.contains(endpoint) }
 
     enum CodingKeys: String, CodingKey, CaseIterable {
         case latencyMilliseconds = "latency_ms"
@@ -283,7 +290,9 @@ public struct RevocationRecord: Sendable, Codable, Equatable {
     public var clientID: String
     public var tokenTypeHint: String?
     public var token: String
-    /// `revoked`, `unknown_token`, `client_mismatch`, `already_revoked`, `fault`.
+    /// `revoked`, `unknown_token`, `client_mismatch`, `already_revoked`, `fault`; `dead_token` (a
+    /// password change killed it) and `other_team` (issued before its app moved to another team):
+    /// 200 and nothing revoked, as Apple.
     public var outcome: String
     public var sub: String?
 

@@ -10,6 +10,9 @@
 -- has signed in to the group since the dead token's authorization (payload `signed_in_since`,
 -- Apple's time), the grants made at or after that sign-in (a minute's grace for the two
 -- clocks: a grant is made right after the sign-in it rests on).
+-- The same events end the user's sessions at the provider (sql/0023), so no browser signs
+-- in silently afterwards: a `token.invalidated` those whose Apple authentication (auth_time)
+-- is older than the later sign-in, as for grants.
 -- The trigger is created when missing or when its event list is not this one (the provider
 -- is unreleased; a changed list is replaced once), never on every start (see
 -- audit_log_append_only.sql).
@@ -18,6 +21,11 @@ BEGIN
     IF NEW.user_id IS NULL THEN
         RETURN NULL;
     END IF;
+    UPDATE oidc_sessions SET ended_at = now(), end_reason = NEW.type
+    WHERE user_id = NEW.user_id AND ended_at IS NULL
+      AND (NEW.type NOT IN ('consent.revoked', 'token.invalidated') OR app_id = NEW.payload->>'client_id')
+      AND (NEW.type <> 'token.invalidated' OR NEW.payload->>'signed_in_since' IS NULL
+           OR auth_time < (NEW.payload->>'signed_in_since')::timestamptz - interval '1 minute');
     WITH ended AS (
         UPDATE oidc_grants SET ended_at = now(), end_reason = NEW.type
         WHERE user_id = NEW.user_id AND ended_at IS NULL

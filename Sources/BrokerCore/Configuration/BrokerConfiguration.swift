@@ -90,6 +90,9 @@ public struct BrokerConfiguration: Sendable {
         public var publicURL: String
         /// `OIDC_KEY_PREPUBLISH_SECONDS`: a rotated-in key is published this long before it signs.
         public var keyPrepublishSeconds = 86_400
+        /// `OIDC_SESSION_SECONDS`: how long a sign-in at Apple keeps the person signed in at the
+        /// provider in that browser (single sign-on, `prompt=none`); zero turns sessions off.
+        public var sessionLifetime: Duration = .seconds(7 * 86_400)
 
         /// Where Apple posts the authorization: the web sign-in's callback.
         public var callbackURL: String { publicURL + "/v1/apple/web/callback" }
@@ -102,10 +105,13 @@ public struct BrokerConfiguration: Sendable {
 
         fileprivate static func load(_ reader: inout EnvironmentReader, clientIDs: [String]?) -> OpenIDProviderSettings? {
             let prepublish = reader.integer("OIDC_KEY_PREPUBLISH_SECONDS", in: 0...(30 * 86_400))
+            let session = reader.integer("OIDC_SESSION_SECONDS", in: 0...(90 * 86_400))
             let appleClientID = reader.string("OIDC_APPLE_CLIENT_ID")
             guard var issuer = reader.string("OIDC_ISSUER") else {
-                if appleClientID != nil || prepublish != nil {
-                    reader.problem("OIDC_ISSUER: missing; OIDC_APPLE_CLIENT_ID and OIDC_KEY_PREPUBLISH_SECONDS need it")
+                if appleClientID != nil || prepublish != nil || session != nil {
+                    reader.problem(
+                        "OIDC_ISSUER: missing; OIDC_APPLE_CLIENT_ID, OIDC_KEY_PREPUBLISH_SECONDS and OIDC_SESSION_SECONDS need it"
+                    )
                 }
                 return nil
             }
@@ -129,6 +135,7 @@ public struct BrokerConfiguration: Sendable {
             while publicURL.hasSuffix("/") { publicURL.removeLast() }
             var settings = OpenIDProviderSettings(issuer: issuer, appleClientID: appleClientID, publicURL: publicURL)
             settings.keyPrepublishSeconds = prepublish ?? settings.keyPrepublishSeconds
+            if let session { settings.sessionLifetime = .seconds(session) }
             return settings
         }
     }
@@ -197,6 +204,10 @@ public struct BrokerConfiguration: Sendable {
         /// `webhook_subscription_limit` beyond); it also bounds the delivery rows an event's
         /// transaction writes (see `broker_emit_event`).
         public var maximumSubscriptions = 50
+        /// `BROKER_WEBHOOK_MAX_SUBSCRIPTIONS_PER_KEY`: subscriptions one API key may hold (409
+        /// `webhook_subscription_limit` with `limit: per_key` beyond), so one key cannot fill
+        /// the broker's ceiling for every other app's keys.
+        public var maximumSubscriptionsPerKey = 10
         /// `BROKER_WEBHOOK_DEAD_LETTER_RETENTION_SECONDS`: failed deliveries, and deliveries
         /// parked by a paused subscription, are pruned once this old.
         public var deadLetterRetentionSeconds = 30 * 86_400
@@ -245,6 +256,9 @@ public struct BrokerConfiguration: Sendable {
         public var leaseSeconds = 300
         /// `BROKER_DELETION_INTERVAL_SECONDS`: how often the job polls besides being woken.
         public var intervalSeconds = 5
+        /// `BROKER_DORMANT_USER_RETENTION_SECONDS`: a user whose every Apple token has been dead
+        /// this long, with no sign-in since, is deleted (`DormantUsers`); nil (0) keeps them.
+        public var dormantUserRetention: Duration? = .seconds(365 * 86_400)
     }
 
     /// The daily re-validation of stored refresh tokens (`BROKER_SWEEP_*`, `BROKER_REFRESH_VALIDATION_SECONDS`).
@@ -403,6 +417,13 @@ public struct BrokerConfiguration: Sendable {
             reader.integer("BROKER_DELETION_RETRY_MAX_SECONDS", in: 1...86_400) ?? deletion.retryMaximumSeconds
         deletion.leaseSeconds = reader.integer("BROKER_DELETION_LEASE_SECONDS", in: 1...86_400) ?? deletion.leaseSeconds
         deletion.intervalSeconds = reader.integer("BROKER_DELETION_INTERVAL_SECONDS", in: 1...3600) ?? deletion.intervalSeconds
+        if let retention = reader.integer("BROKER_DORMANT_USER_RETENTION_SECONDS", in: 0...(3_650 * 86_400)) {
+            if retention > 0 && retention < 86_400 {
+                reader.problem("BROKER_DORMANT_USER_RETENTION_SECONDS: 0 (keep them) or at least 86400 (a day), got \(retention)")
+            } else {
+                deletion.dormantUserRetention = retention == 0 ? nil : .seconds(retention)
+            }
+        }
         configuration.deletion = deletion
         var dispatch = DispatchSettings()
         dispatch.concurrency = reader.integer("BROKER_DISPATCH_CONCURRENCY", in: 1...256) ?? dispatch.concurrency
@@ -421,6 +442,8 @@ public struct BrokerConfiguration: Sendable {
         dispatch.allowPrivateNetworks = reader.boolean("BROKER_WEBHOOK_ALLOW_PRIVATE_NETWORKS") ?? false
         dispatch.maximumSubscriptions =
             reader.integer("BROKER_WEBHOOK_MAX_SUBSCRIPTIONS", in: 1...1000) ?? dispatch.maximumSubscriptions
+        dispatch.maximumSubscriptionsPerKey =
+            reader.integer("BROKER_WEBHOOK_MAX_SUBSCRIPTIONS_PER_KEY", in: 1...1000) ?? dispatch.maximumSubscriptionsPerKey
         dispatch.deadLetterRetentionSeconds =
             reader.integer("BROKER_WEBHOOK_DEAD_LETTER_RETENTION_SECONDS", in: 3600...(365 * 86_400))
             ?? dispatch.deadLetterRetentionSeconds
@@ -464,8 +487,8 @@ public struct AppleConfiguration: Sendable {
     public var privateKeyPath: String
     /// `APPLE_CLIENT_IDS`: bundle IDs and Services IDs accepted as `aud`.
     public var clientIDs: [String]
-    /// `APPLE_APP_GROUPS`: which client ids share one authorization at Apple (see `AppGroups`);
-    /// by default all of `clientIDs`, as given to `init`.
+    /// `APPLE_APP_GROUPS`: which client ids share one authorization at Apple (see `AppGroups`;
+    /// required with more than one client id); as given to `init`, each client id its own group.
     public var appGroups: AppGroups
     /// `APPLE_BASE_URL`: where Apple's endpoints are (a simulator in tests). The expected
     /// issuer stays `https://appleid.apple.com` whatever this says.
@@ -489,7 +512,7 @@ public struct AppleConfiguration: Sendable {
         self.keyID = keyID
         self.privateKeyPath = privateKeyPath
         self.clientIDs = clientIDs
-        self.appGroups = .single(clientIDs)
+        self.appGroups = .separate(clientIDs)
         self.baseURL = baseURL
     }
 
@@ -531,7 +554,7 @@ public struct AppleConfiguration: Sendable {
         let refresh = reader.integer("APPLE_JWKS_REFRESH_SECONDS", in: 10...86_400)
         let timeout = reader.integer("APPLE_TIMEOUT_MS", in: 100...120_000)
         let attempts = reader.integer("APPLE_MAX_ATTEMPTS", in: 1...10)
-        var appGroups = AppGroups.single(clientIDs)
+        var appGroups = AppGroups.separate(clientIDs)
         switch AppGroups.parse(reader.string("APPLE_APP_GROUPS"), clientIDs: clientIDs) {
         case .success(let groups): appGroups = groups
         case .failure(let problems): problems.messages.forEach { reader.problem($0) }
