@@ -119,8 +119,10 @@ struct ProviderConformanceTests {
         let userinfo = try harness.send("POST", "/oidc/userinfo", headers: form, body: big)
         #expect(userinfo.status == 400)
         #expect(userinfo.header("www-authenticate")?.contains(#"error="invalid_request""#) == true)
-        let authorize = try harness.send("POST", "/oidc/authorize", headers: form, body: big)
-        #expect(authorize.status == 400 && authorize.header("content-type")?.hasPrefix("text/html") == true)
+        for path in ["/oidc/authorize", "/oidc/logout", "/oidc/logout/confirm"] {
+            let page = try harness.send("POST", path, headers: form, body: big)
+            #expect(page.status == 400 && page.header("content-type")?.hasPrefix("text/html") == true, "\(path): \(page.status)")
+        }
         // The rest of the API keeps its problem document.
         let login = try harness.send("POST", "/v1/apple/login", headers: [("Content-Type", "application/json")], body: big)
         #expect(login.status == 413)

@@ -232,7 +232,7 @@ enum OpenIDRoutes {
     /// route runs: a body over `BROKER_MAX_BODY_BYTES` (413 `payload_too_large`). Relying
     /// parties parse their RFCs' errors, not problem documents, so it is `invalid_request` 400
     /// (RFC 6749 §5.2, RFC 7009 §2.2.1, RFC 7662 §2.3, RFC 7591 §3.2.2), RFC 6750 §3.1's
-    /// challenge at userinfo, the error page at authorize. nil: not the provider's to answer.
+    /// challenge at userinfo, an error page at authorize and logout (browsers). nil: not the provider's to answer.
     static func refusal(_ problem: Problem, _ request: HTTPRequest, endpoints: Endpoints) -> HTTPResponse? {
         guard problem.code == "payload_too_large", request.method == .post else { return nil }
         let description = OAuthError.invalidRequest(problem.detail ?? problem.title).description
@@ -249,7 +249,8 @@ enum OpenIDRoutes {
                     "WWW-Authenticate": "Bearer error=\"invalid_request\", error_description=\"\(description)\"",
                     "Cache-Control": "no-store",
                 ])
-        case endpoints.path(Endpoints.authorize):
+        case endpoints.path(Endpoints.authorize), endpoints.path(Endpoints.endSession),
+            endpoints.path(Endpoints.endSessionConfirmation):
             return HTMLPage.response(status: 400, title: "Request too large", message: description, link: nil)
         default:
             return nil
