@@ -82,11 +82,19 @@ enum AdminEndpoints {
         var users: Int
         var clientID: String
         var lifetime: Int?
+        /// Distinct users `first_user`, `first_user + 1`, … instead of random draws from `users`
+        /// (first logins: every token a user the broker has not seen).
+        var firstUser: Int?
+        /// Also issue an authorization code per token (its `c_hash` in the token); each line is
+        /// then `token code` (code-exchange benchmarks).
+        var withCode: Bool?
 
         enum CodingKeys: String, CodingKey {
             case count, users
             case clientID = "client_id"
             case lifetime
+            case firstUser = "first_user"
+            case withCode = "with_code"
         }
     }
 
@@ -178,6 +186,10 @@ enum AdminEndpoints {
         }
         router.post("/sim/notifications") { request in
             .json(try simulator.sendNotification(try request.decodeJSON(NotificationRequest.self)))
+        }
+        // The notifications Apple sent on its own (a user's revocation), every attempt.
+        router.get("/sim/notifications/deliveries") { _ in
+            .json(simulator.notificationDeliveries)
         }
         router.get("/sim/revocations") { _ in
             .json(simulator.revocations)

@@ -101,6 +101,10 @@ extension AppleSimulator {
             }
             return HTTPResponse(status: status, headers: headers, body: Array("simulated failure".utf8))
         }
+        // An intermittent request defect (issue 35): a share of calls, whatever the token.
+        if applies, endpoint == "token" || endpoint == "revoke", drawsRequestError(faults) {
+            return Self.malformedRequest.response
+        }
         return try answer()
     }
 

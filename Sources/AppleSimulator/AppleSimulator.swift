@@ -101,6 +101,8 @@ public final class AppleSimulator: Sendable {
     }
 
     let state: Lock<State>
+    /// Seeded fault draws and Apple's own notification deliveries (NotificationDelivery.swift).
+    let appleClock = Lock(AppleClockState())
     let logger: Logger
     let transport: any HTTPTransport
     private let server = Lock<HTTPServer?>(nil)
@@ -221,6 +223,12 @@ public final class AppleSimulator: Sendable {
         return user
     }
 
+    /// The organisation managing an account changes, or releases it (nil): the user's next
+    /// tokens carry that `org_id`, or none (issue 35).
+    public func setOrganization(teamID: String? = nil, sub: String, orgID: String?) {
+        state.withLock { $0.users[(teamID ?? defaultTeamID) + "|" + sub]?.orgID = orgID }
+    }
+
     /// A user by team and sub.
     public func user(teamID: String? = nil, sub: String) -> SimulatedUser? {
         state.withLock { $0.users[(teamID ?? defaultTeamID) + "|" + sub] }
@@ -260,7 +268,9 @@ public final class AppleSimulator: Sendable {
     }
 
     /// Many identity tokens for benchmarks: subs `001234.<32 digits of the index>.0042`
-    /// drawn at random from `users` (relay e-mail, likely real), signed on all cores.
+    /// drawn at random from `users` (relay e-mail, likely real), or `first_user` onwards one
+    /// each; signed on all cores. With `with_code`, each line is the token and a code issued
+    /// with it (the users are created here, as `/auth/token` needs them).
     func mintBatch(_ batch: AdminEndpoints.BatchRequest) throws -> [String] {
         let (keyID, key) = state.withLock { $0.signingKeys.last! }
         let signer = try JWSSigner(key: key, keyID: keyID)
@@ -268,8 +278,20 @@ public final class AppleSimulator: Sendable {
         let tokens = Lock<[String?]>(Array(repeating: nil, count: batch.count))
         let failures = Lock<Int>(0)
         DispatchQueue.concurrentPerform(iterations: batch.count) { index in
-            let number = Int.random(in: 0..<batch.users)
+            let number = batch.firstUser.map { $0 + index } ?? Int.random(in: 0..<batch.users)
             let sub = "001234." + String(repeating: "0", count: max(0, 32 - String(number).count)) + String(number) + ".0042"
+            if batch.withCode == true {
+                var request = TokenRequest(clientID: batch.clientID)
+                request.sub = sub
+                request.withCode = true
+                request.lifetime = batch.lifetime ?? 3600
+                if let minted = try? mintToken(request), let code = minted.code {
+                    tokens.withLock { $0[index] = minted.idToken + " " + code }
+                } else {
+                    failures.withLock { $0 += 1 }
+                }
+                return
+            }
             let claims: [String: JSONValue] = [
                 "iss": .string(Self.issuer), "aud": .string(batch.clientID), "sub": .string(sub),
                 "iat": .integer(now), "exp": .integer(now + Int64(batch.lifetime ?? 3600)), "auth_time": .integer(now),
@@ -325,24 +347,36 @@ public final class AppleSimulator: Sendable {
         return code
     }
 
-    /// Revokes every grant of a user (as when they stop using Sign in with Apple in Settings).
-    @discardableResult
     /// The user stops using Sign in with Apple for an app group (`clientID`'s; nil: every app
-    /// of the team). Returns how many tokens died.
+    /// of the team), as in Settings. With `FaultSettings.notificationURL` set, Apple then sends
+    /// each group's `consent-revoked` there (DTS, forum 708415), by the delivery switches.
+    /// Returns how many tokens died.
+    @discardableResult
     public func revokeConsent(teamID: String? = nil, sub: String, clientID: String? = nil) -> Int {
         let team = teamID ?? defaultTeamID
-        return state.withLock { state in
+        let (count, groups, url) = state.withLock { state in
             var count = 0
+            var groups = Set(clientID.map { [state.primaryAppIDs[$0] ?? $0] } ?? [])
             let primary = clientID.map { state.primaryAppIDs[$0] ?? $0 }
             for (token, grant) in state.grants
-            where grant.teamID == team && grant.sub == sub && !grant.revoked
+            where grant.teamID == team && grant.sub == sub && !grant.revoked && grant.kind != "migration"
                 && (primary == nil || (state.primaryAppIDs[grant.clientID] ?? grant.clientID) == primary)
             {
                 state.grants[token]?.revoked = true
+                groups.insert(state.primaryAppIDs[grant.clientID] ?? grant.clientID)
                 count += 1
             }
-            return count
+            return (count, groups, state.faults.notificationURL)
         }
+        if let url {
+            let now = Int64(Date().timeIntervalSince1970 * 1000)
+            for group in groups.sorted() {
+                var notification = NotificationRequest(url: url, type: "consent-revoked", sub: sub, clientID: group)
+                notification.eventTimeMilliseconds = now
+                deliver(notification)
+            }
+        }
+        return count
     }
 
     /// A password change: the user's refresh tokens stop working (`invalid_grant`), their
@@ -385,7 +419,10 @@ public final class AppleSimulator: Sendable {
     /// The current fault settings.
     public var faults: FaultSettings {
         get { state.withLock { $0.faults } }
-        set { state.withLock { $0.faults = newValue } }
+        set {
+            state.withLock { $0.faults = newValue }
+            appleClock.withLock { $0.draws = .init(seed: newValue.requestErrorSeed) }
+        }
     }
 
     // MARK: Serving
@@ -416,6 +453,7 @@ public final class AppleSimulator: Sendable {
     }
 
     public func stop() {
+        appleClock.withLock { $0.stopped = true }
         let running = server.withLock { value -> HTTPServer? in
             defer { value = nil }
             return value
@@ -445,7 +483,7 @@ public final class AppleSimulator: Sendable {
         var claims: [String: JSONValue] = [
             "iss": .string(request?.issuer ?? Self.issuer), "aud": .string(clientID), "sub": .string(user.sub),
             "iat": .integer(Int64(now)), "exp": .integer(Int64(now + (request?.lifetime ?? 600))),
-            "auth_time": .integer(Int64(now)),
+            "auth_time": .integer(Int64(request?.authTime ?? now)),
         ]
         if let raw = request?.rawNonce {
             claims["nonce"] = .string(SHA256.hexHash(raw))

@@ -48,7 +48,8 @@ public enum AppleSimulatorCommand {
             CommandSpec(
                 ["revoke-consent"], "--sub SUB [--client-id ID] [--team TEAMID] [--url URL]",
                 summary: "the user stops using Sign in with Apple for the app group (every app without\n"
-                    + "--client-id): their tokens die, their next web authorization carries `user` again",
+                    + "--client-id): their tokens die, their next web authorization carries `user` again,\n"
+                    + "and with `faults --notification-url` Apple sends its consent-revoked there",
                 options: ["sub", "client-id", "team", "url"]),
             CommandSpec(
                 ["change-password"], "--sub SUB [--team TEAMID] [--url URL]",
@@ -191,6 +192,15 @@ public enum AppleSimulatorCommand {
         .init(option: "no-user-field-after-revocation", key: .userFieldAfterRevocation, kind: .offFlag),
         .init(
             option: "relay-domain", key: .relayDomain, kind: .string, placeholder: "privaterelay.appleid.com|private.icloud.com"),
+        // Apple's clock (issue 35): notification delivery, intermittent request defects.
+        .init(option: "notification-url", key: .notificationURL, kind: .string, placeholder: "URL"),
+        .init(option: "notification-delay-ms", key: .notificationDelayMilliseconds, kind: .int, placeholder: "N"),
+        .init(option: "notification-timeout-ms", key: .notificationTimeoutMilliseconds, kind: .int, placeholder: "N"),
+        .init(option: "notification-retries", key: .notificationRetries, kind: .int, placeholder: "N"),
+        .init(option: "notification-retry-ms", key: .notificationRetryMilliseconds, kind: .int, placeholder: "N"),
+        .init(option: "notification-duplicates", key: .notificationDuplicates, kind: .int, placeholder: "N"),
+        .init(option: "request-error-rate", key: .requestErrorRate, kind: .double, placeholder: "R"),
+        .init(option: "request-error-seed", key: .requestErrorSeed, kind: .int, placeholder: "N"),
     ]
 
     /// The `PUT /sim/faults` body of an `apple-sim faults` command line.

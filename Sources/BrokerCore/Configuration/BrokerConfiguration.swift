@@ -90,6 +90,9 @@ public struct BrokerConfiguration: Sendable {
         public var publicURL: String
         /// `OIDC_KEY_PREPUBLISH_SECONDS`: a rotated-in key is published this long before it signs.
         public var keyPrepublishSeconds = 86_400
+        /// `OIDC_SESSION_SECONDS`: how long a sign-in at Apple keeps the person signed in at the
+        /// provider in that browser (single sign-on, `prompt=none`); zero turns sessions off.
+        public var sessionLifetime: Duration = .seconds(7 * 86_400)
 
         /// Where Apple posts the authorization: the web sign-in's callback.
         public var callbackURL: String { publicURL + "/v1/apple/web/callback" }
@@ -102,10 +105,13 @@ public struct BrokerConfiguration: Sendable {
 
         fileprivate static func load(_ reader: inout EnvironmentReader, clientIDs: [String]?) -> OpenIDProviderSettings? {
             let prepublish = reader.integer("OIDC_KEY_PREPUBLISH_SECONDS", in: 0...(30 * 86_400))
+            let session = reader.integer("OIDC_SESSION_SECONDS", in: 0...(90 * 86_400))
             let appleClientID = reader.string("OIDC_APPLE_CLIENT_ID")
             guard var issuer = reader.string("OIDC_ISSUER") else {
-                if appleClientID != nil || prepublish != nil {
-                    reader.problem("OIDC_ISSUER: missing; OIDC_APPLE_CLIENT_ID and OIDC_KEY_PREPUBLISH_SECONDS need it")
+                if appleClientID != nil || prepublish != nil || session != nil {
+                    reader.problem(
+                        "OIDC_ISSUER: missing; OIDC_APPLE_CLIENT_ID, OIDC_KEY_PREPUBLISH_SECONDS and OIDC_SESSION_SECONDS need it"
+                    )
                 }
                 return nil
             }
@@ -129,6 +135,7 @@ public struct BrokerConfiguration: Sendable {
             while publicURL.hasSuffix("/") { publicURL.removeLast() }
             var settings = OpenIDProviderSettings(issuer: issuer, appleClientID: appleClientID, publicURL: publicURL)
             settings.keyPrepublishSeconds = prepublish ?? settings.keyPrepublishSeconds
+            if let session { settings.sessionLifetime = .seconds(session) }
             return settings
         }
     }
@@ -197,6 +204,10 @@ public struct BrokerConfiguration: Sendable {
         /// `webhook_subscription_limit` beyond); it also bounds the delivery rows an event's
         /// transaction writes (see `broker_emit_event`).
         public var maximumSubscriptions = 50
+        /// `BROKER_WEBHOOK_MAX_SUBSCRIPTIONS_PER_KEY`: subscriptions one API key may hold (409
+        /// `webhook_subscription_limit` with `limit: per_key` beyond), so one key cannot fill
+        /// the broker's ceiling for every other app's keys.
+        public var maximumSubscriptionsPerKey = 10
         /// `BROKER_WEBHOOK_DEAD_LETTER_RETENTION_SECONDS`: failed deliveries, and deliveries
         /// parked by a paused subscription, are pruned once this old.
         public var deadLetterRetentionSeconds = 30 * 86_400
@@ -431,6 +442,8 @@ public struct BrokerConfiguration: Sendable {
         dispatch.allowPrivateNetworks = reader.boolean("BROKER_WEBHOOK_ALLOW_PRIVATE_NETWORKS") ?? false
         dispatch.maximumSubscriptions =
             reader.integer("BROKER_WEBHOOK_MAX_SUBSCRIPTIONS", in: 1...1000) ?? dispatch.maximumSubscriptions
+        dispatch.maximumSubscriptionsPerKey =
+            reader.integer("BROKER_WEBHOOK_MAX_SUBSCRIPTIONS_PER_KEY", in: 1...1000) ?? dispatch.maximumSubscriptionsPerKey
         dispatch.deadLetterRetentionSeconds =
             reader.integer("BROKER_WEBHOOK_DEAD_LETTER_RETENTION_SECONDS", in: 3600...(365 * 86_400))
             ?? dispatch.deadLetterRetentionSeconds

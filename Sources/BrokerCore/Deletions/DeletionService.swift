@@ -143,6 +143,20 @@ package struct DeletionService: Sendable {
     package func request(
         _ request: Request, source: DeletionSource, actor: String, visibleTo key: APIKey? = nil
     ) throws -> (id: UUID, state: DeletionState, created: Bool) {
+        var request = request
+        if let key, let reach = key.reach, request.authorizationCode != nil {
+            // A code goes to Apple under the client id it names: a limited key hands over codes of
+            // its own apps only (issue 38, item 8), checked before anything is written or sent.
+            if let clientID = request.clientID {
+                guard reach.contains(clientID) else { throw BrokerError.clientNotAllowed(clientID) }
+            } else if reach.count == 1 {
+                // Not the user's last client id, which may be another app's.
+                request.clientID = reach.first
+            } else {
+                throw BrokerError.invalidRequest(
+                    "field `client_id` is required with `authorization_code` for an API key limited to several apps")
+            }
+        }
         for _ in 0..<2 {
             let resolution = try store.resolve(request.target)
             if let key {

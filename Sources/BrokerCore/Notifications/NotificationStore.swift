@@ -2,8 +2,9 @@ import Foundation
 import PostgresClient
 
 /// The database side of Apple's notifications (`NotificationReceiver` keeps the decisions):
-/// applying one exactly once (`broker_apply_notification`: the inbox row by `jti`, the change
-/// and its outbox events in one transaction, with the app it was for) and pruning the inbox.
+/// applying one exactly once (`broker_apply_notification_v2`: the inbox row by `jti`, the change
+/// and its outbox events in one transaction, with the app it was for; a consent-revoked older
+/// than the group's last verified sign-in is `stale`) and pruning the inbox.
 struct NotificationStore: Sendable {
     let pool: PostgresPool
 
@@ -16,11 +17,11 @@ struct NotificationStore: Sendable {
         try pool.withTransaction { connection in
             let outcome = try connection.query(
                 """
-                SELECT broker_apply_notification(\(notification.jti), \(notification.type), \(teamID),
+                SELECT broker_apply_notification_v2(\(notification.jti), \(notification.type), \(teamID),
                     \(notification.sub), \(notification.eventTime), \(group.primary), \(PostgresTextArray(group.clientIDs)),
                     \(subjectHash))
                 """
-            ).single().decode(NotificationReceiver.Outcome.self, "broker_apply_notification")
+            ).single().decode(NotificationReceiver.Outcome.self, "broker_apply_notification_v2")
             // Which app it was for (sql/0019; the console's silence per app). Beside the released
             // function, not in it: the previous release keeps calling it and leaves this NULL.
             if outcome != .duplicate {

@@ -122,7 +122,8 @@ struct FollowUpPages {
         else { throw ConsoleRefusal.notFound }
         try store.pool.withConnection { connection in
             try ConsoleSessionStore.audit(
-                connection, actor: session.actor, action: "console.reveal", subject: user.lowercasedString,
+                connection, actor: session.actor, action: "console.reveal", target: "user:\(user.lowercasedString)",
+                subject: user.lowercasedString,
                 detail: ["field": "email", "sub_hash": .string(finder.termHash(sub))])
         }
         return Layout.page(

@@ -9,6 +9,7 @@ struct SignInPages {
     /// keeps the attempt from costing the database).
     let redemptions: RateLimiter
     let oidcConfigured: Bool
+    let failures: SignInFailures
 
     func signIn(_ request: ConsoleRequest) throws -> HTTPResponse {
         let body: HTML =
@@ -17,7 +18,7 @@ struct SignInPages {
             : """
             <p>Sign-in through an identity provider is not configured (CONSOLE_OIDC_ISSUER).</p>
             <p class="hint">Ask an administrator for a single-use sign-in link:
-            <code>appleid-broker console link --operator NAME --role ROLE --ttl 15m</code>.</p>
+            <code>appleid-broker console link --operator NAME --role ROLE[,ROLE…] --ttl 15m</code>.</p>
             """
         return Layout.page("Sign in", session: nil, body)
     }
@@ -38,13 +39,14 @@ struct SignInPages {
     func redeem(_ request: ConsoleRequest) throws -> HTTPResponse {
         if let refused = Layout.overBudget(redemptions, request) { return refused }
         guard let token = request.form["token"], let link = try sessions.redeemLink(token: token) else {
+            failures.record(method: "link", reason: "link_not_valid")
             return Layout.refusal(
                 403, "Link not valid", "This sign-in link is unknown, used already or expired. Ask for a new one.",
                 session: nil)
         }
         // A new session id at every sign-in; whatever session the browser had ends.
         if let previous = request.session { try sessions.end(secret: previous.secret) }
-        let session = try sessions.open(operatorID: link.operatorID, name: link.operatorID, roles: [link.role], authTime: Date())
+        let session = try sessions.open(operatorID: link.operatorID, name: link.operatorID, roles: link.roles, authTime: Date())
         return Layout.redirect("/", cookie: ConsoleGate.setCookie(session))
     }
 

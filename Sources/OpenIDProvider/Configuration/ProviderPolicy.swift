@@ -8,6 +8,10 @@ package enum ProviderPolicy {
     package static let idTokenLifetimeSeconds = 3600
     /// Refresh tokens (offline_access): rotated on every use.
     static let refreshTokenLifetimeSeconds = 90 * 86_400
+    /// Used refresh tokens a grant keeps for reuse detection (GrantStore.forgetOldRefreshTokens).
+    static let usedRefreshTokensKept = 10
+    /// Distinct client ids that label the success metrics; later ones count as `other`.
+    static let maximumClientLabels = 200
     /// How long a sign-in may take at Apple (the sealed state's lifetime).
     static let stateLifetimeSeconds = 600
     /// How long a retired key stays in the JWKS after it stopped signing.
@@ -19,4 +23,10 @@ package enum ProviderPolicy {
     static let maximumNonceBytes = 256
     static let maximumRedirectURIBytes = 2048
     static let maximumRedirectURIs = 16
+    /// Live sessions one person may hold at the provider (browsers); a new one ends the oldest.
+    static let maximumSessionsPerUser = 20
+    /// `max_age` values beyond this (ten years) are read as this.
+    static let maximumMaxAgeSeconds = 10 * 365 * 86_400
+    /// Without a session (OIDC_SESSION_SECONDS=0) a grant is kept this long for its Back-Channel Logout.
+    static let sessionlessLogoutSeconds = 86_400
 }

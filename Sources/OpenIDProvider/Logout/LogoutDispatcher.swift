@@ -9,7 +9,8 @@ import StrictJSON
 /// the RP asked for sessions, the `events` claim, never a nonce; `typ` logout+jwt) as a form
 /// POST (§2.5) to each RP's `backchannel_logout_uri`. One delivery per step; the webhook
 /// settings and address rules apply: retried with exponential backoff and jitter, `failed`
-/// after the maximum age, receivers on private networks only when allowed (resolved and pinned).
+/// after the maximum age or at once on a 400 (§2.8: the RP says the logout failed; recorded as
+/// `rejected`), receivers on private networks only when allowed (resolved and pinned).
 package final class LogoutDispatcher: Sendable {
     let store: LogoutDeliveryStore
     let keys: SigningKeys
@@ -81,8 +82,13 @@ package final class LogoutDispatcher: Sendable {
                 }
             }
             status = try transport.send(request).status
-            // §2.8: 200 OK on success; any 2xx is taken as delivered.
-            if !(200..<300).contains(status) { failure = "http_status" }
+            // §2.8: 200 OK on success; any 2xx is taken as delivered. 400 is the relying
+            // party's verdict that the logout failed (a token it refuses): final, not retried.
+            if status == 400 {
+                failure = "rejected"
+            } else if !(200..<300).contains(status) {
+                failure = "http_status"
+            }
         } catch let refusal as Refusal {
             failure = refusal.rawValue
         } catch let error as HTTPClientError {
@@ -91,7 +97,8 @@ package final class LogoutDispatcher: Sendable {
             failure = "transport_error"
         }
         if let failure {
-            let expired = Date().timeIntervalSince(delivery.createdAt) > Double(settings.maximumAgeSeconds)
+            let expired =
+                failure == "rejected" || Date().timeIntervalSince(delivery.createdAt) > Double(settings.maximumAgeSeconds)
             let cap = min(
                 Double(settings.retryBaseMilliseconds) / 1000 * pow(2, Double(min(delivery.attempts - 1, 30))),
                 Double(settings.retryMaximumSeconds))

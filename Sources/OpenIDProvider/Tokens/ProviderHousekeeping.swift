@@ -1,10 +1,12 @@
 import PostgresClient
 
 /// Keeps the provider's tables bounded (the `sweep` role runs it every few minutes): spent
-/// codes and tokens, finished grants, old logout deliveries.
+/// codes and tokens, finished grants and sessions, old logout deliveries.
 package struct ProviderHousekeeping: Sendable {
     let grants: GrantStore
+    let sessions: SessionStore
     let logouts: LogoutDeliveryStore
+    let assertions: ClientAssertionStore
     let retentionSeconds: Int
     let deadLetterRetentionSeconds: Int
 
@@ -12,7 +14,9 @@ package struct ProviderHousekeeping: Sendable {
     package init(pool: PostgresPool, retentionSeconds: Int, deadLetterRetentionSeconds: Int) {
         // The app id only matters for claims; pruning reads no identity.
         grants = GrantStore(pool: pool, appID: "")
+        sessions = SessionStore(pool: pool, appID: "")
         logouts = LogoutDeliveryStore(pool: pool)
+        assertions = ClientAssertionStore(pool: pool)
         self.retentionSeconds = retentionSeconds
         self.deadLetterRetentionSeconds = deadLetterRetentionSeconds
     }
@@ -20,6 +24,8 @@ package struct ProviderHousekeeping: Sendable {
     /// One pass; never more to do at once (a worker step).
     package func step() throws -> Bool {
         try grants.prune()
+        try sessions.prune()
+        try assertions.prune()
         try logouts.prune(retentionSeconds: retentionSeconds, deadLetterRetentionSeconds: deadLetterRetentionSeconds)
         return false
     }
