@@ -12,6 +12,7 @@
 //                 Observability     JSON-lines logger, Prometheus metrics registry
 //                 BrokerCrypto      OpenSSL: SHA-256, HMAC, AES-256-GCM, RSA/EC keys, signatures, base64url
 //                 JOSE              JWS/JWK/JWK Set: verify RS256/ES256 safely, sign client secrets
+//                 Workers           worker loops (lanes), the wake-up signal, and `Backoff`, the one retry schedule
 //                 PostgresClient    libpq: connections, typed rows, pool, transactions, LISTEN/NOTIFY;
 //                                   works through PgBouncer in transaction pooling
 //                 ProcessRunner     posix_spawn/waitpid child processes
@@ -20,7 +21,6 @@
 //                 HTTPServer        libmicrohttpd: router, per-group middleware, problems (RFC 9457), limits,
 //                                   client address behind trusted proxies, metrics, graceful stop
 //                 HTTPClient        libcurl behind the HTTPTransport protocol; outbound address rules
-//                 Workers           worker loops (lanes, back-off) and the wake-up signal
 //   Product       AppleID           appleid.apple.com's side: keys, identity-token and notification claim
 //                                   rules, /auth/token and /auth/revoke, client secrets. No database, no server
 //                 BrokerCore        the components, one folder each, a service and its store (SQL only in
@@ -83,7 +83,7 @@ let package = Package(
         // MARK: Foundations, one job each
         .target(name: "Observability", dependencies: ["StrictJSON"], swiftSettings: swiftSettings),
         .target(name: "BrokerCrypto", dependencies: ["COpenSSL"], swiftSettings: swiftSettings),
-        .target(name: "PostgresClient", dependencies: ["CLibpq", "Observability"], swiftSettings: swiftSettings),
+        .target(name: "PostgresClient", dependencies: ["CLibpq", "Observability", "Workers"], swiftSettings: swiftSettings),
         .target(name: "ProcessRunner", swiftSettings: swiftSettings),
         .target(name: "CommandArguments", swiftSettings: swiftSettings),
         .target(
@@ -123,7 +123,7 @@ let package = Package(
             name: "OpenIDProvider",
             dependencies: [
                 "BrokerCore", "AppleID", "HTTPServer", "HTTPClient", "JOSE", "BrokerCrypto", "StrictJSON", "Observability",
-                "PostgresClient",
+                "PostgresClient", "Workers",
             ],
             swiftSettings: swiftSettings
         ),
@@ -197,6 +197,7 @@ let package = Package(
         .testTarget(
             name: "AppleIDTests", dependencies: ["AppleID", "JOSE", "StrictJSON", "TestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "StrictJSONTests", dependencies: ["StrictJSON"], swiftSettings: swiftSettings),
+        .testTarget(name: "WorkersTests", dependencies: ["Workers"], swiftSettings: swiftSettings),
         .testTarget(
             name: "JOSETests", dependencies: ["JOSE", "StrictJSON", "BrokerCrypto", "TestSupport"], swiftSettings: swiftSettings),
         .testTarget(

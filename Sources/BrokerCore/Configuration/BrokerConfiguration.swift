@@ -1,6 +1,7 @@
 import BrokerCrypto
 import Foundation
 import Observability
+import Workers
 
 /// Everything the service reads from its environment (12-factor), validated in one pass:
 /// `load` reports every problem at once, each with the variable's name and what it expects.
@@ -211,6 +212,11 @@ public struct BrokerConfiguration: Sendable {
         /// `BROKER_NOTIFICATION_RETENTION_SECONDS`: Apple's notifications stay in the inbox (for
         /// deduplication by `jti`) this long; older notifications are answered `stale`.
         public var notificationRetentionSeconds = 30 * 86_400
+
+        /// Between attempts: the base doubling up to the maximum, each between half and all of that.
+        public var retryBackoff: Backoff {
+            Backoff(first: .milliseconds(retryBaseMilliseconds), maximum: .seconds(retryMaximumSeconds))
+        }
     }
 
     public init() {}
@@ -245,6 +251,11 @@ public struct BrokerConfiguration: Sendable {
         public var leaseSeconds = 300
         /// `BROKER_DELETION_INTERVAL_SECONDS`: how often the job polls besides being woken.
         public var intervalSeconds = 5
+
+        /// Between attempts: the base doubling up to the maximum, each between half and all of that.
+        public var retryBackoff: Backoff {
+            Backoff(first: .milliseconds(retryBaseMilliseconds), maximum: .seconds(retryMaximumSeconds))
+        }
     }
 
     /// The daily re-validation of stored refresh tokens (`BROKER_SWEEP_*`, `BROKER_REFRESH_VALIDATION_SECONDS`).

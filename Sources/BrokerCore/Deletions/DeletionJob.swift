@@ -3,6 +3,7 @@ import BrokerCrypto
 import Foundation
 import Observability
 import PostgresClient
+import Workers
 
 /// The account-deletion job: works through deletion requests (from the compliance API,
 /// the CLI and Apple's `account-delete`), state `requested → revoking → purging → done`,
@@ -186,14 +187,11 @@ package final class DeletionJob: Sendable {
     /// Schedules the next attempt with exponential backoff and jitter (at least Apple's
     /// Retry-After), or dead-letters the request.
     private func settle(_ request: DeletionStore.Claimed, _ setback: Setback) {
-        let exponent = min(request.attempts - 1, 20)
-        let cap = min(
-            Double(settings.retryBaseMilliseconds) * pow(2, Double(exponent)), Double(settings.retryMaximumSeconds) * 1000)
-        var milliseconds = Double.random(in: cap / 2...max(cap / 2, cap))
-        if let retryAfter = setback.retryAfter { milliseconds = max(milliseconds, Double(retryAfter) * 1000) }
+        var delay = settings.retryBackoff.delay(after: request.attempts)
+        if let retryAfter = setback.retryAfter { delay = max(delay, .seconds(retryAfter)) }
         do {
             let state = try store.reschedule(
-                request, after: .milliseconds(Int(milliseconds)), error: setback.reason,
+                request, after: delay, error: setback.reason,
                 maximumAttempts: settings.maximumAttempts, fail: setback.permanent)
             outcomes.increment(state == .failed ? "failed" : "retry")
             if state == .failed {

@@ -189,11 +189,10 @@ package final class WebhookDispatcher: Sendable {
         do {
             if let failure {
                 let expired = Date().timeIntervalSince(delivery.createdAt) > settings.maximumAge.seconds
-                let cap = min(
-                    settings.retryBase.seconds * pow(2, Double(min(delivery.attempts - 1, 30))), settings.retryMaximum.seconds)
-                let delay = Int(Double.random(in: cap / 2...max(cap / 2, cap)) * 1000)
+                let delay = Backoff(first: settings.retryBase, maximum: settings.retryMaximum).delay(after: delivery.attempts)
                 try deliveries.recordFailure(
-                    delivery.id, expired: expired, delayMilliseconds: delay, status: status == 0 ? nil : status,
+                    delivery.id, expired: expired, delayMilliseconds: Int(delay.wholeMilliseconds),
+                    status: status == 0 ? nil : status,
                     error: failure.rawValue)
                 outcomes.increment(expired ? "failed" : "retry")
             } else {

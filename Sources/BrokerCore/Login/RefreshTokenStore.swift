@@ -67,11 +67,11 @@ struct RefreshTokenStore: Sendable {
     }
 
     /// One more consecutive failure (of this `kind`): `failures` in a row, next try in `delaySeconds`.
-    func backOff(_ id: UUID, failures: Int, kind: String, delaySeconds: Int) throws {
+    func backOff(_ id: UUID, failures: Int, kind: String, delay: Duration) throws {
         try pool.query(
             """
             UPDATE apple_tokens SET validation_failures = \(failures), last_validation_error = \(kind),
-                next_validation_at = now() + \(String(delaySeconds) + " seconds")::interval
+                next_validation_at = now() + \(delay)::interval
             WHERE id = \(id)
             """)
     }

@@ -5,6 +5,7 @@ import Locking
 import Observability
 import PostgresClient
 import Synchronization
+import Workers
 
 /// Re-validates stored refresh tokens with Apple's refresh grant, each at most once per
 /// `validationIntervalSeconds` (daily by default, with jitter), so a revocation is caught
@@ -44,8 +45,6 @@ package final class RefreshTokenSweep: Sendable {
     private let batchSize = 10
     /// Consecutive same-error failures (and no success) that open the breaker.
     let breakerThreshold = 3
-    /// The first retry after a failure; it doubles per consecutive failure.
-    static let backoffBaseSeconds = 600
     /// Until when the breaker holds the sweep, if it is open.
     private let breaker = Breaker()
 
@@ -152,11 +151,10 @@ package final class RefreshTokenSweep: Sendable {
         try? store.release(untouched)
     }
 
-    /// The delay before retrying a token after its `failures`-th consecutive failure:
-    /// 10 minutes doubling, at most the validation interval.
-    static func backoffSeconds(failures: Int, validationIntervalSeconds: Int) -> Int {
-        let doubled = backoffBaseSeconds << min(max(failures - 1, 0), 20)
-        return min(doubled, validationIntervalSeconds)
+    /// When a token is tried again after consecutive failures: 10 minutes doubling, at most
+    /// the validation interval, plus up to a tenth as jitter.
+    static func backoff(validationInterval: Duration) -> Backoff {
+        Backoff(first: .seconds(600), maximum: validationInterval, jitter: .added(0.1))
     }
 
     private func validate(_ token: DueToken) -> Verdict {
@@ -228,8 +226,7 @@ package final class RefreshTokenSweep: Sendable {
     /// One more consecutive failure: the token is next tried after its backoff (jittered).
     private func recordFailure(_ token: DueToken, kind: String) {
         let failures = token.failures + 1
-        let delay = Self.backoffSeconds(failures: failures, validationIntervalSeconds: settings.validationIntervalSeconds)
-        let jittered = delay + Int.random(in: 0...max(1, delay / 10))
-        try? store.backOff(token.id, failures: failures, kind: kind, delaySeconds: jittered)
+        let delay = Self.backoff(validationInterval: .seconds(settings.validationIntervalSeconds)).delay(after: failures)
+        try? store.backOff(token.id, failures: failures, kind: kind, delay: delay)
     }
 }

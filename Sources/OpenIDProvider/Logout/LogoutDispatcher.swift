@@ -4,6 +4,7 @@ import Foundation
 import HTTPClient
 import Observability
 import StrictJSON
+import Workers
 
 /// Sends Back-Channel Logout 1.0 logout tokens (§2.4: iss, aud, iat, exp, jti, sub, sid when
 /// the RP asked for sessions, the `events` claim, never a nonce; `typ` logout+jwt) as a form
@@ -92,12 +93,11 @@ package final class LogoutDispatcher: Sendable {
         }
         if let failure {
             let expired = Date().timeIntervalSince(delivery.createdAt) > Double(settings.maximumAgeSeconds)
-            let cap = min(
-                Double(settings.retryBaseMilliseconds) / 1000 * pow(2, Double(min(delivery.attempts - 1, 30))),
-                Double(settings.retryMaximumSeconds))
-            let delay = Int(Double.random(in: cap / 2...max(cap / 2, cap)) * 1000)
+            let delay = settings.retryBackoff.delay(after: delivery.attempts)
             try store.recordFailure(
-                delivery.id, expired: expired, delayMilliseconds: delay, status: status == 0 ? nil : status, error: failure)
+                delivery.id, expired: expired, delayMilliseconds: Int(delay.wholeMilliseconds),
+                status: status == 0 ? nil : status,
+                error: failure)
             outcomes.increment(expired ? "failed" : "retry")
         } else {
             try store.recordDelivered(delivery.id, status: status)
