@@ -26,23 +26,23 @@ public final class ConsoleServer: Sendable {
     ) {
         self.configuration = configuration
         let sessions = ConsoleSessionStore(
-            pool: pool, idleSeconds: configuration.sessionIdleSeconds, maximumSeconds: configuration.sessionMaximumSeconds,
+            pool: pool, idle: configuration.sessionIdle, maximum: configuration.sessionMaximum,
             oidcTransactionLimit: configuration.oidcTransactionLimit)
         self.sessions = sessions
         let store = ConsoleStore(pool: pool, teamID: teamID)
-        var gate = ConsoleGate(sessions: sessions, stepUpSeconds: configuration.stepUpSeconds)
+        var gate = ConsoleGate(sessions: sessions, stepUpWindow: configuration.stepUpWindow)
         gate.origin = ConsoleGate.origin(of: configuration.publicURL)
         let signIn = SignInPages(
             sessions: sessions,
             redemptions: RateLimiter(rate: configuration.linkRedemptionsPerSecond, burst: 10),
             oidcConfigured: configuration.oidc != nil)
         let overview = OverviewPage(
-            store: store, apps: apps, silenceSeconds: configuration.notificationSilenceSeconds, keySetAge: keySetAge,
+            store: store, apps: apps, silence: configuration.notificationSilence, keySetAge: keySetAge,
             appleCalls: { metrics?.registeredCounter("apple_requests_total")?.samples ?? [] })
         let oidc = configuration.oidc.map { settings in
             OIDCPages(
                 client: OIDCClient(settings: settings, redirectURI: configuration.publicURL + "/callback", transport: transport),
-                sessions: sessions, stepUpSeconds: configuration.stepUpSeconds, starts: RateLimiter(rate: 1, burst: 30),
+                sessions: sessions, stepUpWindow: configuration.stepUpWindow, starts: RateLimiter(rate: 1, burst: 30),
                 logger: logger.labelled("console"))
         }
         let termHash: @Sendable (String) -> String = { hasher.hash(teamID: "console-lookup", sub: $0) }

@@ -30,8 +30,8 @@ struct ConsoleHousekeepingTests {
         _ = try broker.link(.viewer, operator: "dave")
 
         let housekeeping = Housekeeping(
-            pool: broker.pool, eventRetentionSeconds: 86_400, deadLetterRetentionSeconds: 86_400,
-            notificationRetentionSeconds: 86_400)
+            pool: broker.pool, eventRetention: .seconds(86_400), deadLetterRetention: .seconds(86_400),
+            notificationRetention: .seconds(86_400))
         #expect(try housekeeping.step(), "a full batch: more to do")
         #expect(try broker.count("SELECT count(*) FROM console_sessions WHERE expires_at < now()") == 1)
         #expect(try !housekeeping.step())

@@ -187,10 +187,10 @@ public final class BrokerApplication: Sendable {
         server.listen = configuration.listen
         server.workerThreads = configuration.httpThreads
         server.maximumBodyBytes = configuration.maximumBodyBytes
-        server.connectionTimeoutSeconds = configuration.connectionTimeoutSeconds
+        server.connectionTimeoutSeconds = Int(configuration.connectionTimeout.components.seconds)
         server.connectionsPerAddress = configuration.connectionsPerAddress
-        server.headerTimeoutSeconds = configuration.headerTimeoutSeconds
-        server.shutdownGracePeriod = .seconds(configuration.shutdownGraceSeconds)
+        server.headerTimeoutSeconds = Int(configuration.headerTimeout.components.seconds)
+        server.shutdownGracePeriod = configuration.shutdownGrace
         server.accessLog = configuration.accessLog
         server.problemTypeBase = problemTypeBase
         server.tls = configuration.tls.map { (keyPEM: $0.keyPEM, certificatePEM: $0.certificatePEM) }

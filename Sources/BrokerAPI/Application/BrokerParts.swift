@@ -61,16 +61,16 @@ struct BrokerParts: Sendable {
             keyIDPath: appleSettings.keyIDPath, metrics: metrics, logger: logger.labelled("apple"))
         let apple = AppleClient(
             baseURL: appleSettings.baseURL, transport: transport, secrets: secrets,
-            timeout: .milliseconds(appleSettings.timeoutMilliseconds), metrics: metrics, logger: logger.labelled("apple"))
+            timeout: appleSettings.timeout, metrics: metrics, logger: logger.labelled("apple"))
         self.apple = apple
         appleKeys = AppleKeyCache(
-            refreshInterval: .seconds(appleSettings.keysRefreshSeconds), metrics: metrics, logger: logger.labelled("jwks"),
+            refreshInterval: appleSettings.keysRefreshInterval, metrics: metrics, logger: logger.labelled("jwks"),
             fetch: { try apple.fetchKeys() })
         verifier = AppleTokenVerifier(keys: appleKeys)
         validator = IdentityTokenValidator(
             verifier: verifier, clientIDs: Set(appleSettings.clientIDs),
-            leeway: TimeInterval(configuration.login.tokenLeewaySeconds),
-            maximumAge: TimeInterval(configuration.login.tokenMaximumAgeSeconds))
+            leeway: Double(configuration.login.tokenLeeway.components.seconds),
+            maximumAge: Double(configuration.login.tokenMaximumAge.components.seconds))
         retry = RetryPolicy(maximumAttempts: appleSettings.maximumAttempts)
         deletionStore = DeletionStore(pool: pool, teamID: appleSettings.teamID, hasher: SubjectHasher(keys: tokenKeys))
         var subscriptions = WebhookSubscriptionStore(pool: pool, tokenKeys: tokenKeys)
@@ -84,7 +84,7 @@ struct BrokerParts: Sendable {
     func deletionWorker() -> WorkerGroup {
         WorkerGroup(
             name: "deletion-job", lanes: configuration.deletion.concurrency,
-            interval: .seconds(configuration.deletion.intervalSeconds), logger: logger,
+            interval: configuration.deletion.interval, logger: logger,
             step: DeletionJob(
                 store: deletionStore, apple: apple, tokenKeys: tokenKeys, settings: configuration.deletion,
                 validator: validator, metrics: metrics, logger: logger.labelled("deletion-job")
@@ -96,15 +96,12 @@ struct BrokerParts: Sendable {
     func dispatcher() -> WorkerGroup {
         let dispatch = configuration.dispatch
         return WorkerGroup(
-            name: "dispatcher", lanes: dispatch.concurrency, interval: .milliseconds(dispatch.intervalMilliseconds),
-            logger: logger,
+            name: "dispatcher", lanes: dispatch.concurrency, interval: dispatch.interval, logger: logger,
             step: WebhookDispatcher(
                 pool: pool, subscriptions: subscriptions, transport: transport,
                 settings: .init(
-                    timeout: .milliseconds(dispatch.timeoutMilliseconds),
-                    retryBase: .milliseconds(dispatch.retryBaseMilliseconds),
-                    retryMaximum: .seconds(dispatch.retryMaximumSeconds), maximumAge: .seconds(dispatch.maximumAgeSeconds),
-                    lease: .seconds(dispatch.leaseSeconds), dnsTimeout: .milliseconds(dispatch.dnsTimeoutMilliseconds)),
+                    timeout: dispatch.timeout, retryBase: dispatch.retryBase, retryMaximum: dispatch.retryMaximum,
+                    maximumAge: dispatch.maximumAge, lease: dispatch.lease, dnsTimeout: dispatch.dnsTimeout),
                 metrics: metrics, logger: logger.labelled("dispatcher")
             ).step)
     }
@@ -115,8 +112,7 @@ struct BrokerParts: Sendable {
         let dispatch = configuration.dispatch
         let keys = SigningKeys(store: SigningKeyStore(pool: pool, tokenKeys: tokenKeys))
         return WorkerGroup(
-            name: "oidc-logout", lanes: max(1, dispatch.concurrency / 2), interval: .milliseconds(dispatch.intervalMilliseconds),
-            logger: logger,
+            name: "oidc-logout", lanes: max(1, dispatch.concurrency / 2), interval: dispatch.interval, logger: logger,
             step: LogoutDispatcher(
                 store: LogoutDeliveryStore(pool: pool), keys: keys, issuer: oidc.issuer, transport: transport, settings: dispatch,
                 metrics: metrics, logger: logger.labelled("oidc-logout")
@@ -140,7 +136,7 @@ struct BrokerParts: Sendable {
             teamID: appleSettings.teamID, metrics: metrics, logger: logger.labelled("refresh-sweep"))
         return WorkerGroup(
             name: "refresh-sweep", lanes: configuration.sweep.concurrency,
-            interval: .seconds(configuration.sweep.intervalSeconds),
+            interval: configuration.sweep.interval,
             logger: logger, step: sweep.step)
     }
 
@@ -148,16 +144,16 @@ struct BrokerParts: Sendable {
     func providerHousekeeping() -> WorkerGroup? {
         guard configuration.oidc != nil else { return nil }
         let housekeeping = ProviderHousekeeping(
-            pool: pool, retentionSeconds: configuration.dispatch.retentionSeconds,
-            deadLetterRetentionSeconds: configuration.dispatch.deadLetterRetentionSeconds)
+            pool: pool, retention: configuration.dispatch.retention,
+            deadLetterRetention: configuration.dispatch.deadLetterRetention)
         return WorkerGroup(name: "oidc-housekeeping", lanes: 1, interval: .seconds(300), logger: logger, step: housekeeping.step)
     }
 
     func housekeeping() -> WorkerGroup {
         let housekeeping = Housekeeping(
-            pool: pool, eventRetentionSeconds: configuration.dispatch.retentionSeconds,
-            deadLetterRetentionSeconds: configuration.dispatch.deadLetterRetentionSeconds,
-            notificationRetentionSeconds: configuration.dispatch.notificationRetentionSeconds)
+            pool: pool, eventRetention: configuration.dispatch.retention,
+            deadLetterRetention: configuration.dispatch.deadLetterRetention,
+            notificationRetention: configuration.dispatch.notificationRetention)
         return WorkerGroup(name: "housekeeping", lanes: 1, interval: .seconds(300), logger: logger, step: housekeeping.step)
     }
 
@@ -168,7 +164,7 @@ struct BrokerParts: Sendable {
     ) throws {
         let login = LoginService(
             validator: validator, apple: apple, pool: pool, tokenKeys: tokenKeys, teamID: appleSettings.teamID,
-            settings: configuration.login, validationIntervalSeconds: configuration.sweep.validationIntervalSeconds,
+            settings: configuration.login, validationInterval: configuration.sweep.validationInterval,
             retry: retry, metrics: metrics, groups: appleSettings.appGroups, redirectURIs: appleSettings.redirectURIs,
             eventsWritten: eventsWritten)
         LoginRoutes.register(
@@ -218,8 +214,8 @@ struct BrokerParts: Sendable {
             verifier: AppleTokenVerifier(keys: verifier.keys, source: .notification), clientIDs: Set(appleSettings.clientIDs),
             groups: appleSettings.appGroups,
             teamID: appleSettings.teamID, hasher: SubjectHasher(keys: tokenKeys),
-            leeway: TimeInterval(configuration.login.tokenLeewaySeconds),
-            retentionSeconds: configuration.dispatch.notificationRetentionSeconds, pool: pool, metrics: metrics,
+            leeway: configuration.login.tokenLeeway, retention: configuration.dispatch.notificationRetention, pool: pool,
+            metrics: metrics,
             logger: logger.labelled("notifications"), onDeletionRequested: wakeDeletions, eventsWritten: eventsWritten)
         NotificationRoutes.register(
             on: &router, path: configuration.notificationsPath, receiver: receiver, perAddress: perAddressLimiter())

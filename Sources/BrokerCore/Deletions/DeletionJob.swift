@@ -70,7 +70,7 @@ package final class DeletionJob: Sendable {
     /// One request: claims it and works on it on the calling lane's thread. The job runs as
     /// a `WorkerGroup` of `concurrency` lanes, so that many revokes can wait on Apple at once.
     package func step() throws -> Bool {
-        guard let request = try store.claim(limit: 1, leaseSeconds: settings.leaseSeconds).first else { return false }
+        guard let request = try store.claim(limit: 1, lease: settings.lease).first else { return false }
         process(request)
         return true
     }

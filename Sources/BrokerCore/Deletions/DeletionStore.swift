@@ -302,15 +302,15 @@ package struct DeletionStore: Sendable {
     }
 
     /// Claims due requests (`FOR UPDATE SKIP LOCKED`, so workers never share one), leases
-    /// them for `leaseSeconds` and counts the attempt. A request whose worker died comes
+    /// them for `lease` and counts the attempt. A request whose worker died comes
     /// back when its lease ends.
-    package func claim(limit: Int, leaseSeconds: Int) throws -> [Claimed] {
+    package func claim(limit: Int, lease: Duration) throws -> [Claimed] {
         try pool.query(
             """
             UPDATE deletion_requests d SET
                 attempts = d.attempts + 1,
                 state = CASE WHEN d.state = 'requested' THEN 'revoking' ELSE d.state END,
-                next_attempt_at = now() + \(String(leaseSeconds) + " seconds")::interval,
+                next_attempt_at = now() + \(lease)::interval,
                 updated_at = now()
             WHERE d.id IN (
                 SELECT id FROM deletion_requests
@@ -365,12 +365,11 @@ package struct DeletionStore: Sendable {
     }
 
     /// Takes the request's code: returns it and clears it in one statement, so that of two
-    /// takers (the API request, the job) only one ever sends it to Apple. With `leaseSeconds`
+    /// takers (the API request, the job) only one ever sends it to Apple. With a `lease`
     /// (the API request), only from a request no job has claimed yet, which is then held
     /// back from the job for that long, until `releaseLease`: the job must not revoke before
     /// the exchange has stored what it yields.
-    package func takeCode(_ id: UUID, leaseSeconds: Int? = nil) throws -> SealedCode? {
-        let lease = leaseSeconds.map { String($0) + " seconds" }
+    package func takeCode(_ id: UUID, lease: Duration? = nil) throws -> SealedCode? {
         guard
             let row = try pool.query(
                 """
@@ -392,7 +391,7 @@ package struct DeletionStore: Sendable {
             redirectURI: try row.decode(String?.self, "code_redirect_uri"))
     }
 
-    /// Hands a request held by `takeCode(_:leaseSeconds:)` back to the job.
+    /// Hands a request held by `takeCode(_:lease:)` back to the job.
     package func releaseLease(_ id: UUID) throws {
         try pool.query("UPDATE deletion_requests SET next_attempt_at = now() WHERE id = \(id) AND state = 'requested'")
     }

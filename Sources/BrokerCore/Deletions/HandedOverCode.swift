@@ -29,7 +29,7 @@ package struct HandedOverCode: Sendable {
     /// - Parameter inRequest: called by the API: only while no job has claimed the request,
     ///   which is held back from the job until the exchange is over.
     package func exchange(deletionID: UUID, userID: UUID, inRequest: Bool = false) throws {
-        guard let code = try store.takeCode(deletionID, leaseSeconds: inRequest ? 60 : nil) else { return }
+        guard let code = try store.takeCode(deletionID, lease: inRequest ? .seconds(60) : nil) else { return }
         defer { if inRequest { try? store.releaseLease(deletionID) } }
         func step(_ outcome: DeletionStepOutcome, _ detail: String? = nil, clientID: String? = nil) throws {
             try store.addStep(deletionID, step: .codeExchange, clientID: clientID, outcome: outcome, detail: detail)

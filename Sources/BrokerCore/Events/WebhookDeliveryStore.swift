@@ -28,12 +28,12 @@ package struct WebhookDeliveryStore: Sendable {
         var keyID: String
     }
 
-    /// The next due delivery at the head of its (subscription, user) queue, leased for `leaseSeconds`.
-    func claim(leaseSeconds: Int) throws -> Claimed? {
+    /// The next due delivery at the head of its (subscription, user) queue, leased for `lease`.
+    func claim(lease: Duration) throws -> Claimed? {
         // sql/0005_webhook_claim.sql: the claim's plan is pinned there (why is told there too).
         guard
             let row = try pool.query(
-                "SELECT * FROM broker_claim_webhook_delivery(\(String(leaseSeconds) + " seconds")::interval)"
+                "SELECT * FROM broker_claim_webhook_delivery(\(lease)::interval)"
             ).first
         else { return nil }
         return Claimed(
@@ -85,11 +85,9 @@ package struct WebhookDeliveryStore: Sendable {
     /// Delivered deliveries older than the retention; failed ones, and ones parked by a
     /// paused subscription (pending at 'infinity'), older than the dead-letter retention;
     /// then events older than the retention with no delivery left (see `EventRetention`).
-    static func prune(_ pool: PostgresPool, retentionSeconds: Int, deadLetterRetentionSeconds: Int) throws -> (
+    static func prune(_ pool: PostgresPool, retention: Duration, deadLetterRetention: Duration) throws -> (
         deliveries: Int, events: Int
     ) {
-        let retention = String(retentionSeconds) + " seconds"
-        let deadLetterRetention = String(deadLetterRetentionSeconds) + " seconds"
         let deliveries = try pool.query(
             """
             DELETE FROM webhook_deliveries

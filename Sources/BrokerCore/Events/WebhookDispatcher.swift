@@ -90,7 +90,7 @@ package final class WebhookDispatcher: Sendable {
     }
 
     func claim() throws -> Claimed? {
-        try deliveries.claim(leaseSeconds: Int(settings.lease.components.seconds))
+        try deliveries.claim(lease: settings.lease)
     }
 
     /// The Standard Webhooks message id: stable for this event and subscription.

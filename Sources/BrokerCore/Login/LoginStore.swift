@@ -18,7 +18,7 @@ struct LoginStore: Sendable {
     let pool: PostgresPool
     let teamID: String
     /// Repeat logins changing nothing rewrite last_login_at only when older than this.
-    let lastLoginResolution: Int
+    let lastLoginResolution: Duration
     /// A login re-activates consent for its client id's group only.
     let groups: AppGroups
     /// Names the sub in the tombstone check without the sub itself.
@@ -135,7 +135,7 @@ struct LoginStore: Sendable {
                 \(identity.emailVerified), \(identity.isPrivateEmail), \(identity.realUserStatus),
                 \(user?.name?.firstName), \(user?.name?.lastName), \(user?.email), \(identity.transferSub),
                 \(sealedRefreshToken?.sealed), \(sealedRefreshToken?.keyID),
-                \(String(lastLoginResolution) + " seconds")::interval, \(String(validationJitterSeconds) + " seconds")::interval,
+                \(lastLoginResolution)::interval, \(String(validationJitterSeconds) + " seconds")::interval,
                 \(PostgresTextArray(hasher.candidates(teamID: teamID, sub: identity.sub))))
             """
         ).single()
@@ -225,7 +225,7 @@ struct LoginStore: Sendable {
                            \(identity.email), \(identity.emailVerified),
                            \(identity.isPrivateEmail), \(identity.realUserStatus), \(user?.name?.firstName),
                            \(user?.name?.lastName), \(user?.email), interval '100 years') AS unchanged,
-                       i.last_login_at >= now() - \(String(lastLoginResolution) + " seconds")::interval AS recent
+                       i.last_login_at >= now() - \(lastLoginResolution)::interval AS recent
                 FROM apple_identities i JOIN users u ON u.id = i.user_id
                 LEFT JOIN apple_grants g
                     ON g.identity_id = i.id AND g.app_id = \(groups.group(of: identity.clientID).primary) AND g.consent = 'revoked'

@@ -56,12 +56,12 @@ struct RefreshTokenStore: Sendable {
         try pool.query("UPDATE apple_tokens SET next_validation_at = now() WHERE id = ANY (\(ids)::uuid[])")
     }
 
-    /// Apple accepted the token: no failures, next validation in `nextSeconds`.
-    func recordValid(_ id: UUID, nextSeconds: Int) throws {
+    /// Apple accepted the token: no failures, next validation in `next`.
+    func recordValid(_ id: UUID, next: Duration) throws {
         try pool.query(
             """
             UPDATE apple_tokens SET last_validated_at = now(), validation_failures = 0, last_validation_error = NULL,
-                next_validation_at = now() + \(String(nextSeconds) + " seconds")::interval
+                next_validation_at = now() + \(next)::interval
             WHERE id = \(id)
             """)
     }

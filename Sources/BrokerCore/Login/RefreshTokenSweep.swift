@@ -8,7 +8,7 @@ import Synchronization
 import Workers
 
 /// Re-validates stored refresh tokens with Apple's refresh grant, each at most once per
-/// `validationIntervalSeconds` (daily by default, with jitter), so a revocation is caught
+/// `validationInterval` (daily by default, with jitter), so a revocation is caught
 /// even when Apple's `consent-revoked` notification never arrives. Apple's answer decides
 /// (`AppleAPIError.refreshVerdict`, protocol reference §11):
 /// - `invalid_request` worded as a revocation (TN3107) revokes the consent of that token's
@@ -28,7 +28,7 @@ import Workers
 /// - when `breakerThreshold` tokens in a row fail with the same error and none succeeds
 ///   (one wrong key setting fails every call alike: a configuration fault, not a mass
 ///   revocation), the breaker opens: the rest of the batch is put back untouched and no
-///   token is tried for `breakerPauseSeconds` (`refresh_sweep_breaker_open`).
+///   token is tried for `breakerPause` (`refresh_sweep_breaker_open`).
 ///
 /// Due tokens are claimed with `FOR UPDATE SKIP LOCKED` and leased for ten minutes, so
 /// replicas and lanes share the work and a crashed worker's tokens come back on their own.
@@ -54,7 +54,7 @@ package final class RefreshTokenSweep: Sendable {
 
         var isOpen: Bool { openUntil.withLock { until in until.map { $0 > ContinuousClock.now } ?? false } }
 
-        func open(for seconds: Int) { openUntil.withLock { $0 = ContinuousClock.now + .seconds(seconds) } }
+        func open(for pause: Duration) { openUntil.withLock { $0 = ContinuousClock.now + pause } }
     }
 
     package init(
@@ -142,12 +142,12 @@ package final class RefreshTokenSweep: Sendable {
 
     /// Pauses the sweep and puts the batch's untried tokens back as they were due.
     private func openBreaker(kind: String, untouched: [UUID]) {
-        let pause = settings.breakerPauseSeconds
+        let pause = settings.breakerPause
         breaker.open(for: pause)
         breakerTrips.increment(kind)
         logger.error(
             "refresh sweep paused: every call failed alike, which is a fault of ours or Apple's, not a verdict on the tokens",
-            [("error", kind), ("pause_seconds", String(pause))])
+            [("error", kind), ("pause_seconds", String(pause.components.seconds))])
         try? store.release(untouched)
     }
 
@@ -155,6 +155,12 @@ package final class RefreshTokenSweep: Sendable {
     /// the validation interval, plus up to a tenth as jitter.
     static func backoff(validationInterval: Duration) -> Backoff {
         Backoff(first: .seconds(600), maximum: validationInterval, jitter: .added(0.1))
+    }
+
+    /// When a valid token is validated again: the interval plus up to a tenth, so tokens
+    /// stored together spread out.
+    static func nextValidation(after interval: Duration) -> Duration {
+        Backoff(first: interval, maximum: interval, jitter: .added(0.1)).delay(after: 1)
     }
 
     private func validate(_ token: DueToken) -> Verdict {
@@ -170,8 +176,7 @@ package final class RefreshTokenSweep: Sendable {
         }
         do {
             _ = try apple.refresh(refreshToken, clientID: token.clientID, retry: RetryPolicy(maximumAttempts: 2))
-            let next = settings.validationIntervalSeconds + Int.random(in: 0...max(1, settings.validationIntervalSeconds / 10))
-            try store.recordValid(token.id, nextSeconds: next)
+            try store.recordValid(token.id, next: Self.nextValidation(after: settings.validationInterval))
             outcomes.increment("valid")
             return .valid
         } catch let error as AppleAPIError where error.refreshVerdict == .revoked {
@@ -226,7 +231,7 @@ package final class RefreshTokenSweep: Sendable {
     /// One more consecutive failure: the token is next tried after its backoff (jittered).
     private func recordFailure(_ token: DueToken, kind: String) {
         let failures = token.failures + 1
-        let delay = Self.backoff(validationInterval: .seconds(settings.validationIntervalSeconds)).delay(after: failures)
+        let delay = Self.backoff(validationInterval: settings.validationInterval).delay(after: failures)
         try? store.backOff(token.id, failures: failures, kind: kind, delay: delay)
     }
 }

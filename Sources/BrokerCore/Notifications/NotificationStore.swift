@@ -62,7 +62,7 @@ struct NotificationStore: Sendable {
     }
 
     /// Notifications received longer ago than the retention.
-    static func prune(_ pool: PostgresPool, retentionSeconds: Int) throws {
-        try pool.query("DELETE FROM apple_notifications WHERE received_at < now() - make_interval(secs => \(retentionSeconds))")
+    static func prune(_ pool: PostgresPool, retention: Duration) throws {
+        try pool.query("DELETE FROM apple_notifications WHERE received_at < now() - \(retention)::interval")
     }
 }

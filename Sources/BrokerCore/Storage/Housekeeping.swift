@@ -7,19 +7,17 @@ import PostgresClient
 package struct Housekeeping: Sendable {
     let pool: PostgresPool
     /// `BROKER_EVENT_RETENTION_SECONDS`: delivered events and deliveries.
-    let eventRetentionSeconds: Int
+    let eventRetention: Duration
     /// `BROKER_WEBHOOK_DEAD_LETTER_RETENTION_SECONDS`: failed and parked deliveries.
-    let deadLetterRetentionSeconds: Int
+    let deadLetterRetention: Duration
     /// `BROKER_NOTIFICATION_RETENTION_SECONDS`: the inbox of Apple's notifications.
-    let notificationRetentionSeconds: Int
+    let notificationRetention: Duration
 
-    package init(
-        pool: PostgresPool, eventRetentionSeconds: Int, deadLetterRetentionSeconds: Int, notificationRetentionSeconds: Int
-    ) {
+    package init(pool: PostgresPool, eventRetention: Duration, deadLetterRetention: Duration, notificationRetention: Duration) {
         self.pool = pool
-        self.eventRetentionSeconds = eventRetentionSeconds
-        self.deadLetterRetentionSeconds = deadLetterRetentionSeconds
-        self.notificationRetentionSeconds = notificationRetentionSeconds
+        self.eventRetention = eventRetention
+        self.deadLetterRetention = deadLetterRetention
+        self.notificationRetention = notificationRetention
     }
 
     /// Console sessions or links dropped at most per round, so one round's transaction stays
@@ -30,10 +28,9 @@ package struct Housekeeping: Sendable {
     package func step() throws -> Bool {
         try CodeExchangeStore.prune(pool)
         try TeamTransferStore.pruneStaged(pool)
-        try EventRetention.prune(
-            pool, retentionSeconds: eventRetentionSeconds, deadLetterRetentionSeconds: deadLetterRetentionSeconds)
+        try EventRetention.prune(pool, retention: eventRetention, deadLetterRetention: deadLetterRetention)
         try WebSignInStore.prune(pool)
-        try NotificationReceiver.prune(pool, retentionSeconds: notificationRetentionSeconds)
+        try NotificationReceiver.prune(pool, retention: notificationRetention)
         return try pruneConsole() == Self.consoleBatch
     }
 

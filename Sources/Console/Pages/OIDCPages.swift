@@ -11,7 +11,7 @@ import StrictJSON
 struct OIDCPages {
     let client: OIDCClient
     let sessions: ConsoleSessionStore
-    let stepUpSeconds: Int
+    let stepUpWindow: Duration
     /// Sign-ins started per client address: each stores a transaction, and anyone can start one.
     let starts: RateLimiter
     let logger: Logger
@@ -66,7 +66,7 @@ struct OIDCPages {
         do {
             identity = try client.identity(
                 code: code, verifier: transaction.verifier, nonce: transaction.nonce,
-                maximumAge: transaction.stepUpOf == nil ? nil : TimeInterval(stepUpSeconds))
+                maximumAge: transaction.stepUpOf == nil ? nil : Double(stepUpWindow.components.seconds))
         } catch let failure as OIDCFailure {
             return refused(failure.description)
         } catch {

@@ -27,16 +27,17 @@ public struct ConsoleSession: Sendable {
 /// console writes (`console.*`, into the existing append-only `audit_log`).
 public struct ConsoleSessionStore: Sendable {
     let pool: PostgresPool
-    let idleSeconds: Int
-    let maximumSeconds: Int
+    let idle: Duration
+    let maximum: Duration
     let oidcTransactionLimit: Int
 
     public init(
-        pool: PostgresPool, idleSeconds: Int = 1800, maximumSeconds: Int = 8 * 3600, oidcTransactionLimit: Int = 10_000
+        pool: PostgresPool, idle: Duration = .seconds(1800), maximum: Duration = .seconds(8 * 3600),
+        oidcTransactionLimit: Int = 10_000
     ) {
         self.pool = pool
-        self.idleSeconds = idleSeconds
-        self.maximumSeconds = maximumSeconds
+        self.idle = idle
+        self.maximum = maximum
         self.oidcTransactionLimit = oidcTransactionLimit
     }
 
@@ -53,7 +54,7 @@ public struct ConsoleSessionStore: Sendable {
             """
             INSERT INTO console_sessions (id_hash, operator, operator_name, roles, auth_time, expires_at)
             VALUES (\(Self.hash(secret)), \(operatorID), \(name), \(roleNames), \(authTime),
-                    now() + make_interval(secs => \(maximumSeconds)))
+                    now() + \(maximum)::interval)
             """)
         return ConsoleSession(operatorID: operatorID, operatorName: name, roles: roles, authTime: authTime, secret: secret)
     }
@@ -66,7 +67,7 @@ public struct ConsoleSessionStore: Sendable {
                 """
                 UPDATE console_sessions SET last_seen_at = now()
                 WHERE id_hash = \(Self.hash(secret)) AND ended_at IS NULL AND expires_at > now()
-                  AND last_seen_at > now() - make_interval(secs => \(idleSeconds))
+                  AND last_seen_at > now() - \(idle)::interval
                 RETURNING operator, operator_name, array_to_string(roles, ',') AS roles, auth_time
                 """
             ).first

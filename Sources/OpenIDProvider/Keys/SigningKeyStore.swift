@@ -43,27 +43,27 @@ package struct SigningKeyStore: Sendable {
         try pool.withTransaction { connection in
             try connection.query("SELECT pg_advisory_xact_lock(\(Self.lock))")
             guard try connection.query("SELECT 1 FROM oidc_signing_keys LIMIT 1").isEmpty else { return }
-            try insert(try AsymmetricKey.generateRSA(bits: 2048), activatingIn: 0, connection)
+            try insert(try AsymmetricKey.generateRSA(bits: 2048), activatingIn: .zero, connection)
         }
     }
 
-    /// Publishes a new key at once; it signs after `prepublishSeconds` (RPs cache the JWKS),
+    /// Publishes a new key at once; it signs after `prepublish` (RPs cache the JWKS),
     /// when the current one retires. Returns the new key's id.
-    package func rotate(prepublishSeconds: Int) throws -> String {
+    package func rotate(prepublish: Duration) throws -> String {
         let key = try AsymmetricKey.generateRSA(bits: 2048)
         return try pool.withTransaction { connection in
             try connection.query("SELECT pg_advisory_xact_lock(\(Self.lock))")
             try connection.query(
                 """
-                UPDATE oidc_signing_keys SET retired_at = greatest(activates_at, now() + make_interval(secs => \(prepublishSeconds)))
+                UPDATE oidc_signing_keys SET retired_at = greatest(activates_at, now() + \(prepublish)::interval)
                 WHERE retired_at IS NULL
                 """)
-            return try insert(key, activatingIn: prepublishSeconds, connection)
+            return try insert(key, activatingIn: prepublish, connection)
         }
     }
 
     @discardableResult
-    private func insert(_ key: AsymmetricKey, activatingIn seconds: Int, _ connection: PostgresConnection) throws -> String {
+    private func insert(_ key: AsymmetricKey, activatingIn delay: Duration, _ connection: PostgresConnection) throws -> String {
         let kid = Base64URL.encode(SecureRandom.bytes(16))
         let members = try JWK(key: key, keyID: kid).publicJSON()
         let sealed = try tokenKeys.seal(Array(try key.privateKeyPEM().utf8), associatedData: Self.associatedData(kid))
@@ -71,7 +71,7 @@ package struct SigningKeyStore: Sendable {
             """
             INSERT INTO oidc_signing_keys (kid, public_jwk, private_key, key_id, activates_at)
             VALUES (\(kid), \(String(decoding: JSONValue.object(members).serialized(), as: UTF8.self))::jsonb,
-                    \(sealed.sealed), \(sealed.keyID), now() + make_interval(secs => \(seconds)))
+                    \(sealed.sealed), \(sealed.keyID), now() + \(delay)::interval)
             """)
         return kid
     }

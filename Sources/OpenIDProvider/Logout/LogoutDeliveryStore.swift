@@ -21,12 +21,12 @@ package struct LogoutDeliveryStore: Sendable {
         let createdAt: Date
     }
 
-    /// The next due delivery, leased for `leaseSeconds` (a crashed lane's returns after it).
-    func claim(leaseSeconds: Int) throws -> Claimed? {
+    /// The next due delivery, leased for `lease` (a crashed lane's returns after it).
+    func claim(lease: Duration) throws -> Claimed? {
         try pool.query(
             """
             UPDATE oidc_logout_deliveries SET attempts = attempts + 1,
-                next_attempt_at = now() + make_interval(secs => \(leaseSeconds))
+                next_attempt_at = now() + \(lease)::interval
             WHERE id = (SELECT id FROM oidc_logout_deliveries WHERE state = 'pending' AND next_attempt_at <= now()
                         ORDER BY next_attempt_at LIMIT 1 FOR UPDATE SKIP LOCKED)
             RETURNING id, client_id, url, sub, sid, attempts, created_at
@@ -91,14 +91,14 @@ package struct LogoutDeliveryStore: Sendable {
         ).isEmpty)
     }
 
-    /// Delivered deliveries older than `retentionSeconds`, failed ones older than `deadLetterRetentionSeconds`
+    /// Delivered deliveries older than `retention`, failed ones older than `deadLetterRetention`
     /// (the webhook retention settings).
-    func prune(retentionSeconds: Int, deadLetterRetentionSeconds: Int) throws {
+    func prune(retention: Duration, deadLetterRetention: Duration) throws {
         try pool.query(
             """
             DELETE FROM oidc_logout_deliveries
-            WHERE (state = 'delivered' AND delivered_at < now() - make_interval(secs => \(retentionSeconds)))
-               OR (state = 'failed' AND created_at < now() - make_interval(secs => \(deadLetterRetentionSeconds)))
+            WHERE (state = 'delivered' AND delivered_at < now() - \(retention)::interval)
+               OR (state = 'failed' AND created_at < now() - \(deadLetterRetention)::interval)
             """)
     }
 

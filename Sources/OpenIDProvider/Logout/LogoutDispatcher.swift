@@ -31,7 +31,7 @@ package final class LogoutDispatcher: Sendable {
         self.transport = transport
         self.settings = settings
         self.logger = logger
-        resolver = ReceiverResolver(timeout: .milliseconds(settings.dnsTimeoutMilliseconds))
+        resolver = ReceiverResolver(timeout: settings.dnsTimeout)
         outcomes = metrics.counter(
             "oidc_logout_deliveries_total", help: "Back-Channel Logout delivery attempts by outcome: delivered, retry, failed.",
             labels: ["outcome"])
@@ -64,7 +64,7 @@ package final class LogoutDispatcher: Sendable {
 
     /// One delivery; false when none is due.
     package func step() throws -> Bool {
-        guard let delivery = try store.claim(leaseSeconds: settings.leaseSeconds) else { return false }
+        guard let delivery = try store.claim(lease: settings.lease) else { return false }
         var status = 0
         var failure: String?
         do {
@@ -72,7 +72,7 @@ package final class LogoutDispatcher: Sendable {
                 method: "POST", url: delivery.url,
                 headers: [("Content-Type", "application/x-www-form-urlencoded"), ("User-Agent", "appleid-broker-oidc")],
                 body: Array(FormEncoding.encode([("logout_token", try logoutToken(for: delivery))]).utf8),
-                timeout: .milliseconds(settings.timeoutMilliseconds))
+                timeout: settings.timeout)
             if !settings.allowPrivateNetworks {
                 guard let parts = URLParts(delivery.url) else { throw Refusal.invalidURL }
                 do {
@@ -92,7 +92,7 @@ package final class LogoutDispatcher: Sendable {
             failure = "transport_error"
         }
         if let failure {
-            let expired = Date().timeIntervalSince(delivery.createdAt) > Double(settings.maximumAgeSeconds)
+            let expired = Date().timeIntervalSince(delivery.createdAt) > Double(settings.maximumAge.components.seconds)
             let delay = settings.retryBackoff.delay(after: delivery.attempts)
             try store.recordFailure(
                 delivery.id, expired: expired, delayMilliseconds: Int(delay.wholeMilliseconds),

@@ -5,22 +5,22 @@ import PostgresClient
 package struct ProviderHousekeeping: Sendable {
     let grants: GrantStore
     let logouts: LogoutDeliveryStore
-    let retentionSeconds: Int
-    let deadLetterRetentionSeconds: Int
+    let retention: Duration
+    let deadLetterRetention: Duration
 
     /// - Parameters: the webhook delivery retention settings, which logout deliveries follow.
-    package init(pool: PostgresPool, retentionSeconds: Int, deadLetterRetentionSeconds: Int) {
+    package init(pool: PostgresPool, retention: Duration, deadLetterRetention: Duration) {
         // The app id only matters for claims; pruning reads no identity.
         grants = GrantStore(pool: pool, appID: "")
         logouts = LogoutDeliveryStore(pool: pool)
-        self.retentionSeconds = retentionSeconds
-        self.deadLetterRetentionSeconds = deadLetterRetentionSeconds
+        self.retention = retention
+        self.deadLetterRetention = deadLetterRetention
     }
 
     /// One pass; never more to do at once (a worker step).
     package func step() throws -> Bool {
         try grants.prune()
-        try logouts.prune(retentionSeconds: retentionSeconds, deadLetterRetentionSeconds: deadLetterRetentionSeconds)
+        try logouts.prune(retention: retention, deadLetterRetention: deadLetterRetention)
         return false
     }
 }
