@@ -21,6 +21,9 @@
 //                 HTTPServer        libmicrohttpd: router, per-group middleware, problems (RFC 9457), limits,
 //                                   client address behind trusted proxies, metrics, graceful stop
 //                 HTTPClient        libcurl behind the HTTPTransport protocol; outbound address rules
+//                 Deliveries        the delivery engine: outbound deliveries in lanes (webhooks, Back-Channel
+//                                   Logout), each over its own table: claim under a lease, address pinning,
+//                                   backoff, dead letters, re-drive, pruning; a lane brings its rules
 //   Product       AppleID           appleid.apple.com's side: keys, identity-token and notification claim
 //                                   rules, /auth/token and /auth/revoke, client secrets. No database, no server
 //                 BrokerCore        the components, one folder each, a service and its store (SQL only in
@@ -99,6 +102,9 @@ let package = Package(
         .target(name: "HTTPClient", dependencies: ["CCurl", "CCurlShims"], swiftSettings: swiftSettings),
         .target(name: "StrictJSON", swiftSettings: swiftSettings),
         .target(name: "Workers", dependencies: ["Observability"], swiftSettings: swiftSettings),
+        .target(
+            name: "Deliveries", dependencies: ["Workers", "PostgresClient", "HTTPClient", "Observability"],
+            swiftSettings: swiftSettings),
         .target(name: "JOSE", dependencies: ["BrokerCrypto", "StrictJSON"], swiftSettings: swiftSettings),
 
         // MARK: The product
@@ -113,7 +119,7 @@ let package = Package(
             name: "BrokerCore",
             dependencies: [
                 "Observability", "BrokerCrypto", "StrictJSON", "JOSE", "PostgresClient", "EmbeddedPostgres", "HTTPClient",
-                "Workers", "AppleID",
+                "Workers", "AppleID", "Deliveries",
             ],
             swiftSettings: swiftSettings,
             plugins: ["EmbedResources"]
@@ -123,7 +129,7 @@ let package = Package(
             name: "OpenIDProvider",
             dependencies: [
                 "BrokerCore", "AppleID", "HTTPServer", "HTTPClient", "JOSE", "BrokerCrypto", "StrictJSON", "Observability",
-                "PostgresClient", "Workers",
+                "PostgresClient", "Workers", "Deliveries",
             ],
             swiftSettings: swiftSettings
         ),
@@ -132,6 +138,7 @@ let package = Package(
             name: "Console",
             dependencies: [
                 "BrokerCore", "HTTPServer", "HTTPClient", "PostgresClient", "BrokerCrypto", "StrictJSON", "Observability", "JOSE",
+                "Deliveries",
             ],
             swiftSettings: swiftSettings
         ),
@@ -141,7 +148,7 @@ let package = Package(
             name: "BrokerAPI",
             dependencies: [
                 "BrokerCore", "OpenIDProvider", "Console", "Observability", "BrokerCrypto", "StrictJSON", "PostgresClient",
-                "HTTPServer", "HTTPClient", "Workers", "AppleID",
+                "HTTPServer", "HTTPClient", "Workers", "AppleID", "Deliveries",
             ],
             swiftSettings: swiftSettings
         ),
@@ -198,6 +205,14 @@ let package = Package(
             name: "AppleIDTests", dependencies: ["AppleID", "JOSE", "StrictJSON", "TestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "StrictJSONTests", dependencies: ["StrictJSON"], swiftSettings: swiftSettings),
         .testTarget(name: "WorkersTests", dependencies: ["Workers"], swiftSettings: swiftSettings),
+        // The delivery engine against a migrated database and a receiver on loopback, no broker.
+        .testTarget(
+            name: "DeliveriesTests",
+            dependencies: [
+                "Deliveries", "Workers", "PostgresClient", "HTTPClient", "HTTPServer", "Observability", "TestSupport",
+            ],
+            swiftSettings: swiftSettings
+        ),
         .testTarget(
             name: "JOSETests", dependencies: ["JOSE", "StrictJSON", "BrokerCrypto", "TestSupport"], swiftSettings: swiftSettings),
         .testTarget(
@@ -220,7 +235,7 @@ let package = Package(
             name: "BrokerRuleTests",
             dependencies: [
                 "BrokerAPI", "BrokerCore", "HTTPServer", "JOSE", "StrictJSON", "BrokerCrypto", "TestSupport", "AppleID",
-                "PostgresClient", "Observability",
+                "PostgresClient", "Observability", "Deliveries",
             ],
             swiftSettings: swiftSettings
         ),
@@ -239,7 +254,7 @@ let package = Package(
             dependencies: [
                 "BrokerAPI", "BrokerCore", "AppleSimulator", "HTTPServer", "JOSE", "StrictJSON", "BrokerCrypto", "TestSupport",
                 "ProcessRunner",
-                "CommandArguments", "AppleIDBrokerClient", "Workers", "AppleID",
+                "CommandArguments", "AppleIDBrokerClient", "Workers", "AppleID", "Deliveries",
             ],
             swiftSettings: swiftSettings
         ),

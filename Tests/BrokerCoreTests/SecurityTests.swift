@@ -1,5 +1,6 @@
 import AppleSimulator
 import BrokerAPI
+import Deliveries
 import Foundation
 import Glibc
 import HTTPClient

@@ -5,8 +5,15 @@
 -- release wrote it: `consent.revoked` for the grant's app group (payload client_id is the
 -- group's primary App ID), `user.deletion_requested` (Apple's account-delete or a compliance
 -- request) and `user.deleted` (a purge; grants are normally ended at the request already).
+-- Queued deliveries NOTIFY oidc_logout_due, which wakes the logout lane in every process that
+-- runs it (LogoutDeliveryStore.dueChannel): these events are rare, so the notifying commit's
+-- lock costs nothing that matters (unlike broker_emit_event's, on every login).
+-- Declared in Swift where both owners can read it: BrokerCore's EventFeed (outbox_events) and
+-- the provider's LogoutDeliveryStore (what it writes).
 -- Created when missing, not replaced on every start (see audit_log_append_only.sql).
 CREATE OR REPLACE FUNCTION broker_oidc_end_grants() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    v_queued bigint;
 BEGIN
     IF NEW.user_id IS NULL THEN
         RETURN NULL;
@@ -25,6 +32,10 @@ BEGIN
            CASE WHEN c.backchannel_logout_session_required THEN e.sid END, NEW.type
     FROM ended e JOIN oidc_clients c ON c.client_id = e.client_id
     WHERE c.backchannel_logout_uri IS NOT NULL;
+    GET DIAGNOSTICS v_queued = ROW_COUNT;
+    IF v_queued > 0 THEN
+        PERFORM pg_notify('oidc_logout_due', '');
+    END IF;
     RETURN NULL;
 END
 $$;

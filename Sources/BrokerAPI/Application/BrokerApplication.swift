@@ -94,7 +94,10 @@ public final class BrokerApplication: Sendable {
             listener.subscribe("deletion_requested") { _ in deletionWorker.wake() }
         }
         if let dispatcher { workers += [dispatcher, parts.webhookReconciler()] }
-        if roles.contains(.dispatch), let logout = parts.logoutDispatcher() { workers.append(logout) }
+        if roles.contains(.dispatch), let logout = parts.logoutDispatcher() {
+            workers.append(logout.group)
+            if let channel = logout.wakeChannel { listener.subscribe(channel) { _ in logout.group.wake() } }
+        }
         if roles.contains(.sweep) { workers += [parts.refreshSweep(), parts.housekeeping()] }
         if roles.contains(.sweep), let pruning = parts.providerHousekeeping() { workers.append(pruning) }
         self.workers = workers

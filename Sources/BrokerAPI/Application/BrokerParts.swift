@@ -1,5 +1,6 @@
 import AppleID
 import BrokerCore
+import Deliveries
 import Foundation
 import HTTPClient
 import HTTPServer
@@ -94,29 +95,29 @@ struct BrokerParts: Sendable {
     // MARK: Role `dispatch`
 
     func dispatcher() -> WorkerGroup {
-        let dispatch = configuration.dispatch
-        return WorkerGroup(
-            name: "dispatcher", lanes: dispatch.concurrency, interval: dispatch.interval, logger: logger,
-            step: WebhookDispatcher(
-                pool: pool, subscriptions: subscriptions, transport: transport,
-                settings: .init(
-                    timeout: dispatch.timeout, retryBase: dispatch.retryBase, retryMaximum: dispatch.retryMaximum,
-                    maximumAge: dispatch.maximumAge, lease: dispatch.lease, dnsTimeout: dispatch.dnsTimeout),
-                metrics: metrics, logger: logger.labelled("dispatcher")
-            ).step)
+        deliveryLane(
+            WebhookLane(pool: pool, subscriptions: subscriptions), threadName: "dispatcher",
+            lanes: configuration.dispatch.concurrency)
     }
 
-    /// Back-Channel Logout deliveries of the OpenID Provider, when it is on.
-    func logoutDispatcher() -> WorkerGroup? {
+    /// Back-Channel Logout deliveries of the OpenID Provider, when it is on: a lane of the
+    /// same engine, woken by its channel's NOTIFY.
+    func logoutDispatcher() -> (group: WorkerGroup, wakeChannel: String?)? {
         guard let oidc = configuration.oidc else { return nil }
-        let dispatch = configuration.dispatch
-        let keys = SigningKeys(store: SigningKeyStore(pool: pool, tokenKeys: tokenKeys))
+        let lane = LogoutLane(
+            store: LogoutDeliveryStore(pool: pool), keys: SigningKeys(store: SigningKeyStore(pool: pool, tokenKeys: tokenKeys)),
+            issuer: oidc.issuer)
+        let group = deliveryLane(lane, threadName: "oidc-logout", lanes: max(1, configuration.dispatch.concurrency / 2))
+        return (group, lane.wakeChannel)
+    }
+
+    /// One lane of the delivery engine, as lanes of threads.
+    private func deliveryLane(_ lane: some DeliveryLane, threadName: String, lanes: Int) -> WorkerGroup {
+        let engine = DeliveryEngine(
+            lane: lane, transport: transport, settings: configuration.dispatch.delivery, metrics: metrics,
+            logger: logger.labelled(threadName))
         return WorkerGroup(
-            name: "oidc-logout", lanes: max(1, dispatch.concurrency / 2), interval: dispatch.interval, logger: logger,
-            step: LogoutDispatcher(
-                store: LogoutDeliveryStore(pool: pool), keys: keys, issuer: oidc.issuer, transport: transport, settings: dispatch,
-                metrics: metrics, logger: logger.labelled("oidc-logout")
-            ).step)
+            name: threadName, lanes: lanes, interval: configuration.dispatch.interval, logger: logger, step: engine.step)
     }
 
     /// Brings parked deliveries of resumed subscriptions back, once a minute.

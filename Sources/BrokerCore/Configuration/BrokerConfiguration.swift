@@ -1,4 +1,5 @@
 import BrokerCrypto
+import Deliveries
 import Foundation
 import Observability
 import Workers
@@ -213,9 +214,12 @@ public struct BrokerConfiguration: Sendable {
         /// deduplication by `jti`) this long; older notifications are answered `stale`.
         public var notificationRetention: Duration = .seconds(30 * 86_400)
 
-        /// Between attempts: the base doubling up to the maximum, each between half and all of that.
-        public var retryBackoff: Backoff {
-            Backoff(first: retryBase, maximum: retryMaximum)
+        /// What the delivery engine's lanes (webhooks, Back-Channel Logout) take from these:
+        /// between attempts the base doubling up to the maximum, each between half and all of that.
+        package var delivery: DeliverySettings {
+            DeliverySettings(
+                timeout: timeout, backoff: Backoff(first: retryBase, maximum: retryMaximum), maximumAge: maximumAge,
+                lease: lease, dnsTimeout: dnsTimeout, allowPrivateNetworks: allowPrivateNetworks)
         }
     }
 

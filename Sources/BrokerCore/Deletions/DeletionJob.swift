@@ -1,5 +1,6 @@
 import AppleID
 import BrokerCrypto
+import Deliveries
 import Foundation
 import Observability
 import PostgresClient

@@ -1,4 +1,5 @@
 import BrokerCrypto
+import Deliveries
 import Foundation
 import Observability
 import PostgresClient

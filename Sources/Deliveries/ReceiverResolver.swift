@@ -10,7 +10,7 @@ import Synchronization
 /// fails at once rather than pile up threads behind a dead resolver.
 package struct ReceiverResolver: Sendable {
     var timeout: Duration
-    var maximumInFlight = 64
+    package var maximumInFlight = 64
     /// The lookup itself (replaced in tests).
     var lookup: @Sendable (String) throws -> [String] = { try OutboundAddress.publicAddresses(of: $0) }
     private let inFlight = InFlight()
