@@ -29,7 +29,7 @@ public final class ConsoleServer: Sendable {
             pool: pool, idle: configuration.sessionIdle, maximum: configuration.sessionMaximum,
             oidcTransactionLimit: configuration.oidcTransactionLimit)
         self.sessions = sessions
-        let store = ConsoleStore(pool: pool, teamID: teamID)
+        let store = ConsoleStore(deletions: deletions, sessions: sessions, webhooks: subscriptions, teamID: teamID)
         var gate = ConsoleGate(sessions: sessions, stepUpWindow: configuration.stepUpWindow)
         gate.origin = ConsoleGate.origin(of: configuration.publicURL)
         let signIn = SignInPages(
@@ -51,7 +51,7 @@ public final class ConsoleServer: Sendable {
         let followUps = FollowUpPages(store: store, finder: lookup)
         let operations = OperationsPages(
             store: store, subscriptions: subscriptions, apiKeys: APIKeyStore(pool: pool), sessions: sessions,
-            subjectHash: { hasher.hash(teamID: $0, sub: $1) })
+            hasher: hasher)
         var router = Router()
         for route in ConsoleRoute.table {
             let page: ConsoleHandler

@@ -35,7 +35,10 @@ package final class OpenIDProvider: Sendable {
         authorization = AuthorizationService(
             settings: settings, appleBaseURL: appleBaseURL, clients: clients, grants: grants, login: login,
             usedStates: WebSignInStore(pool: pool), keys: tokenKeys, metrics: metrics)
-        tokens = TokenService(issuer: settings.issuer, clients: clients, grants: grants, keys: keys, metrics: metrics)
+        tokens = TokenService(
+            issuer: settings.issuer, clients: clients, grants: grants, users: UserDirectory(pool: pool, groups: groups),
+            keys: keys,
+            metrics: metrics)
         checkLogoutURI = { try WebhookSubscriptionStore.validate(url: $0, allowPrivateNetworks: allowPrivateNetworks) }
     }
 

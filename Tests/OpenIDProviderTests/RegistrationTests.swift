@@ -155,7 +155,7 @@ struct ProviderHousekeepingTests {
         )
         try harness.pool.query("UPDATE oidc_codes SET expires_at = now() - interval '2 hours' WHERE grant_id = \(old)")
         try harness.pool.query("UPDATE oidc_tokens SET expires_at = now() - interval '1 second' WHERE grant_id = \(old)")
-        _ = try ProviderHousekeeping(pool: harness.pool, retention: .seconds(60), deadLetterRetention: .seconds(3600)).step()
+        _ = try ProviderHousekeeping(pool: harness.pool, retention: .seconds(60), deadLetterRetention: .seconds(3600)).prune()
         #expect(try harness.count("SELECT count(*) FROM oidc_grants") == 1)
         #expect(try harness.count("SELECT count(*) FROM oidc_grants WHERE id = \(old)") == 0)
         #expect(try harness.count("SELECT count(*) FROM oidc_tokens") == 2, "the live grant keeps its access and refresh tokens")

@@ -99,7 +99,6 @@ public final class BrokerApplication: Sendable {
             if let channel = logout.wakeChannel { listener.subscribe(channel) { _ in logout.group.wake() } }
         }
         if roles.contains(.sweep) { workers += [parts.refreshSweep(), parts.housekeeping()] }
-        if roles.contains(.sweep), let pruning = parts.providerHousekeeping() { workers.append(pruning) }
         self.workers = workers
 
         routes = router.routes.map { "\($0.method) \($0.pattern)" }

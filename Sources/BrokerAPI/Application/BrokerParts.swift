@@ -1,5 +1,6 @@
 import AppleID
 import BrokerCore
+import Console
 import Deliveries
 import Foundation
 import HTTPClient
@@ -141,20 +142,20 @@ struct BrokerParts: Sendable {
             logger: logger, step: sweep.step)
     }
 
-    /// The OpenID Provider's pruning, when it is on.
-    func providerHousekeeping() -> WorkerGroup? {
-        guard configuration.oidc != nil else { return nil }
-        let housekeeping = ProviderHousekeeping(
-            pool: pool, retention: configuration.dispatch.retention,
-            deadLetterRetention: configuration.dispatch.deadLetterRetention)
-        return WorkerGroup(name: "oidc-housekeeping", lanes: 1, interval: .seconds(300), logger: logger, step: housekeeping.step)
-    }
-
+    /// BrokerCore's pruning, then the console's tables' and, when the provider is on, the
+    /// provider's (each module's own SQL, through BrokerCore's `ModulePruning` seam).
     func housekeeping() -> WorkerGroup {
+        var modules: [any ModulePruning] = [ConsoleSessionStore(pool: pool)]
+        if configuration.oidc != nil {
+            modules.append(
+                ProviderHousekeeping(
+                    pool: pool, retention: configuration.dispatch.retention,
+                    deadLetterRetention: configuration.dispatch.deadLetterRetention))
+        }
         let housekeeping = Housekeeping(
             pool: pool, eventRetention: configuration.dispatch.retention,
             deadLetterRetention: configuration.dispatch.deadLetterRetention,
-            notificationRetention: configuration.dispatch.notificationRetention)
+            notificationRetention: configuration.dispatch.notificationRetention, modules: modules)
         return WorkerGroup(name: "housekeeping", lanes: 1, interval: .seconds(300), logger: logger, step: housekeeping.step)
     }
 

@@ -92,6 +92,43 @@ extension WebhookSubscriptionStore {
         }
     }
 
+    /// Waiting and dead-lettered deliveries, and the subscriptions, at a glance.
+    package func figures() throws -> (pending: Int, failed: Int, subscriptions: Int) {
+        let row = try pool.query(
+            """
+            SELECT (SELECT count(*) FROM webhook_deliveries WHERE state = 'pending') AS pending,
+                   (SELECT count(*) FROM webhook_deliveries WHERE state = 'failed') AS failed,
+                   (SELECT count(*) FROM webhook_subscriptions) AS subscriptions
+            """
+        ).single()
+        return (
+            try row.decode(Int.self, "pending"), try row.decode(Int.self, "failed"), try row.decode(Int.self, "subscriptions")
+        )
+    }
+
+    /// A `user.deleted` delivery to one subscription (Art. 19 GDPR evidence of a deletion).
+    package struct UserDeletedDelivery: Sendable {
+        package var subscriptionID: UUID
+        package var state: String
+        package var attempts: Int
+        package var deliveredAt: Date?
+    }
+
+    /// The `user.deleted` deliveries of a user, per subscription.
+    package func userDeletedDeliveries(userID: UUID) throws -> [UserDeletedDelivery] {
+        try pool.query(
+            """
+            SELECT d.subscription_id, d.state, d.attempts, d.delivered_at
+            FROM webhook_deliveries d JOIN outbox_events e ON e.id = d.event_id
+            WHERE e.type = 'user.deleted' AND e.user_id = \(userID) ORDER BY d.id
+            """
+        ).map { row in
+            UserDeletedDelivery(
+                subscriptionID: try row.decode(UUID.self, "subscription_id"), state: try row.decode(String.self, "state"),
+                attempts: try row.decode(Int.self, "attempts"), deliveredAt: try row.decode(Date?.self, "delivered_at"))
+        }
+    }
+
     /// Puts a failed delivery back in the queue as new; false when it is not `failed` (or not the owner's).
     package func redrive(delivery id: Int64, ownedBy owner: String?) throws -> Bool {
         if let owner,

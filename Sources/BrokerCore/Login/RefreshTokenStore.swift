@@ -3,10 +3,15 @@ import PostgresClient
 
 /// The database side of the refresh sweep (`RefreshTokenSweep` keeps the decisions): claiming
 /// due tokens under a lease, recording a validation, backing a token off, putting a batch back.
-struct RefreshTokenStore: Sendable {
+package struct RefreshTokenStore: Sendable {
     let pool: PostgresPool
     /// Only this team's tokens: another team's (before a transfer) cannot be refreshed with our credentials.
     let teamID: String
+
+    package init(pool: PostgresPool, teamID: String) {
+        self.pool = pool
+        self.teamID = teamID
+    }
 
     struct DueToken: Sendable {
         var id: UUID

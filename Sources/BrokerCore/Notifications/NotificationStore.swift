@@ -4,8 +4,10 @@ import PostgresClient
 /// The database side of Apple's notifications (`NotificationReceiver` keeps the decisions):
 /// applying one exactly once (`broker_apply_notification`: the inbox row by `jti`, the change
 /// and its outbox events in one transaction, with the app it was for) and pruning the inbox.
-struct NotificationStore: Sendable {
+package struct NotificationStore: Sendable {
     let pool: PostgresPool
+
+    package init(pool: PostgresPool) { self.pool = pool }
 
     /// Applies a verified notification to the group of its audience; the answer is the SQL
     /// function's. A concurrent delivery of the same `jti` surfaces as a unique violation.

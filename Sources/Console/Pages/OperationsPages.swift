@@ -12,8 +12,8 @@ struct OperationsPages {
     let subscriptions: WebhookSubscriptionStore
     let apiKeys: APIKeyStore
     let sessions: ConsoleSessionStore
-    /// The keyed hash of a sub under a team, as the notification inbox stores it.
-    let subjectHash: @Sendable (_ teamID: String, _ sub: String) -> String
+    /// Keys the hash of a sub under a team, as the notification inbox stores it.
+    let hasher: SubjectHasher
 
     // MARK: Apple notifications
 
@@ -27,7 +27,7 @@ struct OperationsPages {
                 "<code>\(item.subjectHash.map { String($0.prefix(24)) + "…" } ?? "none")</code>",
             ]
         }
-        let findings: [[HTML]] = try store.sweepFindings(subjectHash: subjectHash).map { finding in
+        let findings: [[HTML]] = try store.sweepFindings(hasher: hasher).map { finding in
             [
                 "\(RFC3339Date.string(finding.foundAt))", "\(finding.userID.lowercasedString)", "\(finding.clientID)",
                 "\(finding.appleError ?? "")", "<code>\(String(finding.subjectHash.prefix(24)))…</code>",

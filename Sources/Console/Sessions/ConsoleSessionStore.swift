@@ -1,3 +1,4 @@
+import BrokerCore
 import BrokerCrypto
 import Foundation
 import PostgresClient
@@ -190,6 +191,37 @@ public struct ConsoleSessionStore: Sendable {
         return (try row.decode(String.self, "operator"), true)
     }
 
+    /// Sessions signed in and not ended or expired (the overview).
+    func activeSessions() throws -> Int {
+        try pool.query("SELECT count(*) AS n FROM console_sessions WHERE ended_at IS NULL AND expires_at > now()").single()
+            .decode(Int.self, "n")
+    }
+
+    /// Rows dropped at most per table and round, so one round's transaction stays short however
+    /// many piled up.
+    package static let pruneBatch = 1000
+
+    /// Expired sessions (sql/0018: ended ones are kept until they expire) and expired sign-in
+    /// links, used or not: neither signs anybody in any more. Returns the larger count.
+    @discardableResult
+    func pruneExpired() throws -> Int {
+        let sessions = try pool.query(
+            """
+            DELETE FROM console_sessions WHERE id_hash IN (
+                SELECT id_hash FROM console_sessions WHERE expires_at < now() ORDER BY expires_at LIMIT \(Self.pruneBatch))
+            RETURNING 1
+            """
+        ).count
+        let links = try pool.query(
+            """
+            DELETE FROM console_links WHERE token_hash IN (
+                SELECT token_hash FROM console_links WHERE expires_at < now() ORDER BY expires_at LIMIT \(Self.pruneBatch))
+            RETURNING 1
+            """
+        ).count
+        return max(sessions, links)
+    }
+
     // MARK: Audit
 
     /// One `console.*` row in `audit_log`: identifiers and hashes only, never a body or a term.
@@ -201,15 +233,19 @@ public struct ConsoleSessionStore: Sendable {
         }
     }
 
+    /// The row is BrokerCore's `audit_log`, written by its `AuditLog` (the console's own SQL
+    /// touches only `console_*`).
     static func audit(
         _ connection: PostgresConnection, actor: String, action: String, subject: String? = nil, deletionID: UUID? = nil,
         detail: [String: JSONValue] = [:]
     ) throws {
-        let json = PostgresJSON(text: String(decoding: JSONValue.object(detail).serialized(), as: UTF8.self))
-        try connection.query(
-            """
-            INSERT INTO audit_log (actor, action, subject, deletion_id, detail)
-            VALUES (\(actor), \(action), \(subject), \(deletionID), \(json))
-            """)
+        try AuditLog.append(
+            AuditLog.Record(actor: actor, action: action, subject: subject, deletionID: deletionID, detail: detail),
+            on: connection)
     }
+}
+
+/// The console's tables are pruned in BrokerCore's housekeeping rounds, by the console's own SQL.
+extension ConsoleSessionStore: ModulePruning {
+    package func prune() throws -> Bool { try pruneExpired() == Self.pruneBatch }
 }

@@ -112,3 +112,38 @@ package struct SigningKeyStore: Sendable {
         }
     }
 }
+
+/// `appleid-broker reencrypt` re-seals the private halves through BrokerCore's `ReEncryption`,
+/// by this store's SQL (associated data `oidc_signing_keys|<kid>`).
+extension SigningKeyStore: SealedSecrets {
+    package var kind: String { "oidc_signing_keys" }
+
+    package func sealedBatch(after: String, notSealedWith keyID: String, limit: Int) throws -> [SealedSecret] {
+        try pool.query(
+            """
+            SELECT kid, private_key, key_id FROM oidc_signing_keys
+            WHERE key_id <> \(keyID) AND kid > \(after) ORDER BY kid LIMIT \(limit)
+            """
+        ).map { row in
+            let kid = try row.decode(String.self, "kid")
+            return SealedSecret(
+                id: kid, sealed: try row.decode([UInt8].self, "private_key"), keyID: try row.decode(String.self, "key_id"),
+                associatedData: Self.associatedData(kid))
+        }
+    }
+
+    package func replace(_ secret: SealedSecret, with sealed: [UInt8], keyID: String) throws -> Bool {
+        try !pool.query(
+            """
+            UPDATE oidc_signing_keys SET private_key = \(sealed), key_id = \(keyID)
+            WHERE kid = \(secret.id) AND key_id = \(secret.keyID) AND private_key = \(secret.sealed)
+            RETURNING 1
+            """
+        ).isEmpty
+    }
+
+    package func remaining(notSealedWith keyID: String) throws -> Int {
+        try pool.query("SELECT count(*) AS remaining FROM oidc_signing_keys WHERE key_id <> \(keyID)").single().decode(
+            Int.self, "remaining")
+    }
+}

@@ -1,8 +1,10 @@
+import BrokerCore
 import PostgresClient
 
-/// Keeps the provider's tables bounded (the `sweep` role runs it every few minutes): spent
-/// codes and tokens, finished grants, old logout deliveries.
-package struct ProviderHousekeeping: Sendable {
+/// Keeps the provider's tables bounded: spent codes and tokens, finished grants, old logout
+/// deliveries. BrokerCore's housekeeping (the `sweep` role, every few minutes) runs it through
+/// its `ModulePruning` seam.
+package struct ProviderHousekeeping: ModulePruning {
     let grants: GrantStore
     let logouts: LogoutDeliveryStore
     let retention: Duration
@@ -17,8 +19,8 @@ package struct ProviderHousekeeping: Sendable {
         self.deadLetterRetention = deadLetterRetention
     }
 
-    /// One pass; never more to do at once (a worker step).
-    package func step() throws -> Bool {
+    /// One pass; never more to do at once.
+    package func prune() throws -> Bool {
         try grants.prune()
         try logouts.prune(retention: retention, deadLetterRetention: deadLetterRetention)
         return false

@@ -1,3 +1,4 @@
+import BrokerCore
 import BrokerCrypto
 import Foundation
 import HTTPServer
@@ -9,13 +10,19 @@ import StrictJSON
 package struct TokenService: Sendable {
     let issuer: String
     let grants: GrantStore
+    /// BrokerCore's users: the claims come from the user's Apple identity, read through it.
+    let users: UserDirectory
     let keys: SigningKeys
     let authentication: ClientAuthentication
     private let outcomes: CounterFamily
 
-    package init(issuer: String, clients: ClientStore, grants: GrantStore, keys: SigningKeys, metrics: MetricsRegistry) {
+    package init(
+        issuer: String, clients: ClientStore, grants: GrantStore, users: UserDirectory, keys: SigningKeys,
+        metrics: MetricsRegistry
+    ) {
         self.issuer = issuer
         self.grants = grants
+        self.users = users
         self.keys = keys
         authentication = ClientAuthentication(clients: clients)
         outcomes = metrics.counter(
@@ -122,7 +129,8 @@ package struct TokenService: Sendable {
     /// The claims `email` and `profile` give, from the user's identity as it is now.
     private func profileClaims(_ grant: GrantStore.Grant) throws -> [String: JSONValue] {
         let scopes = grant.scopes
-        guard scopes.contains("email") || scopes.contains("profile"), let identity = try grants.identity(of: grant.userID)
+        guard scopes.contains("email") || scopes.contains("profile"),
+            let identity = try users.profile(of: grant.userID, appID: grants.appID)
         else { return [:] }
         var claims: [String: JSONValue] = [:]
         if scopes.contains("email"), let email = identity.email {
