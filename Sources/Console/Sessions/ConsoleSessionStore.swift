@@ -191,12 +191,6 @@ public struct ConsoleSessionStore: Sendable {
         return (try row.decode(String.self, "operator"), true)
     }
 
-    /// PLANTED to show the ownership rule at work (reverted in the next commit): the console
-    /// counting BrokerCore's deletion requests with SQL of its own.
-    func plantedDeletionBacklog() throws -> Int {
-        try pool.query("SELECT count(*) AS n FROM deletion_requests WHERE state <> 'done'").single().decode(Int.self, "n")
-    }
-
     /// Sessions signed in and not ended or expired (the overview).
     func activeSessions() throws -> Int {
         try pool.query("SELECT count(*) AS n FROM console_sessions WHERE ended_at IS NULL AND expires_at > now()").single()
