@@ -254,7 +254,7 @@ let package = Package(
             dependencies: [
                 "BrokerAPI", "BrokerCore", "AppleSimulator", "HTTPServer", "JOSE", "StrictJSON", "BrokerCrypto", "TestSupport",
                 "ProcessRunner",
-                "CommandArguments", "AppleIDBrokerClient", "Workers", "AppleID", "Deliveries",
+                "CommandArguments", "AppleIDBrokerClient", "Workers", "AppleID",
             ],
             swiftSettings: swiftSettings
         ),

@@ -5,6 +5,9 @@
 set -euo pipefail
 
 packages=(pkg-config libmicrohttpd-dev libpq-dev libssl-dev libcurl4-openssl-dev postgresql openssl)
+# The README's tour against `make run`'s demo: curl, and a relying party of the OpenID Provider
+# in a few lines of Python with Authlib (Debian's, so the demo needs no virtual environment).
+packages+=(curl python3-authlib python3-requests)
 if [ "${1:-}" = "test" ]; then
   # nodejs and golang-go run the integration examples (scripts/examples.sh); pgbouncer is
   # started by PgBouncerTests in front of a test cluster (its service kept off like PostgreSQL's).

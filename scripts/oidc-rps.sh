@@ -8,7 +8,10 @@
 #      for a public client) — scripts/oidc/rp_authlib.py;
 #   2. Apache mod_auth_openidc (Debian) protecting a page: a real session cookie, then Apple's
 #      consent-revoked ends that session through the broker's Back-Channel Logout, verified by
-#      the module itself — scripts/oidc/rp_apache.py.
+#      the module itself — scripts/oidc/rp_apache.py;
+#   3. mozilla-django-oidc and django-allauth (PyPI), each a real Django app in a temporary folder
+#      signing a person in through the broker and the simulator, with what each verifies checked
+#      — scripts/oidc/rp_django.py (the broker only: it registers its own clients).
 # OIDC_RPS_OP=glewlwyd runs the same relying parties against Glewlwyd 2.7 (Debian) instead:
 # the harness checked against a provider nobody here wrote.
 # A missing package is an error under CI=true and a skip (with the install command) otherwise.
@@ -97,6 +100,9 @@ echo "== relying parties against $OP at $OIDC_ISSUER" >&2
 status=0
 "$PY" scripts/oidc/rp_authlib.py || status=1
 "$PY" scripts/oidc/rp_apache.py || status=1
+if [ "$OP" = broker ]; then
+  "$PY" scripts/oidc/rp_django.py || status=1
+fi
 cleanup
 trap - EXIT
 [ $status = 0 ] && rm -rf "$WORK"

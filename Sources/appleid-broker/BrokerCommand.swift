@@ -60,8 +60,9 @@ enum BrokerCommand {
                     + "Prints counts; exit 0 when no row is left under another key",
                 options: ["batch"]),
             CommandSpec(
-                ["console", "link"], "--operator NAME --role viewer|operator|compliance|admin [--ttl 15m]",
+                ["console", "link"], "--operator NAME --role ROLE[,ROLE…] [--ttl 15m]",
                 summary: "print a single-use sign-in URL for the console (BROKER_CONSOLE_LISTEN);\n"
+                    + "ROLE viewer, operator, compliance or admin, several comma-separated;\n"
                     + "stored hashed, audited; --ttl up to 24h (s, m or h)",
                 options: ["operator", "role", "ttl"]),
             CommandSpec(["version"], summary: "print the version (also --version)"),
@@ -124,7 +125,8 @@ enum BrokerCommand {
                 return try ReEncryptCommand.run(parsed, environment: environment)
             case "console link":
                 return try ConsoleCommand.link(parsed, environment: environment)
-            case "oidc-keys rotate", "oidc-keys list", "oidc-clients create", "oidc-clients list", "oidc-clients delete":
+            case "oidc-keys rotate", "oidc-keys list", "oidc-clients create", "oidc-clients list", "oidc-clients delete",
+                "oidc-resource-servers create", "oidc-resource-servers list", "oidc-resource-servers delete":
                 return try OpenIDCommands.run(parsed, environment: environment)
             case "version":
                 print("appleid-broker \(version)")

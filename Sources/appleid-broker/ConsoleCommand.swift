@@ -11,8 +11,13 @@ enum ConsoleCommand {
         guard !name.isEmpty, name.utf8.count <= 100, !name.contains(where: \.isNewline) else {
             throw arguments.usageError("--operator takes a name of 1 to 100 bytes")
         }
-        guard let role = ConsoleRole(rawValue: try arguments.required("role")) else {
-            throw arguments.usageError("--role takes one of " + ConsoleRole.allCases.map(\.rawValue).joined(separator: ", "))
+        // One role or several, comma-separated (`make run`'s demo operator has every role).
+        let names = try arguments.required("role").split(separator: ",", omittingEmptySubsequences: false)
+        let roles = Set(names.compactMap { ConsoleRole(rawValue: $0.trimmingCharacters(in: .whitespaces)) })
+        guard !names.isEmpty, roles.count == Set(names.map { $0.trimmingCharacters(in: .whitespaces) }).count else {
+            throw arguments.usageError(
+                "--role takes one or more of " + ConsoleRole.allCases.map(\.rawValue).joined(separator: ", ")
+                    + ", comma-separated")
         }
         guard let ttl = seconds(arguments.options["ttl"] ?? "15m"), (60...86_400).contains(ttl) else {
             throw arguments.usageError("--ttl takes a duration from 1m to 24h, e.g. 900s, 15m or 1h")
@@ -24,7 +29,7 @@ enum ConsoleCommand {
         }
         let token = try BrokerCommand.withDatabase(environment) { database in
             try ConsoleSessionStore(pool: database.pool).createLink(
-                operatorID: name, role: role, ttlSeconds: ttl, actor: "cli")
+                operatorID: name, roles: roles, ttlSeconds: ttl, actor: "cli")
         }
         print("\(console.publicURL)/link?token=\(token)")
         return 0

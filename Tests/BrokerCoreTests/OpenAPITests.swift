@@ -25,7 +25,7 @@ struct OpenAPITests {
         let paths = try #require(document["paths"] as? [String: [String: Any]])
         var described = Set<String>()
         for (path, operations) in paths {
-            for method in operations.keys where ["get", "post", "put", "patch", "delete"].contains(method) {
+            for method in operations.keys where ["get", "post", "put", "patch", "delete", "options"].contains(method) {
                 described.insert("\(method.uppercased()) \(path)")
             }
         }

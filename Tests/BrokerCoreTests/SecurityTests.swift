@@ -1,6 +1,5 @@
 import AppleSimulator
 import BrokerAPI
-import Deliveries
 import Foundation
 import Glibc
 import HTTPClient

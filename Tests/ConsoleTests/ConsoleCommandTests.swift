@@ -59,6 +59,43 @@ struct ConsoleCommandTests {
             ).status == 2)
     }
 
+    @Test("console link --role with several roles signs in once with all of them (make run's demo operator)")
+    func linkWithSeveralRoles() throws {
+        let broker = try ConsoleBroker()
+        var environment = broker.environment
+        environment["BROKER_CONSOLE_LISTEN"] = "127.0.0.1:\(broker.console.port)"
+        environment["BROKER_LOG_LEVEL"] = "error"
+        let result = try ChildProcess.run(
+            Self.executable, ["console", "link", "--operator", "demo", "--role", "admin,viewer,compliance,operator"],
+            environment: environment)
+        #expect(result.status == 0, "\(result.output)")
+        let url = try #require(result.output.split(separator: "\n").last.map(String.init))
+        let token = try #require(url.split(separator: "token=").last.map(String.init))
+        #expect(try broker.count("SELECT count(*) FROM console_links WHERE operator = 'demo' AND used_at IS NULL") == 4)
+        let signedIn = try broker.post("/link", form: [("token", token)])
+        #expect(signedIn.status == 303)
+        let cookie = try #require(ConsoleBroker.sessionCookie(signedIn))
+        #expect(try broker.get("/", cookie: cookie).bodyText.contains("demo (viewer, operator, compliance, admin)"))
+        // Each role's right, from the one session: compliance's lookup, admin's and operator's keys page.
+        for page in ["/lookup", "/api-keys", "/audit"] {
+            #expect(try broker.get(page, cookie: cookie).status == 200, "\(page)")
+        }
+        // Used once, every row of it.
+        #expect(try broker.post("/link", form: [("token", token)]).status == 403)
+        #expect(try broker.count("SELECT count(*) FROM console_links WHERE operator = 'demo' AND used_at IS NULL") == 0)
+        #expect(
+            try broker.count(
+                """
+                SELECT count(*) FROM audit_log WHERE action = 'console.link_redeemed' AND subject = 'console:demo'
+                  AND detail->>'role' = 'viewer,operator,compliance,admin'
+                """) == 1)
+        for bad in ["viewer,root", "viewer,", ",", "Admin"] {
+            let refused = try ChildProcess.run(
+                Self.executable, ["console", "link", "--operator", "x", "--role", bad], environment: environment)
+            #expect(refused.status == 2, "\(bad): \(refused.output)")
+        }
+    }
+
     @Test("settings: unset listen is no console; every problem reported at once; the role map parsed")
     func settings() throws {
         #expect(try ConsoleConfiguration.load(environment: [:], apiListen: "127.0.0.1:8080") == nil)

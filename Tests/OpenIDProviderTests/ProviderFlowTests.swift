@@ -53,7 +53,7 @@ struct ProviderFlowTests {
             #expect(document["backchannel_logout_session_supported"] as? Bool == true)
             #expect(
                 Set(document["token_endpoint_auth_methods_supported"] as? [String] ?? [])
-                    == ["client_secret_basic", "client_secret_post", "none"])
+                    == ["client_secret_basic", "client_secret_post", "private_key_jwt", "none"])
         }
         let jwks = try harness.send("GET", "/oidc/jwks")
         #expect(jwks.status == 200)
@@ -323,19 +323,22 @@ struct ProviderFlowTests {
         #expect(refused.status == 401)
         #expect(refused.json["error"] as? String == "invalid_client")
         #expect(refused.header("www-authenticate")?.hasPrefix("Basic") == true)
-        // Registered for client_secret_basic: the secret in the body is not accepted.
-        #expect(try harness.token(fields, as: client, basic: false).json["error"] as? String == "invalid_client")
+        // Either secret method works for any confidential client (issue 36); a wrong secret in the body is refused too.
+        #expect(try harness.token(fields, as: wrong, basic: false).json["error"] as? String == "invalid_client")
         #expect(try harness.token(fields, as: nil).json["error"] as? String == "invalid_client")
         #expect(try harness.token([("grant_type", "password")], as: client).json["error"] as? String == "unsupported_grant_type")
         let mismatch = try harness.token(
             [("grant_type", "authorization_code"), ("code", code), ("redirect_uri", "https://rp.example.com/other")], as: client)
         #expect(mismatch.json["error"] as? String == "invalid_grant")
-        // A code is bound to its client: another client's secret does not redeem it (and spends it).
+        // A code is bound to its client: another client's secret does not redeem it, and does
+        // not spend it either (issue 36 item 9): the rightful client still can.
         let other = try harness.confidentialClient()
         let code2 = try #require(try harness.signIn(codeRequest(client)).query["code"])
-        let stolen = try harness.token(
-            [("grant_type", "authorization_code"), ("code", code2), ("redirect_uri", client.redirectURI)], as: other)
+        let code2Fields = [("grant_type", "authorization_code"), ("code", code2), ("redirect_uri", client.redirectURI)]
+        let stolen = try harness.token(code2Fields, as: other)
         #expect(stolen.json["error"] as? String == "invalid_grant")
+        let rightful = try harness.token(code2Fields, as: client)
+        #expect(rightful.status == 200, "the code was not spent by another client's attempt: \(rightful.bodyText)")
         // An expired code (at most 60 s) is invalid_grant.
         let code3 = try #require(try harness.signIn(codeRequest(client)).query["code"])
         #expect(try harness.count("SELECT count(*) FROM oidc_codes WHERE expires_at <= now() + interval '60 seconds'") == 3)

@@ -195,8 +195,12 @@ struct BrokerParts: Sendable {
                 allowPrivateNetworks: configuration.dispatch.allowPrivateNetworks)
             let apiKeys = apiKeys
             provider.register(
-                on: &router, authorizeAdmin: { "api:" + (try apiKeys.authenticate($0, requiring: .admin)).id },
-                perAddress: perAddressLimiter())
+                on: &router,
+                authorizeAdmin: { request in
+                    let key = try apiKeys.authenticate(request, requiring: .admin)
+                    try apiKeys.limiter.check(key.id, what: "this API key")
+                    return key
+                }, perAddress: perAddressLimiter())
             continuations.append(provider.authorization)
         }
         WebSignInRoutes.register(

@@ -33,7 +33,7 @@ package enum AuditLog {
     }
 
     /// Appends one entry on `connection` (inside the caller's transaction).
-    static func record(
+    package static func record(
         _ connection: PostgresConnection, actor: String, action: String, detail: [String: JSONValue] = [:]
     ) throws {
         try append(Record(actor: actor, action: action, detail: detail), on: connection)

@@ -17,7 +17,7 @@ struct SignInPages {
             : """
             <p>Sign-in through an identity provider is not configured (CONSOLE_OIDC_ISSUER).</p>
             <p class="hint">Ask an administrator for a single-use sign-in link:
-            <code>appleid-broker console link --operator NAME --role ROLE --ttl 15m</code>.</p>
+            <code>appleid-broker console link --operator NAME --role ROLE[,ROLE…] --ttl 15m</code>.</p>
             """
         return Layout.page("Sign in", session: nil, body)
     }
@@ -44,7 +44,7 @@ struct SignInPages {
         }
         // A new session id at every sign-in; whatever session the browser had ends.
         if let previous = request.session { try sessions.end(secret: previous.secret) }
-        let session = try sessions.open(operatorID: link.operatorID, name: link.operatorID, roles: [link.role], authTime: Date())
+        let session = try sessions.open(operatorID: link.operatorID, name: link.operatorID, roles: link.roles, authTime: Date())
         return Layout.redirect("/", cookie: ConsoleGate.setCookie(session))
     }
 

@@ -95,39 +95,68 @@ public struct ConsoleSessionStore: Sendable {
 
     /// A single-use link token for `operatorID` with `role`, valid for `ttlSeconds`; audited.
     public func createLink(operatorID: String, role: ConsoleRole, ttlSeconds: Int, actor: String) throws -> String {
+        try createLink(operatorID: operatorID, roles: [role], ttlSeconds: ttlSeconds, actor: actor)
+    }
+
+    /// A single-use link token for `operatorID` with every role of `roles` (at least one), valid
+    /// for `ttlSeconds`; audited. `console_links` holds one role per row (sql/0018), so a link
+    /// with several roles is several rows made and used together: the first role's row is keyed
+    /// by the token's hash as a one-role link is, each further role's by `linkRoleHash`.
+    public func createLink(operatorID: String, roles: Set<ConsoleRole>, ttlSeconds: Int, actor: String) throws -> String {
+        let ordered = roles.sorted()
+        precondition(!ordered.isEmpty, "a sign-in link carries at least one role")
         let token = Self.newSecret()
         try pool.withTransaction { connection in
-            try connection.query(
-                """
-                INSERT INTO console_links (token_hash, operator, role, expires_at)
-                VALUES (\(Self.hash(token)), \(operatorID), \(role.rawValue), now() + make_interval(secs => \(ttlSeconds)))
-                """)
+            for (index, role) in ordered.enumerated() {
+                let key = index == 0 ? Self.hash(token) : Self.linkRoleHash(token, role)
+                try connection.query(
+                    """
+                    INSERT INTO console_links (token_hash, operator, role, expires_at)
+                    VALUES (\(key), \(operatorID), \(role.rawValue), now() + make_interval(secs => \(ttlSeconds)))
+                    """)
+            }
             try Self.audit(
                 connection, actor: actor, action: "console.link_created", subject: "console:\(operatorID)",
-                detail: ["role": .string(role.rawValue), "ttl_seconds": .integer(Int64(ttlSeconds))])
+                detail: [
+                    "role": .string(ordered.map(\.rawValue).joined(separator: ",")), "ttl_seconds": .integer(Int64(ttlSeconds)),
+                ])
         }
         return token
     }
 
-    /// Uses a link up: the operator and role it was for, once; nil when unknown, used or expired.
-    func redeemLink(token: String) throws -> (operatorID: String, role: ConsoleRole)? {
+    /// The key of a link's row for a further role: a hash only the token's holder can compute,
+    /// never equal to another token's plain hash.
+    static func linkRoleHash(_ token: String, _ role: ConsoleRole) -> [UInt8] {
+        SHA256.hash("console-link|\(role.rawValue)|" + token)
+    }
+
+    /// Uses a link up: the operator and the roles it was for, once; nil when unknown, used or
+    /// expired. Every row of the link is used in the one statement.
+    func redeemLink(token: String) throws -> (operatorID: String, roles: Set<ConsoleRole>)? {
         guard token.utf8.count <= 64 else { return nil }
+        let keys = PostgresTextArray(
+            ([Self.hash(token)] + ConsoleRole.allCases.map { Self.linkRoleHash(token, $0) }).map(Hex.encode))
         return try pool.withTransaction { connection in
-            guard
-                let row = try connection.query(
-                    """
-                    UPDATE console_links SET used_at = now()
-                    WHERE token_hash = \(Self.hash(token)) AND used_at IS NULL AND expires_at > now()
-                    RETURNING operator, role
-                    """
-                ).first,
-                let role = ConsoleRole(rawValue: try row.decode(String.self, "role"))
-            else { return nil }
-            let operatorID = try row.decode(String.self, "operator")
+            let rows = try connection.query(
+                """
+                UPDATE console_links SET used_at = now()
+                WHERE token_hash IN (SELECT decode(key, 'hex') FROM unnest(\(keys)::text[]) AS key)
+                  AND used_at IS NULL AND expires_at > now()
+                RETURNING operator, role
+                """)
+            guard let first = rows.first else { return nil }
+            let operatorID = try first.decode(String.self, "operator")
+            var roles: Set<ConsoleRole> = []
+            for row in rows {
+                guard try row.decode(String.self, "operator") == operatorID,
+                    let role = ConsoleRole(rawValue: try row.decode(String.self, "role"))
+                else { return nil }
+                roles.insert(role)
+            }
             try Self.audit(
                 connection, actor: "console:\(operatorID)", action: "console.link_redeemed", subject: "console:\(operatorID)",
-                detail: ["role": .string(role.rawValue)])
-            return (operatorID, role)
+                detail: ["role": .string(roles.sorted().map(\.rawValue).joined(separator: ","))])
+            return (operatorID, roles)
         }
     }
 

@@ -26,6 +26,7 @@ package struct Endpoints: Sendable {
     static let jwks = "/jwks"
     static let registration = "/register"
     static let revocation = "/revoke"
+    static let introspection = "/introspect"
     static let discovery = "/.well-known/openid-configuration"
     static let authorizationServer = "/.well-known/oauth-authorization-server"
 }

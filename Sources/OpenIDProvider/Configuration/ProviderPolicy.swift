@@ -8,6 +8,10 @@ package enum ProviderPolicy {
     package static let idTokenLifetimeSeconds = 3600
     /// Refresh tokens (offline_access): rotated on every use.
     static let refreshTokenLifetimeSeconds = 90 * 86_400
+    /// Used refresh tokens a grant keeps for reuse detection (GrantStore.forgetOldRefreshTokens).
+    static let usedRefreshTokensKept = 10
+    /// Distinct client ids that label the success metrics; later ones count as `other`.
+    static let maximumClientLabels = 200
     /// How long a sign-in may take at Apple (the sealed state's lifetime).
     static let stateLifetimeSeconds = 600
     /// How long a retired key stays in the JWKS after it stopped signing.

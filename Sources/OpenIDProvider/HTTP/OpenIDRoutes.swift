@@ -3,14 +3,11 @@ import HTTPClient
 import HTTPServer
 import StrictJSON
 
-/// The provider's endpoints, under the issuer's path, plus the admin API's
-/// `/v1/oidc-clients` (scope `admin`). OAuth endpoints answer OAuth errors as JSON
-/// (RFC 6749 §5.2), not problem documents: that is what relying parties parse.
+/// The provider's endpoints, under the issuer's path (the admin API is AdminRoutes). OAuth
+/// endpoints answer OAuth errors as JSON (RFC 6749 §5.2), not problem documents: that is what
+/// relying parties parse.
 enum OpenIDRoutes {
-    static func register(
-        on router: inout Router, provider: OpenIDProvider, authorizeAdmin: @escaping @Sendable (HTTPRequest) throws -> String,
-        perAddress: RateLimiter
-    ) {
+    static func register(on router: inout Router, provider: OpenIDProvider, admin: AdminAccess, perAddress: RateLimiter) {
         let endpoints = provider.endpoints
         let discovery = provider.discoveryDocument
         let metadata: HTTPHandler = { _ in
@@ -57,18 +54,33 @@ enum OpenIDRoutes {
         }
         // Outsiders' refusals (bad client credentials, unknown tokens) are budgeted per address:
         // each one costs a database lookup. Successes are never charged.
+        // Outsiders' refusals (bad client credentials, unknown tokens) are budgeted per address:
+        // each one costs a database lookup. Successes are never charged. Browser apps reach
+        // /token, /revoke and /userinfo across origins (CORS).
         router.group(AddressBudget(perAddress, charge: .failures)) { router in
-            router.post(endpoints.path(Endpoints.token)) { request in
-                var response = try oauth { HTTPResponse.json(try provider.tokens.token(request, form: try form(request))) }
-                // RFC 6749 §5.1 and §5.2 (its example): tokens and refusals alike are never cached.
-                response.headers.set("Cache-Control", "no-store")
-                response.headers.set("Pragma", "no-cache")
-                return response
+            router.group(CORSMiddleware(origins: provider.cors, methods: "POST")) { router in
+                router.post(endpoints.path(Endpoints.token)) { request in
+                    var response = try oauth { HTTPResponse.json(try provider.tokens.token(try credentials(request))) }
+                    // RFC 6749 §5.1 and §5.2 (its example): tokens and refusals alike are never cached.
+                    response.headers.set("Cache-Control", "no-store")
+                    response.headers.set("Pragma", "no-cache")
+                    return response
+                }
+                router.on(.options, endpoints.path(Endpoints.token)) { _ in HTTPResponse(status: 204) }
+                router.post(endpoints.path(Endpoints.revocation)) { request in
+                    try oauth {
+                        try provider.tokens.revoke(try credentials(request))
+                        return HTTPResponse(status: 200, headers: ["Cache-Control": "no-store"])
+                    }
+                }
+                router.on(.options, endpoints.path(Endpoints.revocation)) { _ in HTTPResponse(status: 204) }
             }
-            router.post(endpoints.path(Endpoints.revocation)) { request in
+            // RFC 7662: resource servers, server to server (no CORS).
+            router.post(endpoints.path(Endpoints.introspection)) { request in
                 try oauth {
-                    try provider.tokens.revoke(request, form: try form(request))
-                    return HTTPResponse(status: 200, headers: ["Cache-Control": "no-store"])
+                    var response = HTTPResponse.json(try provider.tokens.introspect(try credentials(request)))
+                    response.headers.set("Cache-Control", "no-store")
+                    return response
                 }
             }
             let userinfo: HTTPHandler = { request in
@@ -103,14 +115,19 @@ enum OpenIDRoutes {
                 response.headers.set("Cache-Control", "no-store")
                 return response
             }
-            router.get(endpoints.path(Endpoints.userinfo), userinfo)
-            router.post(endpoints.path(Endpoints.userinfo), userinfo)
+            router.group(CORSMiddleware(origins: provider.cors, methods: "GET, POST")) { router in
+                router.get(endpoints.path(Endpoints.userinfo), userinfo)
+                router.post(endpoints.path(Endpoints.userinfo), userinfo)
+                router.on(.options, endpoints.path(Endpoints.userinfo)) { _ in HTTPResponse(status: 204) }
+            }
         }
+        let audit = AdminAuditStore(pool: provider.clients.pool)
         router.post(endpoints.path(Endpoints.registration)) { request in
-            let actor = try authorizeAdmin(request)
-            return try oauth {
-                let metadata = try ClientMetadata(json: try request.jsonObject(), logoutURI: provider.checkLogoutURI)
+            try oauth {
+                let actor = try admin.registrationActor(request, audit: audit)
+                let metadata = try ClientMetadata(json: try request.jsonObject(), outboundURL: provider.checkOutboundURL)
                 let (client, secret) = try provider.clients.create(metadata, createdBy: actor)
+                provider.cors.changed()
                 guard case .object(var members) = client.json else { preconditionFailure("a client is a JSON object") }
                 if let secret { members["client_secret"] = .string(secret) }
                 var response = HTTPResponse.json(.object(members), status: 201)
@@ -118,62 +135,6 @@ enum OpenIDRoutes {
                 return response
             }
         }
-        // The admin API: read and delete registrations.
-        let admin: (@escaping HTTPHandler) -> HTTPHandler = { handler in
-            { request in
-                _ = try authorizeAdmin(request)
-                return try handler(request)
-            }
-        }
-        router.get(
-            "/v1/oidc-clients",
-            admin { _ in .json(.object(["clients": .array(try provider.clients.list().map(\.json))])) })
-        router.get(
-            "/v1/oidc-clients/{id}",
-            admin { request in
-                guard let client = try provider.clients.find(try request.parameter("id")) else {
-                    throw Problem.notFound(path: request.path)
-                }
-                return .json(client.json)
-            })
-        router.delete(
-            "/v1/oidc-clients/{id}",
-            admin { request in
-                guard try provider.clients.delete(try request.parameter("id")) else { throw Problem.notFound(path: request.path) }
-                return .noContent
-            })
-        registerLogoutDeliveries(on: &router, store: provider.logoutDeliveries, admin: admin)
-    }
-
-    /// The admin API over Back-Channel Logout deliveries: visible and re-drivable like webhook deliveries.
-    static func registerLogoutDeliveries(
-        on router: inout Router, store: LogoutDeliveryStore, admin: (@escaping HTTPHandler) -> HTTPHandler
-    ) {
-        router.get(
-            "/v1/oidc-logout-deliveries",
-            admin { request in
-                let state = request.query["state"]
-                if let state, !["pending", "delivered", "failed"].contains(state) {
-                    throw BrokerError.invalidRequest("state is pending, delivered or failed")
-                }
-                // A limit that is not a number is refused, not replaced by the default.
-                let limit =
-                    try request.query["limit"].map { text in
-                        guard let value = Int(text), (1...1000).contains(value) else {
-                            throw BrokerError.invalidRequest("limit is 1 to 1000")
-                        }
-                        return value
-                    } ?? 100
-                return .json(.object(["deliveries": .array(try store.list(state: state, limit: limit))]))
-            })
-        router.post(
-            "/v1/oidc-logout-deliveries/{id}/retry",
-            admin { request in
-                guard let id = Int64(try request.parameter("id")), try store.retry(id) else {
-                    throw Problem.notFound(path: request.path)
-                }
-                return .noContent
-            })
     }
 
     /// Runs an OAuth endpoint: its refusals become OAuth error answers.
@@ -184,11 +145,18 @@ enum OpenIDRoutes {
             return error.response
         } catch let failure as ClientAuthenticationFailure {
             return failure.response
+        } catch let refusal as BearerRefusal {
+            return refusal.response
         } catch is JSONFieldError {
             return OAuthError.invalidClientMetadata("the body is not valid client metadata").response
         } catch let problem as Problem where problem.status == 400 || problem.status == 415 {
             return OAuthError.invalidRequest(problem.detail ?? problem.title).response
         }
+    }
+
+    /// Who a token, revocation or introspection request says it is: its Authorization header and form.
+    static func credentials(_ request: HTTPRequest) throws -> ClientCredentials {
+        ClientCredentials(authorization: request.headers["Authorization"], form: try form(request))
     }
 
     /// The form body of a token or revocation request.

@@ -48,8 +48,8 @@ package struct SigningKeyStore: Sendable {
     }
 
     /// Publishes a new key at once; it signs after `prepublish` (RPs cache the JWKS),
-    /// when the current one retires. Returns the new key's id.
-    package func rotate(prepublish: Duration) throws -> String {
+    /// when the current one retires. Returns the new key's id. `actor` is audited.
+    package func rotate(prepublish: Duration, actor: String = "cli") throws -> String {
         let key = try AsymmetricKey.generateRSA(bits: 2048)
         return try pool.withTransaction { connection in
             try connection.query("SELECT pg_advisory_xact_lock(\(Self.lock))")
@@ -58,7 +58,11 @@ package struct SigningKeyStore: Sendable {
                 UPDATE oidc_signing_keys SET retired_at = greatest(activates_at, now() + \(prepublish)::interval)
                 WHERE retired_at IS NULL
                 """)
-            return try insert(key, activatingIn: prepublish, connection)
+            let kid = try insert(key, activatingIn: prepublish, connection)
+            try AuditLog.record(
+                connection, actor: actor, action: "oidc_signing_key.rotated",
+                detail: ["target": .string(kid), "outcome": .string("rotated")])
+            return kid
         }
     }
 

@@ -58,35 +58,40 @@ package struct GrantStore: Sendable {
         /// Used before (the grant it started is now ended), or expired.
         case spent
         case expired
-        case found(Grant, clientID: String, redirectURI: String, codeChallenge: String?, nonce: String?)
+        /// Issued to another client: refused and left unspent (RFC 6749 §4.1.3), so a client
+        /// that learnt another's code can neither use nor burn it.
+        case otherClient
+        case found(Grant, redirectURI: String, codeChallenge: String?, nonce: String?)
     }
 
-    /// Spends a code. A second use ends the grant the first one started (RFC 6749 §4.1.2:
-    /// revoke the tokens issued on that code). The common case is one statement: the row lock
-    /// of the UPDATE decides between two racing uses, and the loser finds the code spent.
-    func redeem(code: String) throws -> Redemption {
+    /// Spends a code presented by `clientID`. A second use ends the grant the first one started
+    /// (RFC 6749 §4.1.2: revoke the tokens issued on that code). The common case is one
+    /// statement: the row lock of the UPDATE decides between two racing uses, and the loser
+    /// finds the code spent. The client is part of the match, so another client's code is
+    /// never spent.
+    func redeem(code: String, clientID: String) throws -> Redemption {
         let hash = SHA256.hexHash(code)
         if let row = try pool.query(
             """
             UPDATE oidc_codes c SET used_at = now() FROM oidc_grants g
-            WHERE c.code_hash = \(hash) AND g.id = c.grant_id AND c.used_at IS NULL AND c.expires_at > now()
-              AND g.ended_at IS NULL
+            WHERE c.code_hash = \(hash) AND g.id = c.grant_id AND g.client_id = \(clientID) AND c.used_at IS NULL
+              AND c.expires_at > now() AND g.ended_at IS NULL
             RETURNING c.redirect_uri, c.code_challenge, c.nonce, g.id, g.client_id, g.user_id, g.sid, g.scope, g.auth_time
             """
         ).first {
-            let grant = try Self.grant(row)
             return .found(
-                grant, clientID: grant.clientID, redirectURI: try row.decode(String.self, "redirect_uri"),
+                try Self.grant(row), redirectURI: try row.decode(String.self, "redirect_uri"),
                 codeChallenge: try row.decode(String?.self, "code_challenge"), nonce: try row.decode(String?.self, "nonce"))
         }
         guard
             let row = try pool.query(
                 """
-                SELECT c.grant_id, c.used_at IS NOT NULL OR g.ended_at IS NOT NULL AS spent
+                SELECT c.grant_id, g.client_id, c.used_at IS NOT NULL OR g.ended_at IS NOT NULL AS spent
                 FROM oidc_codes c JOIN oidc_grants g ON g.id = c.grant_id WHERE c.code_hash = \(hash)
                 """
             ).first
         else { return .unknown }
+        guard try row.decode(String.self, "client_id") == clientID else { return .otherClient }
         guard try row.decode(Bool.self, "spent") else { return .expired }
         let grantID = try row.decode(UUID.self, "grant_id")
         try pool.withTransaction { try Self.end(grantID, reason: "code_replayed", $0) }
@@ -128,7 +133,9 @@ package struct GrantStore: Sendable {
             RETURNING g.id, g.client_id, g.user_id, g.sid, g.scope, g.auth_time
             """
         ).first {
-            return .found(try Self.grant(row))
+            let grant = try Self.grant(row)
+            try forgetOldRefreshTokens(of: grant.id)
+            return .found(grant)
         }
         guard
             let row = try pool.query(
@@ -141,6 +148,33 @@ package struct GrantStore: Sendable {
         let grantID = try row.decode(UUID.self, "grant_id")
         try pool.withTransaction { try Self.end(grantID, reason: "refresh_token_reused", $0) }
         return .reused
+    }
+
+    /// Rotation would leave one used refresh token per use for 90 days (an RP refreshing every
+    /// ten minutes: 13,000 rows per grant). Reuse detection needs the recent ones: a stolen
+    /// token is replayed soon after the rightful client rotated it. So a grant keeps its
+    /// `ProviderPolicy.usedRefreshTokensKept` most recently used ones; an older one presented
+    /// again is unknown (`invalid_grant`, the grant goes on).
+    private func forgetOldRefreshTokens(of grantID: UUID) throws {
+        try pool.query(
+            """
+            DELETE FROM oidc_tokens WHERE grant_id = \(grantID) AND kind = 'refresh' AND used_at IS NOT NULL
+              AND token_hash NOT IN (
+                  SELECT token_hash FROM oidc_tokens WHERE grant_id = \(grantID) AND kind = 'refresh' AND used_at IS NOT NULL
+                  ORDER BY used_at DESC, token_hash LIMIT \(ProviderPolicy.usedRefreshTokensKept))
+            """)
+    }
+
+    /// An access token's grant and lifetime, for introspection (RFC 7662): nil when it is not live.
+    func introspect(accessToken token: String) throws -> (grant: Grant, expiresAt: Date)? {
+        guard token.utf8.count <= 256 else { return nil }
+        return try pool.query(
+            """
+            SELECT g.id, g.client_id, g.user_id, g.sid, g.scope, g.auth_time, t.expires_at FROM oidc_tokens t
+            JOIN oidc_grants g ON g.id = t.grant_id
+            WHERE t.token_hash = \(SHA256.hexHash(token)) AND t.kind = 'access' AND t.expires_at > now() AND g.ended_at IS NULL
+            """
+        ).first.map { (try Self.grant($0), try $0.decode(Date.self, "expires_at")) }
     }
 
     /// The live grant behind an access token, or nil (unknown, expired, or its grant ended).

@@ -7,6 +7,7 @@ import PostgresClient
 package struct ProviderHousekeeping: ModulePruning {
     let grants: GrantStore
     let logouts: LogoutDeliveryStore
+    let assertions: ClientAssertionStore
     let retention: Duration
     let deadLetterRetention: Duration
 
@@ -15,6 +16,7 @@ package struct ProviderHousekeeping: ModulePruning {
         // The app id only matters for claims; pruning reads no identity.
         grants = GrantStore(pool: pool, appID: "")
         logouts = LogoutDeliveryStore(pool: pool)
+        assertions = ClientAssertionStore(pool: pool)
         self.retention = retention
         self.deadLetterRetention = deadLetterRetention
     }
@@ -22,6 +24,7 @@ package struct ProviderHousekeeping: ModulePruning {
     /// One pass; never more to do at once.
     package func prune() throws -> Bool {
         try grants.prune()
+        try assertions.prune()
         try logouts.prune(retention: retention, deadLetterRetention: deadLetterRetention)
         return false
     }

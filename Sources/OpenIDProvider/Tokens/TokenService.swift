@@ -1,42 +1,64 @@
 import BrokerCore
 import BrokerCrypto
 import Foundation
-import HTTPServer
+import Locking
 import Observability
 import StrictJSON
+import Synchronization
 
 /// The token, userinfo and revocation endpoints (OpenID Connect Core §3.1.3 and §5.3,
-/// RFC 6749 §4.1.3 and §6, RFC 7636 §4.6, RFC 7009). Every refusal is an OAuth error.
+/// RFC 6749 §4.1.3 and §6, RFC 7636 §4.6, RFC 7009, RFC 7662). Every refusal is an OAuth error.
 package struct TokenService: Sendable {
-    let issuer: String
+    let endpoints: Endpoints
+    var issuer: String { endpoints.issuer }
     let grants: GrantStore
     /// BrokerCore's users: the claims come from the user's Apple identity, read through it.
     let users: UserDirectory
     let keys: SigningKeys
     let authentication: ClientAuthentication
+    let resourceServers: ResourceServerStore
     private let outcomes: CounterFamily
+    private let issued: CounterFamily
+    private let revocations: CounterFamily
+    private let introspections: CounterFamily
+    private let clientLabels = ClientLabels(maximum: ProviderPolicy.maximumClientLabels)
 
-    package init(
-        issuer: String, clients: ClientStore, grants: GrantStore, users: UserDirectory, keys: SigningKeys,
-        metrics: MetricsRegistry
+    init(
+        endpoints: Endpoints, clients: ClientStore, grants: GrantStore, users: UserDirectory, keys: SigningKeys,
+        clientKeys: ClientKeys,
+        resourceServers: ResourceServerStore, assertions: ClientAssertionStore, metrics: MetricsRegistry
     ) {
-        self.issuer = issuer
+        self.endpoints = endpoints
         self.grants = grants
         self.users = users
         self.keys = keys
-        authentication = ClientAuthentication(clients: clients)
+        self.resourceServers = resourceServers
+        authentication = ClientAuthentication(
+            clients: clients, keys: clientKeys, assertions: assertions,
+            audiences: [endpoints.issuer, endpoints.url(Endpoints.token)])
         outcomes = metrics.counter(
             "oidc_token_requests_total", help: "Token endpoint requests by grant type and outcome: success or the OAuth error.",
             labels: ["grant_type", "outcome"])
+        issued = metrics.counter(
+            "oidc_tokens_issued_total",
+            help: "Successful token requests by client (the first 200 client ids; later ones as other) and grant type.",
+            labels: ["client_id", "grant_type"])
+        revocations = metrics.counter(
+            "oidc_revocations_total", help: "Revocation requests (RFC 7009) by outcome: success or the OAuth error.",
+            labels: ["outcome"])
+        introspections = metrics.counter(
+            "oidc_introspections_total",
+            help: "Introspection requests (RFC 7662) by outcome: active, inactive or the OAuth error.", labels: ["outcome"])
     }
 
     /// `POST /token` with its form fields.
-    func token(_ request: HTTPRequest, form: [String: String]) throws -> JSONValue {
+    func token(_ credentials: ClientCredentials) throws -> JSONValue {
+        let form = credentials.form
         // Only the known grant types label the metric: a caller cannot invent labels.
         let grantType =
             ["authorization_code", "refresh_token"].contains(form["grant_type"] ?? "") ? form["grant_type"]! : "other"
         do {
-            let client = try authentication.authenticate(request, form: form)
+            let client = try authentication.authenticate(credentials, endpoint: endpoints.url(Endpoints.token))
             let answer: JSONValue
             switch form["grant_type"] {
             case "authorization_code": answer = try exchange(form, client: client)
@@ -45,6 +67,7 @@ package struct TokenService: Sendable {
             default: throw OAuthError("unsupported_grant_type", "authorization_code or refresh_token")
             }
             outcomes.increment(grantType, "success")
+            issued.increment(clientLabels.label(client.clientID), grantType)
             return answer
         } catch let error as OAuthError {
             outcomes.increment(grantType, error.code)
@@ -64,11 +87,11 @@ package struct TokenService: Sendable {
         if let verifier, !CodeChallenge.isWellFormed(verifier) {
             throw OAuthError.invalidRequest("code_verifier must be 43 to 128 characters of A-Z, a-z, 0-9, -, ., _, ~")
         }
-        switch try grants.redeem(code: code) {
+        switch try grants.redeem(code: code, clientID: client.clientID) {
         case .unknown, .expired: throw OAuthError.invalidGrant("the code is unknown or expired")
         case .spent: throw OAuthError.invalidGrant("the code was used already; the tokens it gave are revoked")
-        case .found(let grant, let clientID, let boundRedirect, let challenge, let nonce):
-            guard clientID == client.clientID else { throw OAuthError.invalidGrant("the code was issued to another client") }
+        case .otherClient: throw OAuthError.invalidGrant("the code was issued to another client")
+        case .found(let grant, let boundRedirect, let challenge, let nonce):
             guard redirectURI == boundRedirect else {
                 throw OAuthError.invalidGrant("redirect_uri differs from the authorization request's")
             }
@@ -141,6 +164,12 @@ package struct TokenService: Sendable {
             claims["email_forwarding"] = .string(identity.emailForwarding)
         }
         if scopes.contains("profile") {
+            // The name RPs show and often key accounts on (Home Assistant, Grafana, Nextcloud):
+            // the e-mail when the grant has the email scope and there is one, else the sub (a
+            // stable handle, unique, no personal data). It may change with the e-mail (OpenID
+            // Connect Core §5.7: RPs must key on sub).
+            let email = scopes.contains("email") ? identity.email : nil
+            claims["preferred_username"] = .string(email ?? grant.userID.uuidString.lowercased())
             if let given = identity.givenName { claims["given_name"] = .string(given) }
             if let family = identity.familyName { claims["family_name"] = .string(family) }
             let name = [identity.givenName, identity.familyName].compactMap { $0 }.joined(separator: " ")
@@ -158,9 +187,84 @@ package struct TokenService: Sendable {
     }
 
     /// RFC 7009 revocation: 200 whatever the token was, once the client authenticated.
-    func revoke(_ request: HTTPRequest, form: [String: String]) throws {
-        let client = try authentication.authenticate(request, form: form)
-        guard let token = form["token"], !token.isEmpty else { throw OAuthError.invalidRequest("token is required") }
-        try grants.revoke(token, clientID: client.clientID)
+    func revoke(_ credentials: ClientCredentials) throws {
+        do {
+            let client = try authentication.authenticate(credentials, endpoint: endpoints.url(Endpoints.revocation))
+            guard let token = credentials.form["token"], !token.isEmpty else {
+                throw OAuthError.invalidRequest("token is required")
+            }
+            try grants.revoke(token, clientID: client.clientID)
+            revocations.increment("success")
+        } catch let error as OAuthError {
+            revocations.increment(error.code)
+            throw error
+        } catch let failure as ClientAuthenticationFailure {
+            revocations.increment("invalid_client")
+            throw failure
+        }
+    }
+
+    /// RFC 7662 introspection by a registered resource server (client_secret_basic or
+    /// client_secret_post with its own secret). A live access token issued to one of the
+    /// relying parties it serves is active; anything else, including refresh tokens and
+    /// other audiences' tokens, is `{"active": false}` (§2.2: nothing more is said).
+    func introspect(_ credentials: ClientCredentials) throws -> JSONValue {
+        do {
+            let server = try authenticateResourceServer(credentials)
+            guard let token = credentials.form["token"], !token.isEmpty else {
+                throw OAuthError.invalidRequest("token is required")
+            }
+            guard let (grant, expiresAt) = try grants.introspect(accessToken: token),
+                server.clientIDs.contains(grant.clientID)
+            else {
+                introspections.increment("inactive")
+                return .object(["active": .bool(false)])
+            }
+            introspections.increment("active")
+            let exp = Int64(expiresAt.timeIntervalSince1970)
+            return .object([
+                "active": .bool(true), "scope": .string(grant.scope), "client_id": .string(grant.clientID),
+                "sub": .string(grant.userID.uuidString.lowercased()), "token_type": .string("Bearer"),
+                "exp": .integer(exp), "iat": .integer(exp - Int64(ProviderPolicy.accessTokenLifetimeSeconds)),
+                "iss": .string(issuer), "aud": .string(server.id), "sid": .string(grant.sid),
+            ])
+        } catch let error as OAuthError {
+            introspections.increment(error.code)
+            throw error
+        } catch let failure as ClientAuthenticationFailure {
+            introspections.increment("invalid_client")
+            throw failure
+        }
+    }
+
+    private func authenticateResourceServer(_ credentials: ClientCredentials) throws -> ResourceServerStore.ResourceServer {
+        let form = credentials.form
+        if credentials.malformedAuthorization { throw ClientAuthentication.failed(basic: true) }
+        if credentials.basic != nil && form["client_secret"] != nil {
+            throw OAuthError.invalidRequest("use one client authentication method")
+        }
+        guard let id = credentials.basic?.id ?? form["client_id"],
+            let secret = credentials.basic?.secret ?? form["client_secret"],
+            let server = try resourceServers.find(id), server.accepts(secret: secret)
+        else { throw ClientAuthentication.failed(basic: credentials.basic != nil) }
+        return server
+    }
+}
+
+/// Client ids as metric label values: the first `maximum` seen keep their own; later ones are
+/// `other`, so registrations cannot grow /metrics without bound.
+final class ClientLabels: Sendable {
+    let maximum: Int
+    private let seen = Lock<Set<String>>([])
+
+    init(maximum: Int) { self.maximum = maximum }
+
+    func label(_ clientID: String) -> String {
+        seen.withLock { seen in
+            if seen.contains(clientID) { return clientID }
+            guard seen.count < maximum else { return "other" }
+            seen.insert(clientID)
+            return clientID
+        }
     }
 }
