@@ -195,6 +195,22 @@ struct SourceRulesTests {
         #expect(undeclared.isEmpty, "\(undeclared.joined(separator: "\n"))")
     }
 
+    @Test("the provider's services take typed values: only its HTTP/ folder and its front door import HTTPServer")
+    func providerHTTPStaysInHTTP() throws {
+        let folder = Repository.root.appendingPathComponent("Sources/OpenIDProvider")
+        let files = try #require(FileManager.default.enumerator(at: folder, includingPropertiesForKeys: nil))
+            .compactMap { $0 as? URL }.filter { $0.pathExtension == "swift" }
+        #expect(files.count > 10)
+        let speakingHTTP = try files.compactMap { url -> String? in
+            let relative = String(url.path.dropFirst(folder.path.count + 1))
+            // HTTP/ holds the routes; OpenIDProvider.swift registers them on the router.
+            guard !relative.hasPrefix("HTTP/") && relative != "OpenIDProvider.swift" else { return nil }
+            let text = try String(contentsOf: url, encoding: .utf8)
+            return text.split(separator: "\n").contains { $0 == "import HTTPServer" } ? relative : nil
+        }
+        #expect(speakingHTTP.isEmpty, "HTTP outside HTTP/: \(speakingHTTP.sorted())")
+    }
+
     @Test("the ownership rule sees a foreign table in a store, a function or a literal, and lets comments be")
     func ownershipRuleCatches() {
         let known: Set<String> = ["apple_identities", "oidc_grants", "console_sessions", "deletion_requests", "users"]
