@@ -43,7 +43,8 @@
 //   Client        AppleIDBrokerClient: the library Swift app backends call the broker with (URLSession)
 //   Tests         one target per foundation module; BrokerRuleTests (the product's rules and routes, no
 //                 database), BrokerCoreTests (the product end to end: brokers, CLI, clusters) and
-//                 OpenIDProviderTests (the provider end to end against the simulator);
+//                 OpenIDProviderTests (the provider end to end against the simulator); BrokerStoreTests
+//                 and DeliveriesTests (one store, service or the engine against a migrated database, no broker);
 //                 TestSupport (throwaway clusters, PgBouncer, test threads). `make check` runs every
 //                 database-free target, `make test` everything (docs/testing.md).
 //   Elsewhere     sql/ (migrations; sql/functions/ one file per SQL function, docs/database.md),
@@ -181,8 +182,7 @@ let package = Package(
             name: "broker-bench",
             dependencies: [
                 "BrokerAPI", "BrokerCore", "AppleID", "BrokerCrypto", "COpenSSL", "JOSE", "StrictJSON", "PostgresClient",
-                "HTTPServer",
-                "Observability",
+                "HTTPServer", "HTTPClient", "Observability",
             ],
             swiftSettings: swiftSettings),
 
@@ -205,6 +205,12 @@ let package = Package(
             name: "AppleIDTests", dependencies: ["AppleID", "JOSE", "StrictJSON", "TestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "StrictJSONTests", dependencies: ["StrictJSON"], swiftSettings: swiftSettings),
         .testTarget(name: "WorkersTests", dependencies: ["Workers"], swiftSettings: swiftSettings),
+        // BrokerCore's stores and services against a migrated database, no broker.
+        .testTarget(
+            name: "BrokerStoreTests",
+            dependencies: ["BrokerCore", "BrokerCrypto", "PostgresClient", "Observability", "TestSupport"],
+            swiftSettings: swiftSettings
+        ),
         // The delivery engine against a migrated database and a receiver on loopback, no broker.
         .testTarget(
             name: "DeliveriesTests",
@@ -217,17 +223,19 @@ let package = Package(
             name: "JOSETests", dependencies: ["JOSE", "StrictJSON", "BrokerCrypto", "TestSupport"], swiftSettings: swiftSettings),
         .testTarget(
             name: "AppleSimulatorTests",
-            dependencies: ["AppleSimulator", "JOSE", "StrictJSON", "BrokerCrypto", "HTTPClient", "TestSupport"],
+            dependencies: [
+                "AppleSimulator", "JOSE", "StrictJSON", "BrokerCrypto", "HTTPClient", "HTTPServer", "Observability", "TestSupport",
+            ],
             swiftSettings: swiftSettings
         ),
         .testTarget(
             name: "PostgresClientTests",
-            dependencies: ["PostgresClient", "TestSupport", "Workers"],
+            dependencies: ["PostgresClient", "EmbeddedPostgres", "Observability", "TestSupport", "Workers"],
             swiftSettings: swiftSettings
         ),
         .testTarget(
             name: "HTTPServerTests",
-            dependencies: ["HTTPServer", "HTTPClient", "TestSupport"],
+            dependencies: ["HTTPServer", "HTTPClient", "Observability", "TestSupport"],
             swiftSettings: swiftSettings
         ),
         // Rules and routes of the product without a database or a broker (make check runs them).
@@ -244,7 +252,7 @@ let package = Package(
             name: "ConsoleTests",
             dependencies: [
                 "Console", "BrokerAPI", "BrokerCore", "AppleSimulator", "HTTPServer", "HTTPClient", "JOSE", "StrictJSON",
-                "BrokerCrypto", "TestSupport", "PostgresClient", "Observability", "ProcessRunner", "Locking",
+                "BrokerCrypto", "TestSupport", "PostgresClient", "Observability", "ProcessRunner",
             ],
             swiftSettings: swiftSettings
         ),
@@ -254,7 +262,8 @@ let package = Package(
             dependencies: [
                 "BrokerAPI", "BrokerCore", "AppleSimulator", "HTTPServer", "JOSE", "StrictJSON", "BrokerCrypto", "TestSupport",
                 "ProcessRunner",
-                "CommandArguments", "AppleIDBrokerClient", "Workers", "AppleID",
+                "CommandArguments", "AppleIDBrokerClient", "Workers", "AppleID", "HTTPClient", "Observability", "PostgresClient",
+                "EmbeddedPostgres",
             ],
             swiftSettings: swiftSettings
         ),
@@ -271,10 +280,11 @@ let package = Package(
 )
 
 // One lock type for every Swift target: `Lock` (Mutex, or PThreadMutex under ThreadSanitizer).
+// Not the C wrappers (a name prefix would also skip Console and CommandArguments).
 package.targets.append(.target(name: "Locking", swiftSettings: swiftSettings))
 for target in package.targets
-where [.regular, .executable, .test].contains(target.type) && !target.name.hasPrefix("C")
-    && !["Locking", "embed-resources"].contains(target.name)
+where [.regular, .executable, .test].contains(target.type)
+    && !["CMicroHTTPDShims", "CCurlShims", "Locking", "embed-resources"].contains(target.name)
 {
     target.dependencies.append("Locking")
 }

@@ -13,6 +13,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/bootstrap.sh test
+python3 scripts/check-imports.py  # every target declares the package modules it imports
 
 flags=(-Xswiftc -warnings-as-errors)
 echo "== build (warnings are errors)" >&2
