@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# make bench-oidc: the OpenID Provider's token endpoint (code exchanges) and userinfo against
+# make bench-oidc: the OpenID Provider's token endpoint (code exchanges), userinfo, whole sign-ins
+# (the broker's through Apple, the simulator) and prompt=none renewals from a live session against
 # Glewlwyd 2.7 from Debian (an OpenID Certified provider in C: its OIDC plugin, RS256 with a
 # 2048-bit key like the broker's, one user, one confidential client), both in one run on this
 # machine, in interleaved rounds; codes are minted before each round by each side's own
@@ -21,6 +22,7 @@ trap 'stop_glewlwyd; stop_all' EXIT
 PY=$TOOLS_VENV/bin/python
 
 export APPLE_CLIENT_IDS=com.example.app,com.example.web OIDC_APPLE_CLIENT_ID=com.example.web
+export APPLE_APP_GROUPS=com.example.app=com.example.web
 export BROKER_PUBLIC_URL=http://127.0.0.1:$BROKER_PORT OIDC_ISSUER=http://127.0.0.1:$BROKER_PORT/oidc
 export SIM_RETURN_URLS="com.example.web=$BROKER_PUBLIC_URL/v1/apple/web/callback"
 start_stack
@@ -32,6 +34,8 @@ registration=$("$BIN/appleid-broker" oidc-clients create --name bench --redirect
   --auth-method client_secret_basic --scope openid)
 read -r BROKER_CLIENT_ID BROKER_CLIENT_SECRET < <("$PY" -c \
   'import json,sys; c=json.loads(sys.argv[1]); print(c["client_id"], c["client_secret"])' "$registration")
+# One Glewlwyd user per concurrent browser: whole sign-ins and renewals are several people at once.
+export GLEWLWYD_EXTRA_USERS=${CONCURRENCY:-8}
 start_glewlwyd "$PY" "$glewlwyd_redirect"
 echo "== OIDC: broker (release) vs Glewlwyd $(dpkg-query -W -f='${Version}' glewlwyd) on $GLEWLWYD_DB, ${ROUNDS:-3} interleaved rounds" \
   "of ${CODES:-200} code exchanges at concurrency ${CONCURRENCY:-8} and ${USERINFO:-2000} userinfo calls (nproc $(nproc))"

@@ -8,7 +8,8 @@
      a fresh database this build migrated, and every function, column, index and constraint the
      previous release had must still be there unchanged (expand: nothing replaced in place).
   3. Both brokers, each on its own port, are driven: a new user's and a known user's login, an
-     Apple notification, a deletion (the deletion job and the refresh sweep of each release,
+     Apple notification, a consent-revoked older than the last sign-in arriving late at each
+     (stale on both: issue 35's timeline), a deletion (the deletion job and the refresh sweep of each release,
      one release at a time, so each is seen working), and every webhook event delivered.
 Every answer is checked; exits 1 on the first wrong one, with the logs' tails.
 
@@ -178,6 +179,20 @@ def main():
                 "url": f"{broker.url}/v1/apple/notifications", "type": "email-disabled", "sub": sub, "client_id": CLIENT_ID})
             check(status == 200 and sent["status"] == 200, f"{broker.name}: notification: {status} {sent}")
             say(f"   {broker.name}: email-disabled notification applied")
+        # Apple's clock (issue 35): a consent-revoked from before the user's last sign-in (this
+        # build's, on the timeline) arrives late at each release: both record it stale, revoke
+        # nothing (v0.24.0 through consent_at, which this build's sign-ins advance).
+        late_sub = list(users)[2]
+        for broker in (old, new):
+            status, sent = call("POST", f"{sim}/sim/notifications", {
+                "url": f"{broker.url}/v1/apple/notifications", "type": "consent-revoked", "sub": late_sub,
+                "client_id": CLIENT_ID, "event_time_ms": int((time.time() - 60) * 1000)})
+            check(status == 200 and sent["status"] == 200, f"{broker.name}: late consent-revoked: {status} {sent}")
+            outcome = postgres.query(f"SELECT outcome FROM apple_notifications WHERE jti = '{sent['jti']}'")[0][0]
+            check(outcome == "stale", f"{broker.name}: a consent-revoked older than the last sign-in was {outcome}")
+        check(postgres.query("SELECT count(*) FROM outbox_events WHERE type = 'consent.revoked'")[0][0] == "0",
+              "a late consent-revoked revoked a user who signed in after it")
+        say("   previous and current: a late consent-revoked from before the last sign-in is stale on both")
         deletions = []
         for broker, sub in ((old, list(users)[0]), (new, list(users)[1])):
             workers, workers_url = broker.workers()

@@ -16,7 +16,7 @@ package struct AppleClaims {
     /// The claims the broker reads.
     package enum Name: Int, CaseIterable {
         case iss, aud, exp, iat, nbf, sub, nonce, nonceSupported, email, emailVerified, isPrivateEmail, realUserStatus
-        case transferSub, jti, events, cHash, orgID
+        case transferSub, jti, events, cHash, orgID, authTime
 
         /// The claim's name in the JWT.
         package var text: StaticString {
@@ -38,6 +38,7 @@ package struct AppleClaims {
             case .events: "events"
             case .cHash: "c_hash"
             case .orgID: "org_id"
+            case .authTime: "auth_time"
             }
         }
     }

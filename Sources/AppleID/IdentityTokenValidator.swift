@@ -23,6 +23,9 @@ public struct AppleIdentity: Sendable, Equatable {
     /// `org_id` of a Managed Apple Account (Work & School): the organisation managing it. Such
     /// an account's address may be a real one (protocol reference §11.7); nil for others.
     public var orgID: String? = nil
+    /// `auth_time`: when Apple last authenticated the person (modern tokens carry it; protocol
+    /// reference §1). nil when absent, not a number, or later than the token itself.
+    public var authTime: Date? = nil
 
     /// Whether `code` can be the code issued with this token: true when the token has no
     /// `c_hash` to compare with.
@@ -54,7 +57,7 @@ public struct IdentityTokenValidator: Sendable {
     }
 
     /// - Parameters:
-    ///   - rawNonce: the nonce the app generated; the token's `nonce` must be its lowercase hex SHA-256.
+    ///   - rawNonce: the nonce the app generated; the token's `nonce` must match it (`nonce(_:matches:)`).
     ///   - clientIDHint: when given, the audience must be this client id.
     ///   - checkAge: false for tokens Apple returns from `/auth/token` (their `iat` is now anyway).
     public func validate(_ token: String, rawNonce: String?, clientIDHint: String? = nil, checkAge: Bool = true) throws
@@ -81,8 +84,11 @@ public struct IdentityTokenValidator: Sendable {
         if let rawNonce {
             switch claims[.nonce] {
             case .string(let nonce):
-                guard ConstantTime.equals(Array(nonce.utf8), Array(SHA256.hexHash(rawNonce).utf8)) else {
-                    throw TokenRejection(.nonceMismatch, "nonce is not the hex SHA-256 of raw_nonce")
+                guard Self.nonce(nonce, matches: rawNonce) else {
+                    throw TokenRejection(
+                        .nonceMismatch,
+                        "nonce is neither the SHA-256 of raw_nonce (hex or base64) nor, unless it looks like a SHA-256, raw_nonce itself"
+                    )
                 }
             case nil:
                 // Apple says nonce_supported=false means the platform could not carry one.
@@ -105,6 +111,47 @@ public struct IdentityTokenValidator: Sendable {
             realUserStatus: realUserStatus, transferSub: claims[.transferSub]?.stringValue,
             issuedAt: Date(timeIntervalSince1970: TimeInterval(issuedAt)),
             expiresAt: Date(timeIntervalSince1970: TimeInterval(expires)), codeHash: claims[.cHash]?.stringValue,
-            orgID: claims[.orgID]?.stringValue.flatMap { $0.isEmpty || $0.utf8.count > 255 ? nil : $0 })
+            orgID: claims[.orgID]?.stringValue.flatMap { $0.isEmpty || $0.utf8.count > 255 ? nil : $0 },
+            authTime: claims[.authTime]?.integerValue.flatMap {
+                $0 > issuedAt ? nil : Date(timeIntervalSince1970: TimeInterval($0))
+            })
+    }
+
+    /// The nonce rule (protocol reference §1 "Nonce hashing"; issue 35): Apple hashes nothing
+    /// and echoes what the app put in its request. What Apple's SDKs are given differs:
+    /// Firebase, Supabase and Expo's guides put the lowercase hex SHA-256 of the raw nonce in
+    /// the request (some apps the uppercase hex, or base64, firebase-ios-sdk #15571); web flows
+    /// and Sign in with Apple JS often pass the nonce unhashed (better-auth PR #8870 accepts
+    /// both). So the token's `nonce` matches `rawNonce` when it is the SHA-256 of `rawNonce` in
+    /// hex (either case), base64 or base64url (padded or not), or `rawNonce` itself, except
+    /// when it is shaped like a SHA-256 in one of those encodings: such a nonce must come
+    /// with its preimage, or anyone holding the token could pass its nonce as `raw_nonce`.
+    /// Every comparison is constant-time.
+    public static func nonce(_ nonce: String, matches rawNonce: String) -> Bool {
+        let digest = SHA256.hash(rawNonce)
+        let hex = Hex.encode(digest)
+        let base64url = Base64URL.encode(digest)
+        let base64 = base64url.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
+        let claim = Array(nonce.utf8)
+        var matched = false
+        for candidate in [hex, hex.uppercased(), base64url, base64url + "=", base64, base64 + "="] {
+            matched = ConstantTime.equals(claim, Array(candidate.utf8)) || matched
+        }
+        if matched { return true }
+        return !looksLikeSHA256(nonce) && ConstantTime.equals(claim, Array(rawNonce.utf8))
+    }
+
+    /// Whether `nonce` has the shape of a SHA-256 digest: 64 hex digits, or 43 base64(url)
+    /// characters (44 with `=`) that decode to 32 bytes.
+    static func looksLikeSHA256(_ nonce: String) -> Bool {
+        let bytes = Array(nonce.utf8)
+        if bytes.count == 64, bytes.allSatisfy({ ($0 >= 48 && $0 <= 57) || (($0 | 0x20) >= 97 && ($0 | 0x20) <= 102) }) {
+            return true
+        }
+        var text = nonce
+        if text.utf8.count == 44, text.hasSuffix("=") { text.removeLast() }
+        guard text.utf8.count == 43 else { return false }
+        let urlSafe = text.replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_")
+        return Base64URL.decode(urlSafe)?.count == 32
     }
 }

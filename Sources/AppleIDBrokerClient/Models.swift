@@ -73,6 +73,9 @@ public struct LoginResponse: Sendable, Decodable, Equatable {
     /// Apple's unsigned first-authorization e-mail when the token had another or none: never
     /// verified, never link accounts by it.
     public var unverifiedEmail: String?
+    /// What became of the authorization code: `exchanged`, `already_exchanged`, `spent`,
+    /// `over_budget` (the user's hourly exchanges are spent; signed in without it) or `none`.
+    public var codeExchange: String?
 
     enum CodingKeys: String, CodingKey {
         case userID = "user_id"
@@ -85,6 +88,7 @@ public struct LoginResponse: Sendable, Decodable, Equatable {
         case refreshTokenStored = "refresh_token_stored"
         case status, risk
         case unverifiedEmail = "unverified_email"
+        case codeExchange = "code_exchange"
     }
 }
 

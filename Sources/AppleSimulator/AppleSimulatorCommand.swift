@@ -48,12 +48,18 @@ public enum AppleSimulatorCommand {
             CommandSpec(
                 ["revoke-consent"], "--sub SUB [--client-id ID] [--team TEAMID] [--url URL]",
                 summary: "the user stops using Sign in with Apple for the app group (every app without\n"
-                    + "--client-id): their tokens die, their next web authorization carries `user` again",
+                    + "--client-id): their tokens die, their next web authorization carries `user` again,\n"
+                    + "and with `faults --notification-url` Apple sends its consent-revoked there",
                 options: ["sub", "client-id", "team", "url"]),
             CommandSpec(
                 ["change-password"], "--sub SUB [--team TEAMID] [--url URL]",
                 summary: "the user changes their password: refresh tokens answer invalid_grant, the\n"
                     + "authorization stays", options: ["sub", "team", "url"]),
+            CommandSpec(
+                ["transfer-app"], "--client-ids A,B --from TEAMID --to TEAMID [--url URL]",
+                summary: "an app transfer completes: the client ids (a primary App ID and its grouped IDs)\n"
+                    + "move to the other team; the old team can neither refresh nor revoke their tokens",
+                options: ["client-ids", "from", "to", "url"]),
             CommandSpec(["revocations"], "[--url URL]", summary: "print every /auth/revoke call so far", options: ["url"]),
         ],
         footer: """
@@ -127,6 +133,13 @@ public enum AppleSimulatorCommand {
                 body["team_id"] = options["team"]
                 let path = command == "revoke-consent" ? "/sim/consent/revoke" : "/sim/users/password-change"
                 return try call(url + path, method: "POST", body: body)
+            case "transfer-app":
+                guard let clientIDs = options["client-ids"], let from = options["from"], let to = options["to"] else {
+                    throw Usage("--client-ids, --from and --to are required")
+                }
+                return try call(
+                    url + "/sim/teams/transfer-app", method: "POST",
+                    body: ["client_ids": clientIDs.split(separator: ",").map(String.init), "from_team": from, "to_team": to])
             case "revocations":
                 return try call(url + "/sim/revocations", method: "GET", body: nil)
             default:
@@ -179,6 +192,15 @@ public enum AppleSimulatorCommand {
         .init(option: "no-user-field-after-revocation", key: .userFieldAfterRevocation, kind: .offFlag),
         .init(
             option: "relay-domain", key: .relayDomain, kind: .string, placeholder: "privaterelay.appleid.com|private.icloud.com"),
+        // Apple's clock (issue 35): notification delivery, intermittent request defects.
+        .init(option: "notification-url", key: .notificationURL, kind: .string, placeholder: "URL"),
+        .init(option: "notification-delay-ms", key: .notificationDelayMilliseconds, kind: .int, placeholder: "N"),
+        .init(option: "notification-timeout-ms", key: .notificationTimeoutMilliseconds, kind: .int, placeholder: "N"),
+        .init(option: "notification-retries", key: .notificationRetries, kind: .int, placeholder: "N"),
+        .init(option: "notification-retry-ms", key: .notificationRetryMilliseconds, kind: .int, placeholder: "N"),
+        .init(option: "notification-duplicates", key: .notificationDuplicates, kind: .int, placeholder: "N"),
+        .init(option: "request-error-rate", key: .requestErrorRate, kind: .double, placeholder: "R"),
+        .init(option: "request-error-seed", key: .requestErrorSeed, kind: .int, placeholder: "N"),
     ]
 
     /// The `PUT /sim/faults` body of an `apple-sim faults` command line.

@@ -64,6 +64,9 @@ public struct TokenRequest: Sendable, Codable {
     public var realUserStatus: Int?
     /// Seconds since 1970; default now.
     public var issuedAt: Int?
+    /// `auth_time`, seconds since 1970: when the person last authenticated at Apple (default
+    /// `iat`; earlier when Apple's own session let them through with a click).
+    public var authTime: Int?
     /// Lifetime in seconds; default 600.
     public var lifetime: Int?
     public var transferSub: String?
@@ -99,6 +102,7 @@ public struct TokenRequest: Sendable, Codable {
         case booleansAsStrings = "booleans_as_strings"
         case realUserStatus = "real_user_status"
         case issuedAt = "iat"
+        case authTime = "auth_time"
         case lifetime
         case transferSub = "transfer_sub"
         case withCode = "with_code"
@@ -157,7 +161,7 @@ public struct FaultSettings: Sendable, Codable, Equatable {
     public var timeoutAfterWork: Bool = true
     /// Answer token and revoke calls as a malformed request: `invalid_request` without a
     /// revocation's wording (TN3107: a wrong content type, a missing parameter, a body a
-    /// proxy rewrote), whatever the token.
+    /// proxy rewrote), whatever the token; only on `endpoints` when they name any.
     public var malformedRequest: Bool = false
     /// The same, only for refreshes of these users' tokens (one token's request defect).
     public var malformedRequestSubs: [String] = []
@@ -173,7 +177,36 @@ public struct FaultSettings: Sendable, Codable, Equatable {
     /// `privaterelay.appleid.com` (nil) or `private.icloud.com` (protocol reference §11.7).
     public var relayDomain: String? = nil
 
+    // MARK: Apple's clock (issue 35): notification delivery and intermittent request defects
+    /// Apple's Server-to-Server Notification Endpoint for the simulated apps: where a user's
+    /// revocation (`revoke-consent`) sends its `consent-revoked` (DTS, forum 708415: a user
+    /// revoking in Settings does). nil: none is sent.
+    public var notificationURL: String? = nil
+    /// Every delivery leaves this long after its event; `event_time` stays the event's.
+    public var notificationDelayMilliseconds: Int = 0
+    /// How long Apple waits for the endpoint's answer: a delivery without a 2xx in that time is
+    /// retried with the same `jti` (forums 830681, 811848), whether or not the endpoint applied it.
+    public var notificationTimeoutMilliseconds: Int = 10_000
+    /// Retries of a delivery that timed out or was not answered 2xx (Apple's schedule is
+    /// unconfirmed, protocol reference §10.7).
+    public var notificationRetries: Int = 3
+    /// The wait before each retry, and before each duplicate.
+    public var notificationRetryMilliseconds: Int = 1_000
+    /// Each notification is delivered this many more times, each with a new `jti` ("duplicates
+    /// may occur", forum 809509; §10.7).
+    public var notificationDuplicates: Int = 0
+    /// Share of `/auth/token` and `/auth/revoke` calls answered with an unworded
+    /// `invalid_request`, whatever the token: an intermittent defect between the broker and
+    /// Apple (one of two egress proxies rewriting bodies, a WAF rule; protocol reference §12.2).
+    public var requestErrorRate: Double = 0
+    /// Seed of the draws for `requestErrorRate`, restarted whenever the faults are set: the same
+    /// seed fails the same calls.
+    public var requestErrorSeed: Int = 1
+
     public init() {}
+
+    /// Whether the faults that honour `endpoints` hit this one (all when none is named).
+    func hits(_ endpoint: String) -> Bool { endpoints.isEmpty || endpoints.contains(endpoint) }
 
     enum CodingKeys: String, CodingKey, CaseIterable {
         case latencyMilliseconds = "latency_ms"
@@ -194,6 +227,14 @@ public struct FaultSettings: Sendable, Codable, Equatable {
         case transferAgeDays = "transfer_age_days"
         case userFieldAfterRevocation = "user_field_after_revocation"
         case relayDomain = "relay_domain"
+        case notificationURL = "notification_url"
+        case notificationDelayMilliseconds = "notification_delay_ms"
+        case notificationTimeoutMilliseconds = "notification_timeout_ms"
+        case notificationRetries = "notification_retries"
+        case notificationRetryMilliseconds = "notification_retry_ms"
+        case notificationDuplicates = "notification_duplicates"
+        case requestErrorRate = "request_error_rate"
+        case requestErrorSeed = "request_error_seed"
     }
 
     public init(from decoder: any Decoder) throws {
@@ -216,6 +257,27 @@ public struct FaultSettings: Sendable, Codable, Equatable {
         transferAgeDays = try container.decodeIfPresent(Int.self, forKey: .transferAgeDays) ?? 0
         userFieldAfterRevocation = try container.decodeIfPresent(Bool.self, forKey: .userFieldAfterRevocation) ?? true
         relayDomain = try container.decodeIfPresent(String.self, forKey: .relayDomain)
+        notificationURL = try container.decodeIfPresent(String.self, forKey: .notificationURL)
+        notificationDelayMilliseconds = try container.decodeIfPresent(Int.self, forKey: .notificationDelayMilliseconds) ?? 0
+        notificationTimeoutMilliseconds =
+            try container.decodeIfPresent(Int.self, forKey: .notificationTimeoutMilliseconds) ?? 10_000
+        notificationRetries = try container.decodeIfPresent(Int.self, forKey: .notificationRetries) ?? 3
+        notificationRetryMilliseconds = try container.decodeIfPresent(Int.self, forKey: .notificationRetryMilliseconds) ?? 1_000
+        notificationDuplicates = try container.decodeIfPresent(Int.self, forKey: .notificationDuplicates) ?? 0
+        requestErrorRate = try container.decodeIfPresent(Double.self, forKey: .requestErrorRate) ?? 0
+        requestErrorSeed = try container.decodeIfPresent(Int.self, forKey: .requestErrorSeed) ?? 1
+        for (value, key, range) in [
+            (notificationDelayMilliseconds, CodingKeys.notificationDelayMilliseconds, 0...3_600_000),
+            (notificationTimeoutMilliseconds, .notificationTimeoutMilliseconds, 1...600_000),
+            (notificationRetries, .notificationRetries, 0...100),
+            (notificationRetryMilliseconds, .notificationRetryMilliseconds, 0...3_600_000),
+            (notificationDuplicates, .notificationDuplicates, 0...100),
+        ] where !range.contains(value) {
+            throw DecodingError.dataCorruptedError(forKey: key, in: container, debugDescription: "\(key.stringValue) is \(range)")
+        }
+        guard (0...1).contains(requestErrorRate) else {
+            throw DecodingError.dataCorruptedError(forKey: .requestErrorRate, in: container, debugDescription: "a share, 0…1")
+        }
         if let relayDomain, !SimulatedUser.relayDomains.contains(relayDomain) {
             throw DecodingError.dataCorruptedError(
                 forKey: .relayDomain, in: container, debugDescription: "relay_domain is one of \(SimulatedUser.relayDomains)")
@@ -228,7 +290,9 @@ public struct RevocationRecord: Sendable, Codable, Equatable {
     public var clientID: String
     public var tokenTypeHint: String?
     public var token: String
-    /// `revoked`, `unknown_token`, `client_mismatch`, `already_revoked`, `fault`.
+    /// `revoked`, `unknown_token`, `client_mismatch`, `already_revoked`, `fault`; `dead_token` (a
+    /// password change killed it) and `other_team` (issued before its app moved to another team):
+    /// 200 and nothing revoked, as Apple.
     public var outcome: String
     public var sub: String?
 

@@ -18,7 +18,9 @@ import Synchronization
 /// unconfirmed, protocol reference §10.6),
 /// `sim_first_name`/`sim_last_name`, `sim_email` (a real address instead of a relay one),
 /// `sim_managed=1` (a Managed Apple Account: `org_id` and a real address),
-/// `sim_relay_domain` (`privaterelay.appleid.com` or `private.icloud.com`).
+/// `sim_relay_domain` (`privaterelay.appleid.com` or `private.icloud.com`),
+/// `sim_auth_age=N` (Apple's own session let the user through: `auth_time` is N seconds
+/// before the token's `iat`, as in real tokens).
 /// An existing user who stopped using Sign in with Apple for the app authorizes for the first
 /// time again: `user` comes once more (`FaultSettings.userFieldAfterRevocation`).
 extension AppleSimulator {
@@ -76,6 +78,9 @@ extension AppleSimulator {
         var tokenRequest = TokenRequest(clientID: clientID)
         tokenRequest.nonceClaim = nonce
         tokenRequest.omitRealUserStatus = true
+        if let age = query["sim_auth_age"].flatMap(Int.init), age >= 0 {
+            tokenRequest.authTime = Int(Date().timeIntervalSince1970) - age
+        }
         guard
             let idToken = try? identityToken(
                 for: user, clientID: clientID, request: tokenRequest, code: code, accessToken: nil)

@@ -67,6 +67,7 @@ package final class DeliveryEngine<Lane: DeliveryLane>: Sendable {
         latency.observe((ContinuousClock.now - started).seconds)
         // An answer is judged by the lane's rule; no answer is tried again.
         var verdict = failure == nil ? lane.verdict(status: status) : .retry
+        let error = failure ?? (verdict == .dead ? .rejected : .httpStatus)
         if verdict == .retry, Date().timeIntervalSince(delivery.createdAt) > settings.maximumAge.seconds { verdict = .dead }
         do {
             switch verdict {
@@ -76,7 +77,7 @@ package final class DeliveryEngine<Lane: DeliveryLane>: Sendable {
             case .retry, .dead:
                 try lane.queue.recordFailure(
                     delivery.id, dead: verdict == .dead, delay: settings.backoff.delay(after: delivery.attempts),
-                    status: status == 0 ? nil : status, error: (failure ?? .httpStatus).rawValue)
+                    status: status == 0 ? nil : status, error: error.rawValue)
                 outcomes.increment(verdict == .dead ? "failed" : "retry")
             }
         } catch {

@@ -71,7 +71,8 @@ package enum DeliveryVerdict: Sendable, Equatable {
     case delivered
     /// Try again after the backoff (until the maximum age).
     case retry
-    /// Final: a dead letter at once, never tried again unless re-driven.
+    /// Final by the receiver's word (Back-Channel Logout's 400): a dead letter at once, never
+    /// tried again unless re-driven; `last_error` says `rejected`.
     case dead
 }
 
@@ -91,6 +92,8 @@ package enum DeliveryFailure: String, Error, Sendable {
     case invalidURL = "invalid_url"
     case transportError = "transport_error"
     case httpStatus = "http_status"
+    /// The lane's rule made the answer final (`DeliveryVerdict.dead`).
+    case rejected
     case secretUnreadable = "secret_unreadable"
 
     init(_ error: HTTPClientError) {

@@ -84,12 +84,35 @@ package struct DeliveryQueueStore: Sendable {
     /// Puts a dead letter back in the queue as new (attempts and age start again); false when
     /// `id` is not `failed`. A lane that scopes re-drives (an API key's own rows) checks that first.
     package func redrive(_ id: Int64) throws -> Bool {
-        try pool.query(
+        try pool.withConnection { try redrive(id, on: $0) }
+    }
+
+    /// `redrive(_:)` on `connection`, inside the caller's transaction (which audits it).
+    package func redrive(_ id: Int64, on connection: PostgresConnection) throws -> Bool {
+        try connection.query(
             """
             UPDATE \(unescaped: table.name) SET state = 'pending', attempts = 0, next_attempt_at = now(), created_at = now()
             WHERE id = \(id) AND state = 'failed'
             """
         ).affectedRows == 1
+    }
+
+    /// What waits (`pending`) or failed for good (`failed`), per UTC day it was queued, over
+    /// the last `days` (1 to 92); anything queued before the first day counts on the first day.
+    package func backlogByDay(days: Int) throws -> [QueuedDay] {
+        let first = min(max(days, 1), 92) - 1
+        return try pool.query(
+            """
+            WITH since AS (SELECT date_trunc('day', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC' - make_interval(days => \(first)) AS start)
+            SELECT greatest(date_trunc('day', d.created_at AT TIME ZONE 'UTC') AT TIME ZONE 'UTC', since.start) AS day,
+                   d.state, count(*) AS n
+            FROM \(unescaped: table.name) d, since WHERE d.state IN ('pending', 'failed') GROUP BY 1, 2
+            """
+        ).map { row in
+            QueuedDay(
+                day: try row.decode(Date.self, "day"), state: try row.decode(DeliveryState.self, "state"),
+                count: try row.decode(Int.self, "n"))
+        }
     }
 
     /// Delivered deliveries older than `retention`; dead letters, and deliveries parked at
@@ -106,4 +129,12 @@ package struct DeliveryQueueStore: Sendable {
             """
         ).affectedRows
     }
+}
+
+/// A lane's backlog on one day (`DeliveryQueueStore.backlogByDay`).
+package struct QueuedDay: Sendable, Equatable {
+    /// Midnight UTC of the day queued.
+    package var day: Date
+    package var state: DeliveryState
+    package var count: Int
 }

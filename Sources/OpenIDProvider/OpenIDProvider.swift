@@ -9,7 +9,8 @@ import StrictJSON
 /// relying party. One folder per job: Configuration/ (endpoints, lifetimes, errors), Keys/
 /// (RS256 keys in PostgreSQL), Clients/ (RFC 7591 registrations), Authorization/ (the
 /// authorize endpoint and Apple's form post), Tokens/ (grants, codes, tokens, userinfo),
-/// Logout/ (Back-Channel Logout deliveries), HTTP/ (routes). It uses BrokerCore's services (login, the web callback's seam); BrokerCore
+/// Sessions/ (the session at the provider, its cookie, ID token hints), Logout/ (RP-Initiated
+/// Logout, Back-Channel Logout deliveries), HTTP/ (routes). It uses BrokerCore's services (login, the web callback's seam); BrokerCore
 /// never imports it.
 package final class OpenIDProvider: Sendable {
     package let endpoints: Endpoints
@@ -19,6 +20,8 @@ package final class OpenIDProvider: Sendable {
     package let resourceServers: ResourceServerStore
     package let keys: SigningKeys
     let logoutDeliveries: LogoutDeliveryStore
+    let sessions: SessionStore
+    let endSession: EndSessionService
     /// The webhook address rules, for `backchannel_logout_uri` and `jwks_uri`.
     let checkOutboundURL: @Sendable (String) throws -> String
     /// The Services ID the provider signs people in with: an API key limited by `--client-ids`
@@ -44,10 +47,12 @@ package final class OpenIDProvider: Sendable {
         keyPrepublish = settings.keyPrepublish
         cors = CORSOrigins(clients: clients)
         logoutDeliveries = LogoutDeliveryStore(pool: pool)
-        let grants = GrantStore(pool: pool, appID: groups.group(of: settings.appleClientID).primary)
+        let appID = groups.group(of: settings.appleClientID).primary
+        let grants = GrantStore(pool: pool, appID: appID)
+        sessions = SessionStore(pool: pool, appID: appID)
         authorization = AuthorizationService(
-            settings: settings, appleBaseURL: appleBaseURL, clients: clients, grants: grants, login: login,
-            usedStates: WebSignInStore(pool: pool), keys: tokenKeys, metrics: metrics)
+            settings: settings, appleBaseURL: appleBaseURL, clients: clients, grants: grants, sessions: sessions,
+            signingKeys: keys, login: login, usedStates: WebSignInStore(pool: pool), keys: tokenKeys, metrics: metrics)
         // A client's jwks_uri answer is small: a transport of its own with that bound.
         let clientKeys = ClientKeys(
             transport: transport ?? CurlTransport(maximumResponseBytes: ClientKeys.maximumBytes),
@@ -56,6 +61,8 @@ package final class OpenIDProvider: Sendable {
             endpoints: endpoints, clients: clients, grants: grants, users: UserDirectory(pool: pool, groups: groups), keys: keys,
             clientKeys: clientKeys,
             resourceServers: resourceServers, assertions: ClientAssertionStore(pool: pool), metrics: metrics)
+        endSession = EndSessionService(
+            issuer: settings.issuer, clients: clients, sessions: sessions, signingKeys: keys, tokenKeys: tokenKeys)
         checkOutboundURL = { try WebhookSubscriptionStore.validate(url: $0, allowPrivateNetworks: allowPrivateNetworks) }
     }
 
@@ -81,9 +88,10 @@ package final class OpenIDProvider: Sendable {
             "jwks_uri": .string(endpoints.url(Endpoints.jwks)),
             "registration_endpoint": .string(endpoints.url(Endpoints.registration)),
             "revocation_endpoint": .string(endpoints.url(Endpoints.revocation)),
+            "end_session_endpoint": .string(endpoints.url(Endpoints.endSession)),
             "introspection_endpoint": .string(endpoints.url(Endpoints.introspection)),
             "response_types_supported": strings(["code"]),
-            "response_modes_supported": strings(["query"]),
+            "response_modes_supported": strings(["query", "form_post"]),
             "grant_types_supported": strings(["authorization_code", "refresh_token"]),
             "subject_types_supported": strings(["public"]),
             "id_token_signing_alg_values_supported": strings(["RS256"]),
@@ -102,7 +110,7 @@ package final class OpenIDProvider: Sendable {
                 "iss", "sub", "aud", "iat", "exp", "auth_time", "nonce", "at_hash", "sid", "email", "email_verified",
                 "is_private_email", "email_forwarding", "name", "given_name", "family_name", "preferred_username",
             ]),
-            "prompt_values_supported": strings(["none", "login", "consent"]),
+            "prompt_values_supported": strings(["none", "login", "consent", "select_account"]),
             "authorization_response_iss_parameter_supported": .bool(true),
             "backchannel_logout_supported": .bool(true),
             "backchannel_logout_session_supported": .bool(true),

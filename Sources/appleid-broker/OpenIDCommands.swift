@@ -18,11 +18,12 @@ enum OpenIDCommands {
             ["oidc-clients", "create"],
             "--redirect-uris URL[,URL…] [--auth-method METHOD] [--name NAME] [--scope SCOPES] [--grant-types TYPES] "
                 + "[--backchannel-logout-uri URL] [--backchannel-logout-session-required] [--jwks-uri URL | --jwks FILE] "
-                + "[--private-network-http-redirects]",
+                + "[--private-network-http-redirects] [--post-logout-redirect-uris URL[,URL…]]",
             summary:
                 "register a relying party (METHOD client_secret_basic, client_secret_post,\nprivate_key_jwt with --jwks-uri or --jwks, or none; SCOPES from openid\nemail profile offline_access; TYPES authorization_code,refresh_token);\n--private-network-http-redirects allows plain-http redirect URIs on\nprivate-network hosts (home labs; see docs/oidc.md for the risk); prints\nits registration as JSON (the client_secret only this once)",
             options: [
                 "redirect-uris", "auth-method", "name", "scope", "grant-types", "backchannel-logout-uri", "jwks-uri", "jwks",
+                "post-logout-redirect-uris",
             ],
             flags: ["backchannel-logout-session-required", "private-network-http-redirects"]),
         CommandSpec(["oidc-clients", "list"], "[--json]", flags: ["json"]),
@@ -73,7 +74,7 @@ enum OpenIDCommands {
                 arguments.options[name].map { $0.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) } }
             }
             let allowPrivate = configuration.dispatch.allowPrivateNetworks
-            let metadata: ClientMetadata
+            var metadata: ClientMetadata
             do {
                 let jwks = try arguments.options["jwks"].map { path -> JSONValue in
                     guard let data = FileManager.default.contents(atPath: path), data.count <= 64 * 1024,
@@ -89,6 +90,7 @@ enum OpenIDCommands {
                     jwks: jwks, jwksURI: arguments.options["jwks-uri"],
                     privateNetworkHTTPRedirects: arguments.flags.contains("private-network-http-redirects"),
                     outboundURL: { try WebhookSubscriptionStore.validate(url: $0, allowPrivateNetworks: allowPrivate) })
+                try metadata.setPostLogoutRedirectURIs(list("post-logout-redirect-uris") ?? [])
             } catch let error as OAuthError {
                 throw arguments.usageError("\(error.code): \(error.description)")
             }

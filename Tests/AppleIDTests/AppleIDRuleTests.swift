@@ -16,7 +16,7 @@ private struct KeysInMemory: AppleKeyProvider {
     }
 }
 
-@Suite("Identity-token rules", .enabled(if: TestData.isAvailable, Comment(rawValue: TestData.skipMessage)))
+@Suite("Identity-token rules", .enabled(if: TestData.shouldRun, Comment(rawValue: TestData.skipMessage)))
 struct IdentityTokenRuleTests {
     @Test("the 26 Apple token cases get their recommended verdicts from the validator alone")
     func appleCases() throws {
@@ -71,5 +71,35 @@ struct IdentityTokenRuleTests {
         #expect(code { _ = try claims(["exp": .integer(999_939)]).expiry(required: true, what: "t") } == "token_expired")
         #expect(code { _ = try claims([:]).expiry(required: true, what: "t") } == "token_malformed")
         #expect(try claims([:]).expiry(required: false, what: "t") == nil)
+    }
+}
+
+/// The nonce rule (issue 35; protocol reference §1 "Nonce hashing"): what Apple's SDKs are given.
+@Suite("Nonce rule")
+struct NonceRuleTests {
+    @Test("raw_nonce's SHA-256 in hex (either case), base64 or base64url, or the raw nonce when not shaped like a SHA-256")
+    func accepted() {
+        let raw = "6G_0cA0JElSPGVT1.vZJr9dSfenY1AZB"  // a Firebase-style raw nonce (firebase-ios-sdk #15571)
+        let hex = "1e1a3ef4004127c7e591551020612e0ab2b02d9a954fbe62a5930affd45e377a"
+        let base64 = "Hho+9ABBJ8flkVUQIGEuCrKwLZqVT75ipZMK/9ReN3o="
+        for claim in [
+            hex, hex.uppercased(), base64, String(base64.dropLast()), "Hho-9ABBJ8flkVUQIGEuCrKwLZqVT75ipZMK_9ReN3o", raw,
+        ] {
+            #expect(IdentityTokenValidator.nonce(claim, matches: raw), "\(claim)")
+        }
+        #expect(IdentityTokenValidator.nonce("c1a2-uuid-nonce", matches: "c1a2-uuid-nonce"), "web flows pass it unhashed")
+    }
+
+    @Test("anything else is a mismatch, and a nonce shaped like a SHA-256 needs its preimage")
+    func refused() {
+        let raw = "6G_0cA0JElSPGVT1.vZJr9dSfenY1AZB"
+        let hex = "1e1a3ef4004127c7e591551020612e0ab2b02d9a954fbe62a5930affd45e377a"
+        #expect(!IdentityTokenValidator.nonce(hex, matches: hex), "whoever holds the token knows its nonce")
+        #expect(
+            !IdentityTokenValidator.nonce(
+                "Hho+9ABBJ8flkVUQIGEuCrKwLZqVT75ipZMK/9ReN3o=", matches: "Hho+9ABBJ8flkVUQIGEuCrKwLZqVT75ipZMK/9ReN3o="))
+        #expect(!IdentityTokenValidator.nonce(String(hex.dropLast()) + "b", matches: raw))
+        #expect(!IdentityTokenValidator.nonce(raw + " ", matches: raw))
+        #expect(!IdentityTokenValidator.nonce("", matches: raw))
     }
 }

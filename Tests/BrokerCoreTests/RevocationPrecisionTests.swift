@@ -61,7 +61,9 @@ struct RevocationPrecisionTests {
         #expect(try broker.count("SELECT count(*) FROM outbox_events WHERE type = 'consent.revoked'") == 0)
     }
 
-    @Test("a token-specific invalid_request counts as revoked only when it repeats while other tokens refresh fine")
+    @Test(
+        "an unworded invalid_request repeated on one token, while other tokens refresh fine, ends that token only: never the consent"
+    )
     func tokenSpecificInvalidRequestRepeats() throws {
         let broker = try TestBroker(roles: [.api, .sweep], extra: Self.sweep)
         let (victim, victimSub) = try signedIn(broker)
@@ -76,12 +78,16 @@ struct RevocationPrecisionTests {
         try waitUntil { try broker.count("SELECT count(*) FROM apple_tokens WHERE last_validated_at IS NOT NULL") == 1 }
         #expect(try credentialState(broker, victim) == "authorized", "one invalid_request is no verdict")
         #expect(try broker.count("SELECT count(*) FROM apple_grants WHERE consent = 'revoked'") == 0)
-        // Later: the victim's refresh is refused again while the other token refreshes.
+        // Later: the victim's refresh is refused again while the other token refreshes. Without
+        // Apple's words it decides no consent (protocol reference §12.2): at most the token is dead.
         try broker.pool.query("UPDATE apple_tokens SET next_validation_at = now()")
-        try waitUntil { try credentialState(broker, victim) == "revoked" }
-        #expect(try credentialState(broker, victim) == "revoked")
+        try waitUntil { try credentialState(broker, victim) == "token_invalid" }
+        #expect(try credentialState(broker, victim) == "token_invalid")
         #expect(try credentialState(broker, fine) == "authorized")
-        #expect(try metric(broker, #"refresh_token_validations_total{outcome="revoked_repeated_invalid_request"} 1"#))
+        #expect(try broker.count("SELECT count(*) FROM apple_grants WHERE consent = 'revoked'") == 0)
+        #expect(try broker.count("SELECT count(*) FROM outbox_events WHERE type = 'consent.revoked'") == 0)
+        #expect(try broker.count("SELECT count(*) FROM outbox_events WHERE type = 'token.invalidated'") == 1)
+        #expect(try metric(broker, #"refresh_token_validations_total{outcome="token_invalid_repeated_request_error"} 1"#))
     }
 
     // MARK: 2. invalid_request on /auth/revoke
@@ -187,8 +193,12 @@ struct RevocationPrecisionTests {
     @Test("an identity token issued before a consent-revoked never restores the consent; one issued after it does")
     func staleTokenDoesNotRestore() throws {
         let broker = try TestBroker(roles: [.api, .notifications])
-        let (userID, sub) = try signedIn(broker)
         let now = Int(Date().timeIntervalSince1970)
+        // Signed in three minutes ago, revoked a minute ago (Apple's clock orders them, issue 35).
+        let first = try broker.mint { $0.issuedAt = now - 180 }
+        let signIn = try broker.login(["identity_token": first.idToken])
+        let userID = try #require(UUID(uuidString: signIn.json["user_id"] as? String ?? ""))
+        let sub = first.sub
         let stale = try broker.mint {
             $0.sub = sub
             $0.issuedAt = now - 120
@@ -289,7 +299,7 @@ struct RevocationPrecisionTests {
     @Test("a sign-in after a revocation is a first authorization again: the user field's name is kept over the old one")
     func reauthorizationKeepsUserField() throws {
         let broker = try TestBroker(roles: [.api, .notifications])
-        let minted = try broker.mint()
+        let minted = try broker.mint { $0.issuedAt = Int(Date().timeIntervalSince1970) - 60 }
         let first = try broker.login([
             "identity_token": minted.idToken, "user": ["name": ["firstName": "Jane", "lastName": "Doe"]],
         ])
@@ -308,11 +318,13 @@ struct RevocationPrecisionTests {
         let identity = (user["identities"] as? [[String: Any]])?.first
         #expect(identity?["given_name"] as? String == "Janet")
         #expect(identity?["family_name"] as? String == "Roe")
-        // A repeat sign-in while authorized keeps the stored name (Apple sends no user field then).
+        // Apple sends the field on a first authorization only: whenever it comes, it is one (issue
+        // 35), also when the broker missed the revocation before it. It replaces the name.
         let third = try broker.mint { $0.sub = minted.sub }
         _ = try broker.login(["identity_token": third.idToken, "user": ["name": ["firstName": "Mallory"]]])
         let after = try broker.get("/v1/users/\(userID.lowercasedString)", key: broker.key([.read])).json
-        #expect(((after["identities"] as? [[String: Any]])?.first?["given_name"] as? String) == "Janet")
+        #expect(((after["identities"] as? [[String: Any]])?.first?["given_name"] as? String) == "Mallory")
+        #expect(((after["identities"] as? [[String: Any]])?.first?["family_name"] as? String) == "Roe", "kept when not sent")
     }
 
     // MARK: 8. Retry-After

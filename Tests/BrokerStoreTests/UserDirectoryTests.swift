@@ -11,7 +11,7 @@ struct UserDirectoryTests {
     @Test("the profile is the identity signed in last, not a transferred one, with its app group's mail forwarding")
     func profile() throws {
         let fixture = try StoreFixture()
-        let directory = UserDirectory(pool: fixture.pool, groups: .single(["com.example.app"]))
+        let directory = UserDirectory(pool: fixture.pool, groups: .separate(["com.example.app"]))
         let first = try fixture.user(email: "old@example.com", givenName: "Old", lastLogin: Date().addingTimeInterval(-3600))
         let second = try fixture.user(
             email: "new@privaterelay.appleid.com", givenName: "New", lastLogin: Date(), userID: first.user)

@@ -192,7 +192,7 @@ struct DeliveryEngineTests {
         let id = try fixture.queue()
         #expect(try fixture.engine().step())
         var row = try fixture.row(id)
-        #expect(row.state == "failed" && row.attempts == 1 && row.lastStatus == 400 && row.lastError == "http_status")
+        #expect(row.state == "failed" && row.attempts == 1 && row.lastStatus == 400 && row.lastError == "rejected")
         #expect(fixture.outcomes().contains("outcome=\"failed\"} 1"))
         #expect(try fixture.lane.queue.backlog()?.deadLetters == 1)
 

@@ -12,12 +12,15 @@ final class LogoutReceiver: Sendable {
     private final class State: Sendable {
         let tokens = Lock<[String]>([])
         let status = Lock<Int>(200)
+        let attempts = Lock<Int>(0)
     }
     private let state = State()
     private let server: HTTPServer
 
     var url: String { "http://127.0.0.1:\(server.port)/logout" }
     var received: [String] { state.tokens.withLock { $0 } }
+    /// Every POST, whatever it was answered.
+    var attempts: Int { state.attempts.withLock { $0 } }
 
     func answer(_ status: Int) { state.status.withLock { $0 = status } }
 
@@ -25,6 +28,7 @@ final class LogoutReceiver: Sendable {
         var router = Router()
         let state = state
         router.post("/logout") { request in
+            state.attempts.withLock { $0 += 1 }
             let status = state.status.withLock { $0 }
             guard status == 200 else { return HTTPResponse(status: status) }
             guard request.mediaType == "application/x-www-form-urlencoded",

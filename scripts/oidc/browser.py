@@ -86,12 +86,13 @@ class Browser:
         return " -> ".join(f"{method} {url.split('?')[0]} {status}" for method, url, status in self.pages)
 
 
-def browser_for(issuer, kind):
-    """A fresh browser; for Glewlwyd signed in already through its login API with
-    GLEWLWYD_USER/GLEWLWYD_PASSWORD (the broker signs people in at Apple on every authorization)."""
+def browser_for(issuer, kind, username=None):
+    """A fresh browser; for Glewlwyd signed in already through its login API as `username`
+    (default GLEWLWYD_USER) with GLEWLWYD_PASSWORD (the broker signs people in at Apple on
+    every authorization)."""
     person = Browser()
     if kind == "glewlwyd":
         answer = person.session.post(issuer.rsplit("/api/", 1)[0] + "/api/auth/", timeout=10, json={
-            "username": os.environ["GLEWLWYD_USER"], "password": os.environ["GLEWLWYD_PASSWORD"]})
+            "username": username or os.environ["GLEWLWYD_USER"], "password": os.environ["GLEWLWYD_PASSWORD"]})
         assert answer.status_code == 200, f"glewlwyd login: {answer.status_code}"
     return person

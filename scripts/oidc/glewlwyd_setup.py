@@ -78,9 +78,18 @@ def main():
         "client_id": client_id, "name": "relying party", "confidential": True, "password": secret,
         "client_secret": secret, "redirect_uri": redirect_uris, "authorization_type": ["code", "refresh_token"],
         "token_endpoint_auth_method": ["client_secret_basic", "client_secret_post"], "scope": ["openid"], "enabled": True}), "client")
-    person = requests.Session()
-    check(person.post(api + "/auth/", json={"username": user, "password": password}), "user login")
-    check(person.put(f"{api}/auth/grant/{client_id}", json={"scope": "openid"}), "consent")
+    # GLEWLWYD_EXTRA_USERS=N: also user1..userN (alice1, …) with the same password, for
+    # benchmarks where several people sign in at once (Glewlwyd accepts only the last ID token
+    # of a user and client as a prompt=none id_token_hint).
+    users = [user] + [f"{user}{n}" for n in range(1, int(os.environ.get("GLEWLWYD_EXTRA_USERS", "0")) + 1)]
+    for extra in users[1:]:
+        check(admin.post(api + "/user/", json={"username": extra, "password": password, "name": "Alice Example",
+                                               "email": f"{extra}@example.com", "scope": ["openid"], "enabled": True}),
+              "extra user")
+    for name in users:
+        person = requests.Session()
+        check(person.post(api + "/auth/", json={"username": name, "password": password}), "user login")
+        check(person.put(f"{api}/auth/grant/{client_id}", json={"scope": "openid"}), "consent")
     discovery = requests.get(base + "/api/oidc/.well-known/openid-configuration")
     check(discovery, "discovery")
     print(f"glewlwyd: OIDC plugin, user {user} and client {client_id} ready at {base}/api/oidc", file=sys.stderr)

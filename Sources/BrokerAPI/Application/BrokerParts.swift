@@ -78,6 +78,7 @@ struct BrokerParts: Sendable {
         var subscriptions = WebhookSubscriptionStore(pool: pool, tokenKeys: tokenKeys)
         subscriptions.allowPrivateNetworks = configuration.dispatch.allowPrivateNetworks
         subscriptions.maximumSubscriptions = configuration.dispatch.maximumSubscriptions
+        subscriptions.maximumSubscriptionsPerKey = configuration.dispatch.maximumSubscriptionsPerKey
         self.subscriptions = subscriptions
     }
 
@@ -89,7 +90,7 @@ struct BrokerParts: Sendable {
             interval: configuration.deletion.interval, logger: logger,
             step: DeletionJob(
                 store: deletionStore, apple: apple, tokenKeys: tokenKeys, settings: configuration.deletion,
-                validator: validator, metrics: metrics, logger: logger.labelled("deletion-job")
+                groups: appleSettings.appGroups, validator: validator, metrics: metrics, logger: logger.labelled("deletion-job")
             ).step)
     }
 
@@ -155,7 +156,8 @@ struct BrokerParts: Sendable {
         let housekeeping = Housekeeping(
             pool: pool, eventRetention: configuration.dispatch.retention,
             deadLetterRetention: configuration.dispatch.deadLetterRetention,
-            notificationRetention: configuration.dispatch.notificationRetention, modules: modules)
+            notificationRetention: configuration.dispatch.notificationRetention,
+            dormantUserRetention: configuration.deletion.dormantUserRetention, modules: modules)
         return WorkerGroup(name: "housekeeping", lanes: 1, interval: .seconds(300), logger: logger, step: housekeeping.step)
     }
 

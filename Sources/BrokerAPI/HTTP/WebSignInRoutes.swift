@@ -32,12 +32,18 @@ enum WebSignInRoutes {
                         status: 415, code: "unsupported_media_type", title: "Unsupported media type",
                         detail: "Apple posts the callback as application/x-www-form-urlencoded")
                 }
+                let answer = try service.callback(
+                    form: FormEncoding.fields(String(decoding: request.body, as: UTF8.self)), cookies: request.cookies)
+                var response: HTTPResponse
+                switch answer.next {
                 // 303: the browser follows a form POST's redirect with a GET.
-                let location = try service.callback(
-                    form: FormEncoding.fields(String(decoding: request.body, as: UTF8.self)),
-                    browserBinding: cookie(bindingCookie, in: request))
-                var response = redirect(to: location, status: 303)
+                case .redirect(let location): response = redirect(to: location, status: 303)
+                case .page(let status, let headers, let html):
+                    response = .text(html, status: status, contentType: "text/html; charset=utf-8")
+                    for (name, value) in headers { response.headers.set(name, value) }
+                }
                 response.headers.add("Set-Cookie", "\(bindingCookie)=; Path=/; Max-Age=0; Secure; HttpOnly; SameSite=None")
+                for cookie in answer.cookies { response.headers.add("Set-Cookie", cookie) }
                 return response
             }
         }
@@ -50,9 +56,8 @@ enum WebSignInRoutes {
         }
     }
 
-    /// Binds a sign-in's state to the browser that started it. `__Host-`: only over HTTPS,
-    /// for this host alone (no Domain), for every path.
-    static let bindingCookie = "__Host-abk_signin"
+    /// Binds a sign-in's state to the browser that started it (WebSignInService names it).
+    static let bindingCookie = WebSignInService.bindingCookie
 
     /// The value of the cookie `name` the request carries, if any.
     static func cookie(_ name: String, in request: HTTPRequest) -> String? {

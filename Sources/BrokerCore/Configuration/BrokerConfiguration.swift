@@ -92,6 +92,9 @@ public struct BrokerConfiguration: Sendable {
         public var publicURL: String
         /// `OIDC_KEY_PREPUBLISH_SECONDS`: a rotated-in key is published this long before it signs.
         public var keyPrepublish: Duration = .seconds(86_400)
+        /// `OIDC_SESSION_SECONDS`: how long a sign-in at Apple keeps the person signed in at the
+        /// provider in that browser (single sign-on, `prompt=none`); zero turns sessions off.
+        public var sessionLifetime: Duration = .seconds(7 * 86_400)
 
         /// Where Apple posts the authorization: the web sign-in's callback.
         public var callbackURL: String { publicURL + "/v1/apple/web/callback" }
@@ -104,10 +107,13 @@ public struct BrokerConfiguration: Sendable {
 
         fileprivate static func load(_ reader: inout EnvironmentReader, clientIDs: [String]?) -> OpenIDProviderSettings? {
             let prepublish = reader.duration("OIDC_KEY_PREPUBLISH_SECONDS", in: 0...(30 * 86_400))
+            let session = reader.duration("OIDC_SESSION_SECONDS", in: 0...(90 * 86_400))
             let appleClientID = reader.string("OIDC_APPLE_CLIENT_ID")
             guard var issuer = reader.string("OIDC_ISSUER") else {
-                if appleClientID != nil || prepublish != nil {
-                    reader.problem("OIDC_ISSUER: missing; OIDC_APPLE_CLIENT_ID and OIDC_KEY_PREPUBLISH_SECONDS need it")
+                if appleClientID != nil || prepublish != nil || session != nil {
+                    reader.problem(
+                        "OIDC_ISSUER: missing; OIDC_APPLE_CLIENT_ID, OIDC_KEY_PREPUBLISH_SECONDS and OIDC_SESSION_SECONDS need it"
+                    )
                 }
                 return nil
             }
@@ -131,6 +137,7 @@ public struct BrokerConfiguration: Sendable {
             while publicURL.hasSuffix("/") { publicURL.removeLast() }
             var settings = OpenIDProviderSettings(issuer: issuer, appleClientID: appleClientID, publicURL: publicURL)
             settings.keyPrepublish = prepublish ?? settings.keyPrepublish
+            if let session { settings.sessionLifetime = session }
             return settings
         }
     }
@@ -199,6 +206,10 @@ public struct BrokerConfiguration: Sendable {
         /// `webhook_subscription_limit` beyond); it also bounds the delivery rows an event's
         /// transaction writes (see `broker_emit_event`).
         public var maximumSubscriptions = 50
+        /// `BROKER_WEBHOOK_MAX_SUBSCRIPTIONS_PER_KEY`: subscriptions one API key may hold (409
+        /// `webhook_subscription_limit` with `limit: per_key` beyond), so one key cannot fill
+        /// the broker's ceiling for every other app's keys.
+        public var maximumSubscriptionsPerKey = 10
         /// `BROKER_WEBHOOK_DEAD_LETTER_RETENTION_SECONDS`: failed deliveries, and deliveries
         /// parked by a paused subscription, are pruned once this old.
         public var deadLetterRetention: Duration = .seconds(30 * 86_400)
@@ -255,6 +266,9 @@ public struct BrokerConfiguration: Sendable {
         public var lease: Duration = .seconds(300)
         /// `BROKER_DELETION_INTERVAL_SECONDS`: how often the job polls besides being woken.
         public var interval: Duration = .seconds(5)
+        /// `BROKER_DORMANT_USER_RETENTION_SECONDS`: a user whose every Apple token has been dead
+        /// this long, with no sign-in since, is deleted (`DormantUsers`); nil (0) keeps them.
+        public var dormantUserRetention: Duration? = .seconds(365 * 86_400)
 
         /// Between attempts: the base doubling up to the maximum, each between half and all of that.
         public var retryBackoff: Backoff {
@@ -418,6 +432,15 @@ public struct BrokerConfiguration: Sendable {
             reader.duration("BROKER_DELETION_RETRY_MAX_SECONDS", in: 1...86_400) ?? deletion.retryMaximum
         deletion.lease = reader.duration("BROKER_DELETION_LEASE_SECONDS", in: 1...86_400) ?? deletion.lease
         deletion.interval = reader.duration("BROKER_DELETION_INTERVAL_SECONDS", in: 1...3600) ?? deletion.interval
+        if let retention = reader.duration("BROKER_DORMANT_USER_RETENTION_SECONDS", in: 0...(3_650 * 86_400)) {
+            if retention > .zero && retention < .seconds(86_400) {
+                reader.problem(
+                    "BROKER_DORMANT_USER_RETENTION_SECONDS: 0 (keep them) or at least 86400 (a day), got \(retention.components.seconds)"
+                )
+            } else {
+                deletion.dormantUserRetention = retention == .zero ? nil : retention
+            }
+        }
         configuration.deletion = deletion
         var dispatch = DispatchSettings()
         dispatch.concurrency = reader.integer("BROKER_DISPATCH_CONCURRENCY", in: 1...256) ?? dispatch.concurrency
@@ -436,6 +459,8 @@ public struct BrokerConfiguration: Sendable {
         dispatch.allowPrivateNetworks = reader.boolean("BROKER_WEBHOOK_ALLOW_PRIVATE_NETWORKS") ?? false
         dispatch.maximumSubscriptions =
             reader.integer("BROKER_WEBHOOK_MAX_SUBSCRIPTIONS", in: 1...1000) ?? dispatch.maximumSubscriptions
+        dispatch.maximumSubscriptionsPerKey =
+            reader.integer("BROKER_WEBHOOK_MAX_SUBSCRIPTIONS_PER_KEY", in: 1...1000) ?? dispatch.maximumSubscriptionsPerKey
         dispatch.deadLetterRetention =
             reader.duration("BROKER_WEBHOOK_DEAD_LETTER_RETENTION_SECONDS", in: 3600...(365 * 86_400))
             ?? dispatch.deadLetterRetention
@@ -479,8 +504,8 @@ public struct AppleConfiguration: Sendable {
     public var privateKeyPath: String
     /// `APPLE_CLIENT_IDS`: bundle IDs and Services IDs accepted as `aud`.
     public var clientIDs: [String]
-    /// `APPLE_APP_GROUPS`: which client ids share one authorization at Apple (see `AppGroups`);
-    /// by default all of `clientIDs`, as given to `init`.
+    /// `APPLE_APP_GROUPS`: which client ids share one authorization at Apple (see `AppGroups`;
+    /// required with more than one client id); as given to `init`, each client id its own group.
     public var appGroups: AppGroups
     /// `APPLE_BASE_URL`: where Apple's endpoints are (a simulator in tests). The expected
     /// issuer stays `https://appleid.apple.com` whatever this says.
@@ -504,7 +529,7 @@ public struct AppleConfiguration: Sendable {
         self.keyID = keyID
         self.privateKeyPath = privateKeyPath
         self.clientIDs = clientIDs
-        self.appGroups = .single(clientIDs)
+        self.appGroups = .separate(clientIDs)
         self.baseURL = baseURL
     }
 
@@ -546,7 +571,7 @@ public struct AppleConfiguration: Sendable {
         let refresh = reader.duration("APPLE_JWKS_REFRESH_SECONDS", in: 10...86_400)
         let timeout = reader.duration("APPLE_TIMEOUT_MS", in: 100...120_000)
         let attempts = reader.integer("APPLE_MAX_ATTEMPTS", in: 1...10)
-        var appGroups = AppGroups.single(clientIDs)
+        var appGroups = AppGroups.separate(clientIDs)
         switch AppGroups.parse(reader.string("APPLE_APP_GROUPS"), clientIDs: clientIDs) {
         case .success(let groups): appGroups = groups
         case .failure(let problems): problems.messages.forEach { reader.problem($0) }

@@ -12,10 +12,12 @@ import StrictJSON
 package struct WebhookDeliveryStore: Sendable {
     let pool: PostgresPool
 
+    package init(pool: PostgresPool) { self.pool = pool }
+
     /// The lane's table: BrokerCore owns it, the engine works it.
     static let table = DeliveryTable("webhook_deliveries")
 
-    var queue: DeliveryQueueStore { DeliveryQueueStore(pool: pool, table: Self.table) }
+    package var queue: DeliveryQueueStore { DeliveryQueueStore(pool: pool, table: Self.table) }
 
     /// What a claimed webhook delivery carries.
     package struct Item: Sendable {
@@ -129,18 +131,25 @@ extension WebhookSubscriptionStore {
         }
     }
 
-    /// Puts a failed delivery back in the queue as new; false when it is not `failed` (or not the owner's).
-    package func redrive(delivery id: Int64, ownedBy owner: String?) throws -> Bool {
-        if let owner,
-            try pool.query(
-                """
-                SELECT 1 FROM webhook_deliveries d JOIN webhook_subscriptions s ON s.id = d.subscription_id
-                WHERE d.id = \(id) AND s.api_key_id = \(owner)
-                """
-            ).isEmpty
-        {
-            return false
+    /// Puts a failed delivery back in the queue as new, audited (`webhook_delivery.retried`,
+    /// the outcome `failed` when there was no such failed delivery); false when it is not
+    /// `failed` (or not the owner's).
+    package func redrive(delivery id: Int64, ownedBy owner: String?, actor: String) throws -> Bool {
+        try pool.withTransaction { connection in
+            let owned =
+                try owner.map { owner in
+                    try !connection.query(
+                        """
+                        SELECT 1 FROM webhook_deliveries d JOIN webhook_subscriptions s ON s.id = d.subscription_id
+                        WHERE d.id = \(id) AND s.api_key_id = \(owner)
+                        """
+                    ).isEmpty
+                } ?? true
+            let redriven = try owned && WebhookDeliveryStore(pool: pool).queue.redrive(id, on: connection)
+            try AuditLog.record(
+                connection, actor: actor, action: "webhook_delivery.retried", target: "webhook_delivery:\(id)",
+                outcome: redriven ? .succeeded : .failed)
+            return redriven
         }
-        return try WebhookDeliveryStore(pool: pool).queue.redrive(id)
     }
 }

@@ -33,11 +33,14 @@ struct CodeExchangeStore: Sendable {
         /// it, so it is never sent again (protocol reference §11.4); the login goes on without
         /// a token.
         case spent
+        /// The user's hourly budget of exchanges is spent: the code is not sent (the ledger row
+        /// is taken back) and the sign-in goes on without it, as for a spent code. Apple bounds
+        /// nothing per user (protocol reference §12.5): a verified sign-in is never refused.
+        case overBudget
     }
 
     /// Claims `code` for this request. `sub` is the identity token's: over the user's hourly
-    /// budget (per client id) the claim is taken back and refused with 429 `rate_limited`,
-    /// before Apple.
+    /// budget (per client id) the claim is taken back and answered `.overBudget`, before Apple.
     func claim(_ code: String, clientID: String, sub: String) throws -> Claim {
         let hash = SHA256.hexHash(code)
         let subject = hasher.hash(teamID: teamID, sub: sub)
@@ -48,8 +51,7 @@ struct CodeExchangeStore: Sendable {
             ON CONFLICT (code_hash) DO NOTHING RETURNING 1
             """)
         if !inserted.isEmpty {
-            try withinBudget(hash, clientID: clientID, subject: subject)
-            return .claimed
+            return try withinBudget(hash, clientID: clientID, subject: subject) ? .claimed : .overBudget
         }
         let deadline = ContinuousClock.now + waitLimit
         while ContinuousClock.now < deadline {
@@ -85,20 +87,17 @@ struct CodeExchangeStore: Sendable {
 
     /// Counted after the insert (each insert commits before its count), so concurrent claims
     /// cannot all pass: at most `exchangesPerUserPerHour` rows of the last hour stay claimed.
-    private func withinBudget(_ hash: String, clientID: String, subject: String) throws {
-        let row = try pool.query(
+    /// False (and the row taken back) past the budget.
+    private func withinBudget(_ hash: String, clientID: String, subject: String) throws -> Bool {
+        let codes = try pool.query(
             """
-            SELECT count(*) AS codes,
-                   ceil(extract(epoch FROM min(created_at) + interval '1 hour' - now()))::int AS free_in
-            FROM authorization_codes
+            SELECT count(*) AS codes FROM authorization_codes
             WHERE subject_hash = \(subject) AND client_id = \(clientID) AND created_at > now() - interval '1 hour'
             """
-        ).single()
-        guard try row.decode(Int.self, "codes") > Self.exchangesPerUserPerHour else { return }
+        ).single().decode(Int.self, "codes")
+        guard codes > Self.exchangesPerUserPerHour else { return true }
         try pool.query("DELETE FROM authorization_codes WHERE code_hash = \(hash)")
-        throw BrokerError(
-            .rateLimited, "too many authorization codes for this user in the last hour; sign in again later",
-            retryAfterSeconds: max(1, try row.decode(Int?.self, "free_in") ?? 60))
+        return false
     }
 
     /// Records that the code went to Apple and no usable answer came back (a timeout, 5xx,

@@ -139,6 +139,23 @@ public struct LoginResponse: Sendable, Equatable {
     /// The e-mail Apple's unsigned first-authorization `user` field named, when the verified
     /// token had another or none. Never verified: do not link accounts by it.
     public var unverifiedEmail: String? = nil
+    /// What became of the request's authorization code.
+    public var codeExchange: CodeExchange = .none
+
+    /// `code_exchange`: what became of the login's authorization code.
+    public enum CodeExchange: String, Sendable, CaseIterable {
+        /// Exchanged now; its refresh token is stored.
+        case exchanged
+        /// An earlier request with the same code exchanged it.
+        case alreadyExchanged = "already_exchanged"
+        /// Not sent: an earlier exchange of it lost Apple's answer, and a code goes to Apple once.
+        case spent
+        /// Not sent: the user's hourly budget of code exchanges is spent; the verified sign-in
+        /// goes on without it (`login_code_unsendable_total{outcome="over_budget"}`).
+        case overBudget = "over_budget"
+        /// The request carried no code.
+        case none
+    }
 
     /// The JSON body (built directly: this is on every login's path).
     public var json: JSONValue {
@@ -149,6 +166,7 @@ public struct LoginResponse: Sendable, Equatable {
             "real_user_status": .string(realUserStatus.rawValue), "refresh_token_stored": .bool(refreshTokenStored),
             "status": .string(status.rawValue), "risk": .object(["suggest_challenge": .bool(risk.suggestChallenge)]),
             "unverified_email": unverifiedEmail.map(JSONValue.string) ?? .null,
+            "code_exchange": .string(codeExchange.rawValue),
         ])
     }
 }

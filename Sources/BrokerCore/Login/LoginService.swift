@@ -55,7 +55,7 @@ public final class LoginService: Sendable {
         codeOutcomes = metrics.counter(
             "login_code_unsendable_total",
             help:
-                "Codes not sent to Apple again: answer_lost (a code grant got no usable answer), spent (a retry of such a code).",
+                "Codes not sent to Apple (again): answer_lost (a code grant got no usable answer), spent (a retry of such a code), over_budget (the user's hourly exchanges are spent; signed in without it).",
             labels: ["outcome"])
     }
 
@@ -68,6 +68,14 @@ public final class LoginService: Sendable {
             return response
         } catch let error as BrokerError {
             outcomes.increment(error.code.rawValue)
+            // A first authorization's name comes once (P7): when Apple could not exchange the
+            // code of a verified sign-in, the user and the `user` field are kept all the same
+            // (the token is verified again; an unverified one keeps nothing).
+            if Self.exchangeFailures.contains(error.code), request.authorizationCode != nil,
+                request.user?.name != nil || request.user?.email != nil
+            {
+                _ = try? keepUserAfterFailedExchange(request)
+            }
             throw error
         } catch let rejection as TokenRejection {
             outcomes.increment(rejection.code.rawValue)
@@ -77,6 +85,11 @@ public final class LoginService: Sendable {
             throw error
         }
     }
+
+    /// Login problems that come after the identity token verified: Apple could not exchange the code.
+    package static let exchangeFailures: Set<BrokerError.Code> = [
+        .authorizationCodeInvalid, .appleClientRejected, .appleResponseInvalid, .appleUnavailable,
+    ]
 
     /// Saves the verified user of a sign-in whose code exchange already failed (and was
     /// counted as that failure): the web callback keeps the name Apple sends only once.
@@ -116,26 +129,39 @@ public final class LoginService: Sendable {
             throw BrokerError(.authorizationCodeInvalid, "the authorization code does not match the identity token's c_hash")
         }
         // An identity token from before a consent-revoked never restores the consent (nor is its
-        // code sent): the user must sign in again (protocol reference §11.5).
-        if try store.predatesRevocation(identity) {
-            throw TokenRejection(.tokenTooOld, "the token was issued before the user revoked this app's consent: sign in again")
-        }
-        // A user whose deletion is pending is refused before the code is exchanged: the refresh
-        // token it would yield would be thrown away, yet live at Apple.
-        if request.authorizationCode != nil, try store.deletionPending(sub: identity.sub) {
-            throw BrokerError.deletionPending
+        // code sent): the user must sign in again (protocol reference §11.5). A user whose
+        // deletion is pending is refused before the code is exchanged: the refresh token it
+        // would yield would be thrown away, yet live at Apple. Without a code, the login's own
+        // first statement says both (store.login), so a repeat login is one round trip.
+        if request.authorizationCode != nil {
+            switch try store.beforeExchange(identity) {
+            case .ok: break
+            case .predatesRevocation: throw Self.predatesRevocation
+            case .deletionPending: throw BrokerError.deletionPending
+            }
         }
         var sealed: (keyID: String, sealed: [UInt8])?
         var sealedAccess: (keyID: String, sealed: [UInt8], expiresIn: Int)?
         var claimedCode: String?
+        // When Apple vouched for the authorization, in Apple's time (protocol reference §12.1):
+        // the token's `iat`, or the id_token of a code Apple exchanges now.
+        var signedInAt = identity.issuedAt
+        var exchangedAt: Date?
+        var codeExchange = LoginResponse.CodeExchange.none
         if let code = request.authorizationCode {
             switch try ledger.claim(code, clientID: identity.clientID, sub: identity.sub) {
             case .alreadyExchanged:
-                break
+                codeExchange = .alreadyExchanged
             case .spent:
                 // The first attempt's answer was lost: the login goes on without a token
                 // (refresh_token_stored false) rather than send the code twice.
                 codeOutcomes.increment("spent")
+                codeExchange = .spent
+            case .overBudget:
+                // Apple bounds nothing per user (§12.5): the verified sign-in goes on, the code
+                // is not sent (refresh_token_stored as before).
+                codeOutcomes.increment("over_budget")
+                codeExchange = .overBudget
             case .claimed:
                 claimedCode = code
                 do {
@@ -146,6 +172,9 @@ public final class LoginService: Sendable {
                     // Kept until it expires: Apple's revoke accepts it as well (§10.3).
                     let access = try SealedAppleToken(sealing: tokens.accessToken, as: .access, for: owner, keys: tokenKeys)
                     sealedAccess = (access.keyID, access.sealed, tokens.expiresIn)
+                    exchangedAt = tokens.exchangedAt
+                    signedInAt = max(signedInAt, tokens.exchangedAt)
+                    codeExchange = .exchanged
                 } catch let error as BrokerError where error.code == .appleUnavailable || error.code == .appleResponseInvalid {
                     // Sent, and no usable answer: Apple may have consumed the code (§11.4).
                     codeOutcomes.increment("answer_lost")
@@ -170,7 +199,7 @@ public final class LoginService: Sendable {
             // of the function (the previous release calls the same one).
             record = try store.login(
                 identity, user: request.user, sealedRefreshToken: sealed,
-                validationJitterSeconds: firstValidation - 86_400)
+                validationJitterSeconds: firstValidation - 86_400, signedInAt: signedInAt, tokenAuthorizedAt: exchangedAt)
         } catch {
             // The code was exchanged: sending it again could only be refused.
             if let claimedCode, sealed != nil {
@@ -187,7 +216,11 @@ public final class LoginService: Sendable {
                 expiresIn: sealedAccess.expiresIn)
         }
         if record.wroteThrough { eventsWritten() }
-        guard record.outcome == .ok else { throw BrokerError.deletionPending }
+        switch record.outcome {
+        case .ok: break
+        case .deletionPending: throw BrokerError.deletionPending
+        case .predatesRevocation: throw Self.predatesRevocation
+        }
         let realUserStatus = record.realUserStatus ?? .unsupported
         let challenge: Bool =
             switch realUserStatus {
@@ -199,13 +232,17 @@ public final class LoginService: Sendable {
             userID: record.userID, appleSub: identity.sub, isNewUser: record.isNewUser, email: record.email,
             emailVerified: record.emailVerified, isPrivateEmail: record.isPrivateEmail, realUserStatus: realUserStatus,
             refreshTokenStored: record.refreshTokenStored, status: .active, risk: .init(suggestChallenge: challenge),
-            unverifiedEmail: record.unverifiedEmail)
+            unverifiedEmail: record.unverifiedEmail, codeExchange: codeExchange)
     }
+
+    static let predatesRevocation = TokenRejection(
+        .tokenTooOld, "the token was issued before the user revoked this app's consent: sign in again")
 
     /// Exchanges an authorization code (with the redirect_uri of a web authorization, none
     /// for a native code) and checks that the id_token Apple returns names the same user.
+    /// `exchangedAt` is that id_token's `iat`: when Apple vouched for the authorization.
     private func exchange(_ code: String, for identity: AppleIdentity, redirectURI: String?) throws
-        -> (refreshToken: String, accessToken: String, expiresIn: Int)
+        -> (refreshToken: String, accessToken: String, expiresIn: Int, exchangedAt: Date)
     {
         let tokens: AppleTokenResponse
         do {
@@ -225,6 +262,6 @@ public final class LoginService: Sendable {
         guard returned.sub == identity.sub else {
             throw BrokerError(.authorizationCodeInvalid, "the authorization code belongs to another user than the identity token")
         }
-        return (refreshToken, tokens.accessToken, tokens.expiresIn ?? 3600)
+        return (refreshToken, tokens.accessToken, tokens.expiresIn ?? 3600, returned.issuedAt)
     }
 }

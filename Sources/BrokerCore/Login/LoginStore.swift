@@ -3,15 +3,17 @@ import BrokerCrypto
 import Foundation
 import PostgresClient
 
-/// The database side of a login: one call of `broker_login` (sql/0002_login.sql, as replaced
-/// since), which upserts the user and identity, stores the refresh token and writes the
-/// outbox events in one transaction; a repeat login that changes nothing takes the fast path
-/// (`unchangedRepeatLogin`) instead.
-/// What `broker_login` answered (its `r_outcome`): `deletion_pending` when the user's
-/// deletion was requested, and nothing was written.
+/// The database side of a login: one call of `broker_login_v2` (sql/functions), which upserts
+/// the user and identity, puts the sign-in on its app group's authorization timeline, stores
+/// the refresh token and writes the outbox events in one transaction; a repeat login that
+/// changes nothing takes the fast path (`unchangedRepeatLogin`) instead.
+/// What `broker_login_v2` answered (its `r_outcome`): `deletion_pending` when the user's
+/// deletion was requested, `predates_revocation` when the sign-in is older than the group's
+/// revocation; nothing was written for either.
 enum LoginOutcome: String, Sendable, CaseIterable, PostgresDecodable {
     case ok
     case deletionPending = "deletion_pending"
+    case predatesRevocation = "predates_revocation"
 }
 
 struct LoginStore: Sendable {
@@ -40,55 +42,38 @@ struct LoginStore: Sendable {
         var wroteThrough = true
     }
 
+    /// Upserts the user of a verified sign-in. `signedInAt` is when Apple vouched for the
+    /// authorization, in Apple's time (the token's `iat`, or a code Apple just exchanged);
+    /// `tokenAuthorizedAt` the Apple time of the exchange that yielded `sealedRefreshToken`.
     func login(
         _ identity: AppleIdentity, user: AppleUserField?, sealedRefreshToken: (keyID: String, sealed: [UInt8])?,
-        validationJitterSeconds: Int
+        validationJitterSeconds: Int, signedInAt: Date, tokenAuthorizedAt: Date?
     ) throws -> Record {
-        let record = try upsertLogin(
-            identity, user: user, sealedRefreshToken: sealedRefreshToken, validationJitterSeconds: validationJitterSeconds)
-        if let orgID = identity.orgID, record.outcome == .ok {
-            // broker_login (released) takes no org_id: a managed account's is written beside it,
-            // only when it changed.
-            try pool.query(
-                """
-                UPDATE apple_identities SET org_id = \(orgID)
-                WHERE team_id = \(teamID) AND sub = \(identity.sub) AND org_id IS DISTINCT FROM \(orgID)
-                """)
+        let sign = SignIn(at: signedInAt, tokenAuthorizedAt: tokenAuthorizedAt, validationJitterSeconds: validationJitterSeconds)
+        if sealedRefreshToken == nil, let record = try unchangedRepeatLogin(identity, user: user, signedInAt: signedInAt) {
+            return record
         }
-        return record
-    }
-
-    private func upsertLogin(
-        _ identity: AppleIdentity, user: AppleUserField?, sealedRefreshToken: (keyID: String, sealed: [UInt8])?,
-        validationJitterSeconds: Int
-    ) throws -> Record {
-        if sealedRefreshToken == nil, let record = try unchangedRepeatLogin(identity, user: user) { return record }
         guard let transferSub = identity.transferSub else {
-            guard user?.name != nil || user?.email != nil else {
-                return try upsert(
-                    pool, identity, user: user, sealedRefreshToken: sealedRefreshToken,
-                    validationJitterSeconds: validationJitterSeconds)
-            }
-            return try pool.withTransaction { connection in
-                try keepReauthorizationUserField(connection, identity, user: user)
-                return try upsert(
-                    connection, identity, user: user, sealedRefreshToken: sealedRefreshToken,
-                    validationJitterSeconds: validationJitterSeconds)
-            }
+            return try upsert(pool, identity, user: user, sealedRefreshToken: sealedRefreshToken, sign)
         }
         // A token carrying transfer_sub (the 60 days after a team transfer): the login joins the
         // user of the old sub and, in the same transaction, retires the old team's identity and
         // refresh tokens as `transfer import` does.
         return try pool.withTransaction { connection in
             let linked = try joinStagedTransfer(connection, identity, user: user, transferSub: transferSub)
-            var record = try upsert(
-                connection, identity, user: user, sealedRefreshToken: sealedRefreshToken,
-                validationJitterSeconds: validationJitterSeconds)
+            var record = try upsert(connection, identity, user: user, sealedRefreshToken: sealedRefreshToken, sign)
             guard record.outcome == .ok else { return record }
             if linked { record.wroteThrough = true }
             try TeamTransferStore.retireOldTeam(connection, userID: record.userID, teamID: teamID, transferSub: transferSub)
             return record
         }
+    }
+
+    /// When Apple vouched for a sign-in and what the stored token is scheduled by.
+    private struct SignIn {
+        var at: Date
+        var tokenAuthorizedAt: Date?
+        var validationJitterSeconds: Int
     }
 
     /// A first login with a `transfer_sub` that `transfer import` staged but has not linked yet
@@ -126,17 +111,19 @@ struct LoginStore: Sendable {
 
     private func upsert(
         _ database: some PostgresQuerying, _ identity: AppleIdentity, user: AppleUserField?,
-        sealedRefreshToken: (keyID: String, sealed: [UInt8])?, validationJitterSeconds: Int
+        sealedRefreshToken: (keyID: String, sealed: [UInt8])?, _ sign: SignIn
     ) throws -> Record {
         let row = try database.query(
             """
-            SELECT * FROM broker_login(\(teamID), \(identity.sub), \(identity.clientID),
+            SELECT * FROM broker_login_v2(\(teamID), \(identity.sub), \(identity.clientID),
                 \(groups.group(of: identity.clientID).primary), \(identity.email),
                 \(identity.emailVerified), \(identity.isPrivateEmail), \(identity.realUserStatus),
                 \(user?.name?.firstName), \(user?.name?.lastName), \(user?.email), \(identity.transferSub),
                 \(sealedRefreshToken?.sealed), \(sealedRefreshToken?.keyID),
-                \(lastLoginResolution)::interval, \(String(validationJitterSeconds) + " seconds")::interval,
-                \(PostgresTextArray(hasher.candidates(teamID: teamID, sub: identity.sub))))
+                \(lastLoginResolution)::interval,
+                \(String(sign.validationJitterSeconds) + " seconds")::interval,
+                \(PostgresTextArray(hasher.candidates(teamID: teamID, sub: identity.sub))),
+                \(identity.orgID), \(sign.at)::timestamptz, \(sign.tokenAuthorizedAt)::timestamptz)
             """
         ).single()
         return Record(
@@ -149,51 +136,29 @@ struct LoginStore: Sendable {
             unverifiedEmail: try row.decode(String?.self, "r_unverified_email"))
     }
 
-    /// Whether the identity's consent for this token's app group was revoked after the token
-    /// was issued: such a token proves nothing about consent after the revocation (protocol
-    /// reference §11.5) and must not restore it. `iat` has whole seconds: a token of the
-    /// revocation's own second is given the benefit of the doubt.
-    func predatesRevocation(_ identity: AppleIdentity) throws -> Bool {
-        try !pool.query(
-            """
-            SELECT 1 FROM apple_identities i JOIN apple_grants g ON g.identity_id = i.id
-            WHERE i.team_id = \(teamID) AND i.sub = \(identity.sub) AND g.app_id = \(groups.group(of: identity.clientID).primary)
-              AND g.consent = 'revoked' AND g.consent_at >= \(identity.issuedAt)::timestamptz + interval '1 second'
-            """
-        ).isEmpty
-    }
-
-    /// A sign-in after the user revoked this app group's consent is a first authorization again:
-    /// Apple sends the `user` field (name, e-mail) once more, and it is kept over the old one,
-    /// which broker_login would otherwise prefer (it keeps a stored name, and the unverified
-    /// e-mail of the first authorization only). The e-mail stays apart as `unverified_email`
-    /// when the verified token has another (as at a first authorization). Runs before
-    /// broker_login, in its transaction, only while the group's consent is still revoked.
-    private func keepReauthorizationUserField(
-        _ connection: some PostgresQuerying, _ identity: AppleIdentity, user: AppleUserField?
-    ) throws {
-        let name = user?.name
-        let email = user?.email.flatMap { $0 == identity.email ? nil : $0 }
-        guard name?.firstName != nil || name?.lastName != nil || email != nil else { return }
-        try connection.query(
-            """
-            UPDATE apple_identities i SET given_name = COALESCE(\(name?.firstName), i.given_name),
-                family_name = COALESCE(\(name?.lastName), i.family_name),
-                unverified_email = COALESCE(\(email), i.unverified_email)
-            FROM apple_grants g
-            WHERE i.team_id = \(teamID) AND i.sub = \(identity.sub) AND g.identity_id = i.id
-              AND g.app_id = \(groups.group(of: identity.clientID).primary) AND g.consent = 'revoked'
-            """)
-    }
-
-    /// Whether the user of this sub has a deletion pending.
-    func deletionPending(sub: String) throws -> Bool {
-        try !pool.query(
-            """
-            SELECT 1 FROM apple_identities i JOIN users u ON u.id = i.user_id
-            WHERE i.team_id = \(teamID) AND i.sub = \(sub) AND u.status = 'deleting'
-            """
-        ).isEmpty
+    /// Before a code is sent to Apple, in one statement: whether the identity's consent for
+    /// this token's app group was revoked after the token was issued (such a token proves
+    /// nothing about consent after the revocation, protocol reference §11.5, and must not
+    /// restore it; `iat` has whole seconds: a token of the revocation's own second is given
+    /// the benefit of the doubt), then whether the user's deletion is pending (the refresh
+    /// token the code would yield would be thrown away, yet live at Apple). A login without
+    /// a code learns the same from its first statement (`unchangedRepeatLogin`) or from
+    /// broker_login_v2.
+    func beforeExchange(_ identity: AppleIdentity) throws -> LoginOutcome {
+        guard
+            let row = try pool.query(
+                """
+                SELECT coalesce(g.consent = 'revoked' AND g.consent_at >= \(identity.issuedAt)::timestamptz + interval '1 second',
+                           false) AS predates,
+                       u.status = 'deleting' AS deleting
+                FROM apple_identities i JOIN users u ON u.id = i.user_id
+                LEFT JOIN apple_grants g ON g.identity_id = i.id AND g.app_id = \(groups.group(of: identity.clientID).primary)
+                WHERE i.team_id = \(teamID) AND i.sub = \(identity.sub)
+                """
+            ).first
+        else { return .ok }
+        if try row.decode(Bool.self, "predates") { return .predatesRevocation }
+        return try row.decode(Bool.self, "deleting") ? .deletionPending : .ok
     }
 
     /// Keeps the access token of the login's code exchange beside its refresh token.
@@ -208,34 +173,44 @@ struct LoginStore: Sendable {
             """)
     }
 
-    /// The fast path: a repeat login that changes nothing needs no write, so it is answered
-    /// by one read-only query; one whose only change is a stale `last_login_at` by that query
-    /// and one UPDATE of the two columns `broker_login` would write (the same values, no
-    /// event). nil when broker_login must run (new identity, a change, a revoked consent). A
-    /// user whose deletion is pending is reported as such.
-    private func unchangedRepeatLogin(_ identity: AppleIdentity, user: AppleUserField?) throws -> Record? {
-        // broker_identity_unchanged over a century is "nothing but the time changed"; with the
-        // resolution it is broker_login's own test, which is this and a recent last_login_at.
+    /// The fast path: a repeat login that changes nothing is answered by one read-only
+    /// statement, which also says whether the token predates the group's revocation (then
+    /// nothing is written and the login is refused, as broker_login_v2 would). Two things may
+    /// still be written, without an event and without broker_login_v2, both by one more
+    /// statement (`broker_repeat_sign_in`, one transaction): a stale `last_login_at` (the two
+    /// columns broker_login_v2 would write, the same values) and a sign-in newer than the
+    /// group's authorization timeline knows (`broker_record_sign_in`): every verified sign-in
+    /// is on it (issue 35). nil when broker_login_v2 must run (new identity, a change, a
+    /// revoked consent). A user whose deletion is pending is reported as such.
+    private func unchangedRepeatLogin(_ identity: AppleIdentity, user: AppleUserField?, signedInAt: Date) throws -> Record? {
+        let app = groups.group(of: identity.clientID).primary
+        // broker_identity_unchanged_v2 over a century is "nothing but the time changed"; with the
+        // resolution it is broker_login_v2's own test, which is this and a recent last_login_at.
+        // `predates` is predatesRevocation's test (a second's grace: iat has whole seconds).
         guard
             let row = try pool.query(
                 """
                 SELECT i.id, i.user_id, i.email, i.email_verified, i.is_private_email, i.real_user_status, u.status, i.unverified_email,
                        EXISTS (SELECT 1 FROM apple_tokens t WHERE t.identity_id = i.id AND t.revoked_at IS NULL) AS has_token,
-                       broker_identity_unchanged(i, \(identity.clientID), g.identity_id IS NOT NULL,
+                       broker_identity_unchanged_v2(i, \(identity.clientID), coalesce(g.consent = 'revoked', false),
                            \(identity.email), \(identity.emailVerified),
                            \(identity.isPrivateEmail), \(identity.realUserStatus), \(user?.name?.firstName),
-                           \(user?.name?.lastName), \(user?.email), interval '100 years') AS unchanged,
-                       i.last_login_at >= now() - \(lastLoginResolution)::interval AS recent
+                           \(user?.name?.lastName), \(user?.email), \(identity.orgID), interval '100 years') AS unchanged,
+                       i.last_login_at >= now() - \(lastLoginResolution)::interval AS recent,
+                       coalesce(g.signed_in_at >= \(signedInAt)::timestamptz, false) AS on_timeline,
+                       coalesce(g.consent = 'revoked' AND g.consent_at >= \(identity.issuedAt)::timestamptz + interval '1 second',
+                           false) AS predates
                 FROM apple_identities i JOIN users u ON u.id = i.user_id
-                LEFT JOIN apple_grants g
-                    ON g.identity_id = i.id AND g.app_id = \(groups.group(of: identity.clientID).primary) AND g.consent = 'revoked'
+                LEFT JOIN apple_grants g ON g.identity_id = i.id AND g.app_id = \(app)
                 WHERE i.team_id = \(teamID) AND i.sub = \(identity.sub)
                 """
             ).first
         else { return nil }
         let status = try row.decode(UserStatus.self, "status")
+        let predates = try row.decode(Bool.self, "predates")
         let record = Record(
-            outcome: status == .deleting ? .deletionPending : .ok, userID: try row.decode(UUID.self, "user_id"),
+            outcome: predates ? .predatesRevocation : status == .deleting ? .deletionPending : .ok,
+            userID: try row.decode(UUID.self, "user_id"),
             isNewUser: false, email: try row.decode(String?.self, "email"),
             emailVerified: try row.decode(Bool.self, "email_verified"),
             isPrivateEmail: try row.decode(Bool.self, "is_private_email"),
@@ -243,13 +218,20 @@ struct LoginStore: Sendable {
             refreshTokenStored: try row.decode(Bool.self, "has_token"),
             unverifiedEmail: try row.decode(String?.self, "unverified_email"),
             wroteThrough: false)
-        if status == .deleting { return record }
+        if record.outcome != .ok { return record }
         guard try row.decode(Bool?.self, "unchanged") ?? false else { return nil }
-        if try row.decode(Bool?.self, "recent") ?? false { return record }
-        // Only last_login_at is stale. No row (purged meanwhile): broker_login decides.
-        let updated = try pool.query(
-            "UPDATE apple_identities SET last_login_at = now(), last_verified_at = now() WHERE id = \(try row.decode(UUID.self, "id"))"
-        ).affectedRows
-        return updated == 1 ? record : nil
+        let touch = !(try row.decode(Bool?.self, "recent") ?? false)
+        let onTimeline = try row.decode(Bool.self, "on_timeline")
+        if touch || !onTimeline {
+            // No row (purged meanwhile): broker_login_v2 decides.
+            let written = try pool.query(
+                """
+                SELECT broker_repeat_sign_in(\(try row.decode(UUID.self, "id")), \(app), \(signedInAt)::timestamptz,
+                    \(touch), \(!onTimeline)) AS written
+                """
+            ).single()
+            guard try written.decode(Bool.self, "written") else { return nil }
+        }
+        return record
     }
 }

@@ -81,19 +81,31 @@ package struct RefreshTokenStore: Sendable {
             """)
     }
 
-    /// Apple called the token dead (`invalid_grant`): it stops being live, the consent stays
-    /// (sql `broker_invalidate_token`, with its `token.invalidated` event).
-    func invalidateToken(_ id: UUID, group: AppGroups.Group, appleError: String) throws {
-        try pool.query("SELECT broker_invalidate_token(\(id), \(group.primary), 'refresh_sweep', \(appleError))")
+    /// A verdict of the sweep on one token (the names of sql `broker_sweep_verdict`).
+    enum Verdict: String {
+        case revoked
+        case tokenInvalid = "token_invalid"
     }
 
-    /// Apple said the user revoked the grant: the consent of the token's app group is revoked (sql
-    /// `broker_revoke_consent`, with its `consent.revoked` event).
-    func revokeConsent(identityID: UUID, group: AppGroups.Group) throws {
+    /// What `broker_sweep_verdict` did.
+    enum Applied: String, PostgresDecodable {
+        case revoked
+        case alreadyRevoked = "already_revoked"
+        /// A later sign-in proves the group's authorization: only this token ended.
+        case superseded
+        case tokenInvalid = "token_invalid"
+        /// The token the verdict was about is no longer stored and live.
+        case gone
+    }
+
+    /// Applies a verdict on the authorization `token` came from, by Apple's clock (sql
+    /// `broker_sweep_verdict`, with its `consent.revoked` or `token.invalidated` event).
+    func apply(_ verdict: Verdict, to token: DueToken, group: AppGroups.Group, appleError: String) throws -> Applied {
         try pool.query(
             """
-            SELECT broker_revoke_consent(\(identityID), \(group.primary), \(PostgresTextArray(group.clientIDs)),
-                now(), 'refresh_sweep')
-            """)
+            SELECT broker_sweep_verdict(\(token.id), \(token.sealed), \(group.primary), \(PostgresTextArray(group.clientIDs)),
+                \(verdict.rawValue), \(appleError))
+            """
+        ).single().decode(Applied.self, 0)
     }
 }

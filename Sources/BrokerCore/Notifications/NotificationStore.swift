@@ -2,8 +2,9 @@ import Foundation
 import PostgresClient
 
 /// The database side of Apple's notifications (`NotificationReceiver` keeps the decisions):
-/// applying one exactly once (`broker_apply_notification`: the inbox row by `jti`, the change
-/// and its outbox events in one transaction, with the app it was for) and pruning the inbox.
+/// applying one exactly once (`broker_apply_notification_v2`: the inbox row by `jti`, the change
+/// and its outbox events in one transaction, with the app it was for; a consent-revoked older
+/// than the group's last verified sign-in is `stale`) and pruning the inbox.
 package struct NotificationStore: Sendable {
     let pool: PostgresPool
 
@@ -18,11 +19,11 @@ package struct NotificationStore: Sendable {
         try pool.withTransaction { connection in
             let outcome = try connection.query(
                 """
-                SELECT broker_apply_notification(\(notification.jti), \(notification.type), \(teamID),
+                SELECT broker_apply_notification_v2(\(notification.jti), \(notification.type), \(teamID),
                     \(notification.sub), \(notification.eventTime), \(group.primary), \(PostgresTextArray(group.clientIDs)),
                     \(subjectHash))
                 """
-            ).single().decode(NotificationReceiver.Outcome.self, "broker_apply_notification")
+            ).single().decode(NotificationReceiver.Outcome.self, "broker_apply_notification_v2")
             // Which app it was for (sql/0019; the console's silence per app). Beside the released
             // function, not in it: the previous release keeps calling it and leaves this NULL.
             if outcome != .duplicate {
@@ -66,5 +67,25 @@ package struct NotificationStore: Sendable {
     /// Notifications received longer ago than the retention.
     static func prune(_ pool: PostgresPool, retention: Duration) throws {
         try pool.query("DELETE FROM apple_notifications WHERE received_at < now() - \(retention)::interval")
+    }
+
+    /// Notifications received per UTC day and client id (`aud`; empty: rows the previous
+    /// release wrote, which name none), over the last `days` (1 to 92). Client ids are those the
+    /// broker accepts: bounded by its settings.
+    package func countsByClient(days: Int) throws -> [DailyCount] {
+        let days = min(max(days, 1), 92)
+        return try pool.query(
+            """
+            SELECT date_trunc('day', received_at AT TIME ZONE 'UTC') AT TIME ZONE 'UTC' AS day,
+                   COALESCE(client_id, '') AS category, count(*) AS n
+            FROM apple_notifications
+            WHERE received_at >= date_trunc('day', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC' - make_interval(days => \(days - 1))
+            GROUP BY 1, 2
+            """
+        ).map { row in
+            DailyCount(
+                day: try row.decode(Date.self, "day"), category: try row.decode(String.self, "category"),
+                count: try row.decode(Int.self, "n"))
+        }
     }
 }

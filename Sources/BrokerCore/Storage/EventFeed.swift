@@ -13,8 +13,9 @@ import StrictJSON
 /// paging with the cursor misses nothing (DESIGN.md §3's outbox pitfall).
 ///
 /// Another module reacts to `outbox_events` in the writer's transaction: the OpenID Provider's
-/// trigger `broker_oidc_end_grants` ends the user's OIDC grants and queues Back-Channel Logout
-/// deliveries when `consent.revoked`, `user.deletion_requested` or `user.deleted` is written.
+/// trigger `broker_oidc_end_grants` ends the user's OIDC grants and sessions and queues
+/// Back-Channel Logout deliveries when `consent.revoked`, `token.invalidated`,
+/// `user.deletion_requested` or `user.deleted` is written.
 package struct EventFeed: Sendable {
     let pool: PostgresPool
 
@@ -41,8 +42,12 @@ package struct EventFeed: Sendable {
         }
     }
 
-    /// - Parameter reach: a limited key's client ids: only events of those apps' users.
-    package func page(after cursor: Cursor, limit: Int, reach: PostgresTextArray? = nil) throws -> (
+    /// - Parameters:
+    ///   - reach: a limited key's client ids: only events of those apps (`broker_event_in_apps_v2`).
+    ///   - groups: the app groups (primary App IDs) of those client ids, which grant events name.
+    package func page(
+        after cursor: Cursor, limit: Int, reach: PostgresTextArray? = nil, groups: PostgresTextArray? = nil
+    ) throws -> (
         events: [JSONValue], next: Cursor
     ) {
         // ORDER BY qualifies its columns: a bare `txid` would name the *output* column
@@ -53,7 +58,7 @@ package struct EventFeed: Sendable {
             WHERE e.txid >= \(String(cursor.transaction))::xid8
               AND (e.txid > \(String(cursor.transaction))::xid8 OR e.id > \(cursor.event))
               AND e.txid < pg_snapshot_xmin(pg_current_snapshot())
-              AND (\(reach)::text[] IS NULL OR broker_event_in_apps_v2(e.user_id, e.payload, \(reach)::text[]))
+              AND (\(reach)::text[] IS NULL OR broker_event_in_apps_v2(e.user_id, e.type, e.payload, \(reach)::text[], \(groups)::text[]))
             ORDER BY e.txid, e.id LIMIT \(limit)
             """)
         var next = cursor

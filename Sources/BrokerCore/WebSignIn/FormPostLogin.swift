@@ -1,4 +1,7 @@
 import AppleID
+import Foundation
+import Locking
+import Synchronization
 
 /// The sign-in inside Apple's form post, shared by the web sign-in and the OpenID Provider:
 /// the identity token and its nonce verified, the state spent once (only then: a forged post
@@ -15,7 +18,9 @@ package struct FormPostLogin: Sendable {
     }
 
     package enum Outcome: Sendable {
-        case signedIn(LoginResponse)
+        /// Signed in; `authenticatedAt`: when Apple last authenticated the person (the identity
+        /// token's `auth_time`, else its `iat`; never later than now).
+        case signedIn(LoginResponse, authenticatedAt: Date)
         /// The state was spent by an earlier post (the Back button, a double submit).
         case stateAlreadyUsed
         /// Refused: the problem code (a `BrokerError` code, or a `TokenRejection` code when
@@ -24,6 +29,11 @@ package struct FormPostLogin: Sendable {
     }
 
     private struct StateAlreadyUsed: Error {}
+
+    /// What the verification step saw, read after the login returns.
+    private final class AuthenticationTime: Sendable {
+        let value = Lock<Date?>(nil)
+    }
 
     /// Signs in with the form's `id_token`, `code` and `user` for a state sealed with `rawNonce`.
     package func signIn(
@@ -41,11 +51,15 @@ package struct FormPostLogin: Sendable {
         request.redirectURI = callbackURL
         request.redirectURIIsOurs = true
         let usedStates = usedStates
-        request.afterVerification = { _ in
+        let authenticated = AuthenticationTime()
+        request.afterVerification = { identity in
             guard try usedStates.markUsed(state: state, expiresAt: stateExpiresAt) else { throw StateAlreadyUsed() }
+            authenticated.value.withLock { $0 = identity.authTime ?? identity.issuedAt }
         }
         do {
-            return .signedIn(try login.login(request))
+            let response = try login.login(request)
+            let at = authenticated.value.withLock { $0 } ?? Date()
+            return .signedIn(response, authenticatedAt: min(at, Date()))
         } catch is StateAlreadyUsed {
             return .stateAlreadyUsed
         } catch let error as BrokerError {

@@ -111,11 +111,21 @@ package final class WebSignInService: Sendable {
         return all.count == 1 ? all.first : nil
     }
 
-    /// Handles Apple's form post and answers where the browser goes next.
-    package func callback(form fields: [String: String], browserBinding: String?) throws -> String {
+    /// Handles Apple's form post and answers the browser's next step: another sign-in's
+    /// (a continuation's) for its states, else the web sign-in's redirect to `return_to`.
+    package func callback(form fields: [String: String], cookies: [String: String]) throws -> CallbackAnswer {
         if let state = fields["state"], let continuation = continuations.first(where: { state.hasPrefix($0.statePrefix) }) {
-            return try continuation.callback(form: fields)
+            return try continuation.callback(form: fields, cookies: cookies)
         }
+        return CallbackAnswer(.redirect(try callback(form: fields, browserBinding: cookies[Self.bindingCookie])))
+    }
+
+    /// Binds a sign-in's state to the browser that started it. `__Host-`: only over HTTPS,
+    /// for this host alone (no Domain), for every path.
+    package static let bindingCookie = "__Host-abk_signin"
+
+    /// The web sign-in's own callback: where the browser goes next.
+    package func callback(form fields: [String: String], browserBinding: String?) throws -> String {
         guard let settings else { throw Self.notConfigured }
         guard let stateText = fields["state"], !stateText.isEmpty else {
             // Whether Apple sends `state` with a cancel is unconfirmed (protocol reference
@@ -161,7 +171,7 @@ package final class WebSignInService: Sendable {
             clientID: authorization.clientID, callbackURL: settings.callbackURL, state: stateText,
             stateExpiresAt: authorization.expiresAt)
         {
-        case .signedIn(let signedIn): response = signedIn
+        case .signedIn(let signedIn, _): response = signedIn
         case .stateAlreadyUsed:
             outcomes.increment("invalid_state")
             throw Self.invalidState
@@ -193,9 +203,7 @@ package final class WebSignInService: Sendable {
     ]
 
     /// Login problems that come after the identity token verified: Apple could not exchange the code.
-    package static let exchangeFailures: Set<BrokerError.Code> = [
-        .authorizationCodeInvalid, .appleClientRejected, .appleResponseInvalid, .appleUnavailable,
-    ]
+    package static var exchangeFailures: Set<BrokerError.Code> { LoginService.exchangeFailures }
 
     /// A query string, with spaces as %20 (Apple's documented form for `scope`).
     package static func query(_ fields: [(String, String)]) -> String {

@@ -1,4 +1,5 @@
 import BrokerCore
+import Deliveries
 import Foundation
 import PostgresClient
 import StrictJSON
@@ -16,16 +17,23 @@ struct ConsoleStore: Sendable {
     let notifications: NotificationStore
     let tokens: RefreshTokenStore
     let webhooks: WebhookSubscriptionStore
+    /// The delivery lanes' queues, for the overview's backlog charts; the provider's is handed
+    /// over by the wiring (nil: not charted).
+    let webhookQueue: DeliveryQueueStore?
+    let logoutQueue: DeliveryQueueStore?
     /// For the audit log (BrokerCore's `AuditLog`) and the pages' audited reads.
     var pool: PostgresPool { deletions.store.pool }
 
     init(
-        deletions: DeletionService, sessions: ConsoleSessionStore, webhooks: WebhookSubscriptionStore, teamID: String
+        deletions: DeletionService, sessions: ConsoleSessionStore, webhooks: WebhookSubscriptionStore, teamID: String,
+        logoutQueue: DeliveryQueueStore? = nil
     ) {
         self.deletions = deletions
         self.sessions = sessions
         self.webhooks = webhooks
         let pool = deletions.store.pool
+        webhookQueue = WebhookDeliveryStore(pool: pool).queue
+        self.logoutQueue = logoutQueue
         users = UserLookupStore(pool: pool, teamID: teamID)
         notifications = NotificationStore(pool: pool)
         tokens = RefreshTokenStore(pool: pool, teamID: teamID)
@@ -71,7 +79,7 @@ struct ConsoleStore: Sendable {
         try deletions.annotate(
             id, receivedAt: receivedAt, ticket: ticket,
             audit: AuditLog.Record(
-                actor: actor, action: "console.deletion_requested",
+                actor: actor, action: "console.deletion_requested", target: "deletion:\(id.lowercasedString)",
                 detail: ["ticket": .string(ticket), "received_at": .string(RFC3339Date.string(receivedAt))]))
     }
 
@@ -81,7 +89,8 @@ struct ConsoleStore: Sendable {
         try deletions.extendDeadline(
             id, until: until, reason: reason,
             audit: AuditLog.Record(
-                actor: actor, action: "console.deletion_extended", detail: ["until": .string(RFC3339Date.dayString(until))]))
+                actor: actor, action: "console.deletion_extended", target: "deletion:\(id.lowercasedString)",
+                detail: ["until": .string(RFC3339Date.dayString(until))]))
     }
 
     /// One Apple identity of a user, for the confirmation page (masked there).

@@ -7,11 +7,14 @@ import PostgresClient
 extension ConsoleStore {
     typealias ManualRevocation = DeletionStore.ManualRevocation
 
-    /// Completed deletions Apple had no token for (TN3194): the user must revoke in Settings.
+    /// TN3194 follow-ups, per app group (see `DeletionStore.manualRevocations`).
     func manualRevocations() throws -> [ManualRevocation] { try deletions.store.manualRevocations() }
 
-    /// When the TN3194 follow-up of one deletion closed, for its evidence report; nil while it is open.
-    func followUpClosedAt(deletionID: UUID) throws -> Date? { try deletions.store.followUpClosedAt(deletionID: deletionID) }
+    /// When the TN3194 follow-up of a deletion the previous release decided (no app groups)
+    /// closed; nil while open.
+    func legacyFollowUpClosedAt(deletionID: UUID) throws -> Date? {
+        try deletions.store.legacyFollowUpClosedAt(deletionID: deletionID)
+    }
 
     typealias FailedRevocation = DeletionStore.FailedRevocation
 

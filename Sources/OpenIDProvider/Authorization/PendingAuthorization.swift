@@ -14,6 +14,7 @@ struct PendingAuthorization: Sendable, Equatable {
     var nonce: String?
     var codeChallenge: String?
     var scope: String
+    var responseMode: ResponseMode = .query
     /// The raw nonce whose hex SHA-256 went to Apple; Apple's identity token must carry it.
     var appleNonce: String
     /// Unix seconds.
@@ -33,6 +34,7 @@ struct PendingAuthorization: Sendable, Equatable {
         if let state { members["s"] = .string(state) }
         if let nonce { members["n"] = .string(nonce) }
         if let codeChallenge { members["p"] = .string(codeChallenge) }
+        if responseMode != .query { members["m"] = .string(responseMode.rawValue) }
         let sealed = try AES256GCM.seal(
             JSONValue.object(members).serialized(), key: keys.derivedKey(Self.purpose)!,
             associatedData: Array(Self.purpose.utf8))
@@ -53,6 +55,8 @@ struct PendingAuthorization: Sendable, Equatable {
         else { return nil }
         return PendingAuthorization(
             clientID: clientID, redirectURI: redirectURI, state: members["s"]?.stringValue, nonce: members["n"]?.stringValue,
-            codeChallenge: members["p"]?.stringValue, scope: scope, appleNonce: appleNonce, expiresAt: Int(expiresAt))
+            codeChallenge: members["p"]?.stringValue, scope: scope,
+            responseMode: members["m"]?.stringValue.flatMap(ResponseMode.init(rawValue:)) ?? .query, appleNonce: appleNonce,
+            expiresAt: Int(expiresAt))
     }
 }

@@ -13,6 +13,8 @@ package struct ClientMetadata: Sendable, Equatable {
     package var scope: String
     package var backchannelLogoutURI: String?
     package var backchannelLogoutSessionRequired: Bool
+    /// RP-Initiated Logout 1.0 §3.1: where the end-session endpoint may send the browser back.
+    package var postLogoutRedirectURIs: [String] = []
     /// private_key_jwt: the client's public keys as a JWK Set (JSON text), or where to fetch them.
     package var jwks: String?
     package var jwksURI: String?
@@ -135,6 +137,21 @@ package struct ClientMetadata: Sendable, Equatable {
         return String(decoding: text, as: UTF8.self)
     }
 
+    /// Sets `post_logout_redirect_uris` (RP-Initiated Logout 1.0 §3.1), checked as redirect URIs are.
+    package mutating func setPostLogoutRedirectURIs(_ uris: [String]) throws {
+        guard uris.count <= ProviderPolicy.maximumRedirectURIs else {
+            throw OAuthError.invalidClientMetadata("at most \(ProviderPolicy.maximumRedirectURIs) post_logout_redirect_uris")
+        }
+        for uri in uris {
+            if let refusal = RedirectURIRule.refusal(
+                uri, publicClient: isPublic, privateNetworkHTTP: privateNetworkHTTPRedirects)
+            {
+                throw OAuthError.invalidClientMetadata("post_logout_redirect_uris: \(uri.prefix(200)): \(refusal)")
+            }
+        }
+        postLogoutRedirectURIs = uris
+    }
+
     /// Reads an RFC 7591 registration request.
     package init(json body: JSONObjectReader, outboundURL check: (String) throws -> String) throws {
         do {
@@ -148,6 +165,7 @@ package struct ClientMetadata: Sendable, Equatable {
                 jwks: try body.object("jwks").map { .object($0.members) }, jwksURI: try body.string("jwks_uri"),
                 signingAlgorithm: try body.string("token_endpoint_auth_signing_alg"),
                 privateNetworkHTTPRedirects: try body.bool(Self.privateNetworkHTTPMember) ?? false, outboundURL: check)
+            try setPostLogoutRedirectURIs(try body.strings("post_logout_redirect_uris") ?? [])
         } catch let error as JSONFieldError {
             throw OAuthError.invalidClientMetadata(error.description)
         }
@@ -168,6 +186,9 @@ package struct ClientMetadata: Sendable, Equatable {
         ]
         if let clientName { members["client_name"] = .string(clientName) }
         if let backchannelLogoutURI { members["backchannel_logout_uri"] = .string(backchannelLogoutURI) }
+        if !postLogoutRedirectURIs.isEmpty {
+            members["post_logout_redirect_uris"] = .array(postLogoutRedirectURIs.map(JSONValue.string))
+        }
         if let jwks, let value = try? JSONValue.parse(Array(jwks.utf8)) { members["jwks"] = value }
         if let jwksURI { members["jwks_uri"] = .string(jwksURI) }
         if let signingAlgorithm { members["token_endpoint_auth_signing_alg"] = .string(signingAlgorithm) }

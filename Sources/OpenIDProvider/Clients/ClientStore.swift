@@ -47,12 +47,13 @@ package struct ClientStore: Sendable {
                 """
                 INSERT INTO oidc_clients (client_id, secret_hash, token_endpoint_auth_method, redirect_uris, grant_types,
                     response_types, client_name, scope, backchannel_logout_uri, backchannel_logout_session_required, created_by,
-                    jwks, jwks_uri, token_endpoint_auth_signing_alg, private_network_http_redirects)
+                    jwks, jwks_uri, token_endpoint_auth_signing_alg, private_network_http_redirects, post_logout_redirect_uris)
                 VALUES (\(clientID), \(secret.map { SHA256.hexHash($0) }), \(storedMethod),
                     \(PostgresTextArray(metadata.redirectURIs)), \(PostgresTextArray(metadata.grantTypes)),
                     \(PostgresTextArray(metadata.responseTypes)), \(metadata.clientName), \(metadata.scope),
                     \(metadata.backchannelLogoutURI), \(metadata.backchannelLogoutSessionRequired), \(actor),
-                    \(metadata.jwks), \(metadata.jwksURI), \(metadata.signingAlgorithm), \(metadata.privateNetworkHTTPRedirects))
+                    \(metadata.jwks), \(metadata.jwksURI), \(metadata.signingAlgorithm), \(metadata.privateNetworkHTTPRedirects),
+                    \(PostgresTextArray(metadata.postLogoutRedirectURIs)))
                 RETURNING created_at
                 """
             ).single()
@@ -75,7 +76,8 @@ package struct ClientStore: Sendable {
         SELECT client_id, secret_hash, token_endpoint_auth_method, array_to_json(redirect_uris)::text AS redirect_uris,
                array_to_json(grant_types)::text AS grant_types, array_to_json(response_types)::text AS response_types,
                client_name, scope, backchannel_logout_uri, backchannel_logout_session_required, created_at,
-               jwks, jwks_uri, token_endpoint_auth_signing_alg, private_network_http_redirects
+               jwks, jwks_uri, token_endpoint_auth_signing_alg, private_network_http_redirects,
+               array_to_json(post_logout_redirect_uris)::text AS post_logout_redirect_uris
         FROM oidc_clients
         """
 
@@ -125,6 +127,7 @@ package struct ClientStore: Sendable {
             clientName: try row.decode(String?.self, "client_name"), scope: try row.decode(String.self, "scope"),
             backchannelLogoutURI: try row.decode(String?.self, "backchannel_logout_uri"),
             backchannelLogoutSessionRequired: try row.decode(Bool.self, "backchannel_logout_session_required"))
+        metadata.postLogoutRedirectURIs = try strings("post_logout_redirect_uris")
         metadata.jwks = jwks
         metadata.jwksURI = jwksURI
         metadata.signingAlgorithm = try row.decode(String?.self, "token_endpoint_auth_signing_alg")

@@ -26,6 +26,9 @@ package struct Endpoints: Sendable {
     static let jwks = "/jwks"
     static let registration = "/register"
     static let revocation = "/revoke"
+    /// RP-Initiated Logout 1.0 (`end_session_endpoint`) and its confirmation form's target.
+    static let endSession = "/logout"
+    static let endSessionConfirmation = "/logout/confirm"
     static let introspection = "/introspect"
     static let discovery = "/.well-known/openid-configuration"
     static let authorizationServer = "/.well-known/oauth-authorization-server"

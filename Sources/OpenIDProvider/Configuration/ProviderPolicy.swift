@@ -23,4 +23,10 @@ package enum ProviderPolicy {
     static let maximumNonceBytes = 256
     static let maximumRedirectURIBytes = 2048
     static let maximumRedirectURIs = 16
+    /// Live sessions one person may hold at the provider (browsers); a new one ends the oldest.
+    static let maximumSessionsPerUser = 20
+    /// `max_age` values beyond this (ten years) are read as this.
+    static let maximumMaxAgeSeconds = 10 * 365 * 86_400
+    /// Without a session (OIDC_SESSION_SECONDS=0) a grant is kept this long for its Back-Channel Logout.
+    static let sessionlessLogoutSeconds = 86_400
 }

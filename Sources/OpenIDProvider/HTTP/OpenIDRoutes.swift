@@ -30,27 +30,36 @@ enum OpenIDRoutes {
         }
         // OpenID Connect Core §3.1.2.1: GET and POST (form) alike.
         let authorize: HTTPHandler = { request in
-            let parameters: [String: String]
-            let repeated: Set<String>
-            if request.method == .post {
-                let pairs = FormEncoding.decode(String(decoding: request.body, as: UTF8.self)).filter { !$0.1.isEmpty }
-                parameters = Dictionary(pairs, uniquingKeysWith: { first, _ in first })
-                repeated = Set(Dictionary(grouping: pairs, by: \.0).filter { $0.value.count > 1 }.keys)
-            } else {
-                parameters = request.query
-                repeated = request.repeatedQueryNames
-            }
-            switch try provider.authorization.authorize(parameters, repeated: repeated) {
-            case .redirect(let location):
-                return HTTPResponse(
-                    status: 302, headers: ["Location": location, "Cache-Control": "no-store", "Referrer-Policy": "no-referrer"])
+            let (parameters, repeated) = requestParameters(request)
+            switch try provider.authorization.authorize(
+                parameters, repeated: repeated, sessionSecret: request.cookies[SessionCookie.name])
+            {
+            case .redirect(let location): return redirect(location)
+            case .formPost(let headers, let html): return page(html, headers: headers)
             case .page(let status, let title, let message):
                 return HTMLPage.response(status: status, title: title, message: message, link: nil)
             }
         }
+        // RP-Initiated Logout 1.0 §2: GET and POST (form) alike.
+        let endSession: HTTPHandler = { request in
+            let (parameters, repeated) = requestParameters(request)
+            let (outcome, ended) = try provider.endSession.endSession(
+                parameters, repeated: repeated, sessionSecret: request.cookies[SessionCookie.name])
+            return LogoutPages.response(
+                outcome, clearCookie: ended, confirmAction: endpoints.path(Endpoints.endSessionConfirmation))
+        }
         router.group(AddressBudget(perAddress)) { router in
             router.get(endpoints.path(Endpoints.authorize), authorize)
             router.post(endpoints.path(Endpoints.authorize), authorize)
+            router.get(endpoints.path(Endpoints.endSession), endSession)
+            router.post(endpoints.path(Endpoints.endSession), endSession)
+            router.post(endpoints.path(Endpoints.endSessionConfirmation)) { request in
+                let form = FormEncoding.fields(String(decoding: request.body, as: UTF8.self))
+                let (outcome, ended) = try provider.endSession.confirm(
+                    token: form["token"], sessionSecret: request.cookies[SessionCookie.name])
+                return LogoutPages.response(
+                    outcome, clearCookie: ended, confirmAction: endpoints.path(Endpoints.endSessionConfirmation))
+            }
         }
         // Outsiders' refusals (bad client credentials, unknown tokens) are budgeted per address:
         // each one costs a database lookup. Successes are never charged.
@@ -135,6 +144,27 @@ enum OpenIDRoutes {
                 return response
             }
         }
+    }
+
+    /// A browser endpoint's parameters: the query, or a POST's form (RFC 6749 §3.1: a parameter
+    /// without a value is omitted), with the names sent more than once.
+    static func requestParameters(_ request: HTTPRequest) -> ([String: String], Set<String>) {
+        guard request.method == .post else { return (request.query, request.repeatedQueryNames) }
+        let pairs = FormEncoding.decode(String(decoding: request.body, as: UTF8.self)).filter { !$0.1.isEmpty }
+        return (
+            Dictionary(pairs, uniquingKeysWith: { first, _ in first }),
+            Set(Dictionary(grouping: pairs, by: \.0).filter { $0.value.count > 1 }.keys)
+        )
+    }
+
+    static func redirect(_ location: String) -> HTTPResponse {
+        HTTPResponse(status: 302, headers: ["Location": location, "Cache-Control": "no-store", "Referrer-Policy": "no-referrer"])
+    }
+
+    static func page(_ html: String, status: Int = 200, headers: [String: String]) -> HTTPResponse {
+        var response = HTTPResponse.text(html, status: status, contentType: "text/html; charset=utf-8")
+        for (name, value) in headers { response.headers.set(name, value) }
+        return response
     }
 
     /// Runs an OAuth endpoint: its refusals become OAuth error answers.

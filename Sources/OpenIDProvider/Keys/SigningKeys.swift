@@ -15,6 +15,7 @@ package final class SigningKeys: Sendable {
     private struct Snapshot {
         var keys: [SigningKeyStore.Loaded] = []
         var jwks: [UInt8] = []
+        var set = JWKSet(keys: [])
         var loadedAt = Date.distantPast
     }
     private let snapshot = Lock(Snapshot())
@@ -29,7 +30,8 @@ package final class SigningKeys: Sendable {
         if Date().timeIntervalSince(cached.loadedAt) < refreshSeconds, !cached.keys.isEmpty { return cached }
         let keys = try store.publishable()
         let set = try keys.map { JSONValue.object(try JWK(key: $0.key, keyID: $0.kid).publicJSON()) }
-        let fresh = Snapshot(keys: keys, jwks: JSONValue.object(["keys": .array(set)]).serialized(), loadedAt: Date())
+        let jwks = JSONValue.object(["keys": .array(set)]).serialized()
+        let fresh = Snapshot(keys: keys, jwks: jwks, set: try JWKSet(json: jwks), loadedAt: Date())
         snapshot.withLock { $0 = fresh }
         return fresh
     }
@@ -41,6 +43,13 @@ package final class SigningKeys: Sendable {
         else { throw OAuthError("server_error", "no signing key is active", status: 503) }
         return try JWSSigner(key: key.key, keyID: key.kid).sign(
             claims: claims, extraHeader: type.map { ["typ": .string($0)] } ?? [:])
+    }
+
+    /// The claims of a token this provider signed with a key it still publishes (an ID token
+    /// given back as `id_token_hint`): the signature only, RS256; the caller checks the claims.
+    /// - Throws: `JOSEError` when the token is malformed or not signed by one of our keys.
+    package func verify(_ token: String) throws -> [String: JSONValue] {
+        try JWSVerifier(allowedAlgorithms: [.rs256]).verify(token, keys: try current().set).claims()
     }
 
     /// The JWK Set document.

@@ -8,7 +8,8 @@ import StrictJSON
 /// logout lane's rows (`LogoutLane`), claimed oldest due first through the delivery engine's
 /// shared queue; listed and re-driven by the admin API. Rows are written by the trigger
 /// `broker_oidc_end_grants` on BrokerCore's `outbox_events` (consent.revoked,
-/// user.deletion_requested, user.deleted end the user's grants), which NOTIFYs `dueChannel`.
+/// token.invalidated, user.deletion_requested, user.deleted end the user's grants and
+/// sessions), which NOTIFYs `dueChannel`.
 package struct LogoutDeliveryStore: Sendable {
     let pool: PostgresPool
 
@@ -19,7 +20,7 @@ package struct LogoutDeliveryStore: Sendable {
     /// NOTIFYed when deliveries are queued (sql/functions/broker_oidc_end_grants.sql).
     package static let dueChannel = "oidc_logout_due"
 
-    var queue: DeliveryQueueStore { DeliveryQueueStore(pool: pool, table: Self.table) }
+    package var queue: DeliveryQueueStore { DeliveryQueueStore(pool: pool, table: Self.table) }
 
     /// What a claimed logout delivery carries.
     package struct Item: Sendable {

@@ -8,7 +8,7 @@ import StrictJSON
 /// backoff and dead-lettering): logout tokens (§2.4: iss, aud, iat, exp, jti, sub, sid when
 /// the RP asked for sessions, the `events` claim, never a nonce; `typ` logout+jwt) as a form
 /// POST (§2.5) to each RP's `backchannel_logout_uri`. The webhook settings and address rules
-/// apply. A new delivery wakes the lane at once: the rows are written by
+/// apply; a 400 is final (§2.8). A new delivery wakes the lane at once: the rows are written by
 /// `broker_oidc_end_grants` (and the provider's own logout paths), which NOTIFY `wakeChannel`.
 package struct LogoutLane: DeliveryLane {
     let store: LogoutDeliveryStore
@@ -50,7 +50,13 @@ package struct LogoutLane: DeliveryLane {
             body: Array(FormEncoding.encode([("logout_token", try logoutToken(for: delivery.item))]).utf8))
     }
 
-    // §2.8: 200 OK on success; any 2xx is taken as delivered, anything else is tried again.
+    /// §2.8: 200 OK on success; any 2xx is taken as delivered. 400 is the relying party's
+    /// verdict that the logout failed (a token it refuses): final, recorded as `rejected`, not
+    /// retried. Anything else is tried again.
+    package func verdict(status: Int) -> DeliveryVerdict {
+        if status == 400 { return .dead }
+        return (200..<300).contains(status) ? .delivered : .retry
+    }
 
     package func receiverFields(_ delivery: ClaimedDelivery<Item>) -> [(String, String)] {
         [("client_id", delivery.item.clientID)]

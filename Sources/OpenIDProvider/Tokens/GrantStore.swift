@@ -30,17 +30,29 @@ package struct GrantStore: Sendable {
         var scopes: Set<String> { Set(scope.split(separator: " ").map(String.init)) }
     }
 
+    /// The sign-in a grant rests on: the session it was given in (nil with sessions off), the
+    /// `sid` its tokens carry, when Apple authenticated the person, and until when the relying
+    /// party's session may live (its Back-Channel Logout needs the grant until then).
+    struct Authentication: Sendable {
+        var sessionID: UUID?
+        var sid: String
+        var authTime: Date
+        var logoutUntil: Date
+    }
+
     /// Starts a grant and returns its one-time code.
     func createCode(
-        clientID: String, userID: UUID, scope: String, redirectURI: String, codeChallenge: String?, nonce: String?
+        clientID: String, userID: UUID, scope: String, redirectURI: String, codeChallenge: String?, nonce: String?,
+        authentication: Authentication
     ) throws -> String {
         let code = Self.secret()
         let grantID = UUID()
         try pool.withTransaction { connection in
             try connection.query(
                 """
-                INSERT INTO oidc_grants (id, client_id, user_id, app_id, sid, scope, auth_time)
-                VALUES (\(grantID), \(clientID), \(userID), \(appID), \(Base64URL.encode(SecureRandom.bytes(16))), \(scope), now())
+                INSERT INTO oidc_grants (id, client_id, user_id, app_id, sid, scope, auth_time, session_id, logout_until)
+                VALUES (\(grantID), \(clientID), \(userID), \(appID), \(authentication.sid), \(scope), \(authentication.authTime),
+                        \(authentication.sessionID), \(authentication.logoutUntil))
                 """)
             try connection.query(
                 """
@@ -219,8 +231,10 @@ package struct GrantStore: Sendable {
     }
 
     /// Deletes what can no longer be used: expired codes (an hour after, so a late replay still
-    /// revokes), expired tokens, and grants ended or left without codes and tokens for a day.
-    /// Returns the grants deleted.
+    /// revokes), expired tokens, grants ended a day ago, and live grants without codes and
+    /// tokens once their relying party's session can no longer live (`logout_until`: the
+    /// provider session's expiry; a day for grants without one). Until then a Back-Channel
+    /// Logout can still reach that relying party. Returns the grants deleted.
     @discardableResult
     func prune() throws -> Int {
         try pool.query("DELETE FROM oidc_codes WHERE expires_at < now() - interval '1 hour'")
@@ -228,7 +242,8 @@ package struct GrantStore: Sendable {
         return try pool.query(
             """
             DELETE FROM oidc_grants g WHERE g.ended_at < now() - interval '1 day'
-               OR (g.created_at < now() - interval '1 day'
+               OR (g.ended_at IS NULL
+                   AND coalesce(g.logout_until, g.created_at + interval '1 day') < now()
                    AND NOT EXISTS (SELECT 1 FROM oidc_tokens t WHERE t.grant_id = g.id)
                    AND NOT EXISTS (SELECT 1 FROM oidc_codes c WHERE c.grant_id = g.id))
             RETURNING 1
