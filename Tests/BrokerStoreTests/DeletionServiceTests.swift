@@ -1,6 +1,7 @@
 import BrokerCore
 import Foundation
 import PostgresClient
+import Synchronization
 import TestSupport
 import Testing
 
@@ -68,5 +69,30 @@ struct DeletionServiceTests {
         try service.annotate(id, receivedAt: Date(), ticket: "T-2", audit: audit)
         let note = try #require(try service.store.annotations([id])[id])
         #expect(note.ticket == "T-1" && abs(note.receivedAt!.timeIntervalSince(first)) < 1)
+    }
+
+    @Test("a retry queues only a failed request again, audited, and wakes the job in this process")
+    func retry() throws {
+        let fixture = try StoreFixture()
+        let woken = Atomic<Int>(0)
+        let service = DeletionService(
+            store: DeletionStore(pool: fixture.pool, teamID: fixture.teamID), wake: { woken.add(1, ordering: .relaxed) })
+        let user = try fixture.user().user
+        let id = try service.request(
+            .init(target: .user(user), reason: "user asked", requestedBy: "dpo@example.com"), source: .api,
+            actor: "console:alice"
+        ).id
+        let before = woken.load(ordering: .relaxed)
+        #expect(try !service.retry(id, by: "console:alice"), "not failed")
+        #expect(woken.load(ordering: .relaxed) == before)
+        try fixture.pool.query("UPDATE deletion_requests SET state = 'failed' WHERE id = \(id)")
+        #expect(try service.retry(id, by: "console:alice"))
+        #expect(woken.load(ordering: .relaxed) == before + 1)
+        #expect(try fixture.count("SELECT count(*) FROM deletion_requests WHERE id = \(id) AND state = 'requested'") == 1)
+        #expect(
+            try fixture.count(
+                "SELECT count(*) FROM audit_log WHERE deletion_id = \(id) AND action = 'deletion.retried' AND actor = 'console:alice'"
+            )
+                == 1)
     }
 }

@@ -216,6 +216,14 @@ package struct DeletionService: Sendable {
         throw BrokerError.userNotFound
     }
 
+    /// Queues a failed request again as new (audited as `deletion.retried` by `actor`) and wakes
+    /// the job; false when the request is not `failed`.
+    package func retry(_ id: UUID, by actor: String) throws -> Bool {
+        guard try store.retry(id, by: actor) else { return false }
+        wake()
+        return true
+    }
+
     // MARK: What operators note (the console's deletion actions)
 
     /// Records when and through which ticket a request the console opened was received (the
