@@ -224,7 +224,8 @@ let package = Package(
         .testTarget(
             name: "AppleSimulatorTests",
             dependencies: [
-                "AppleSimulator", "JOSE", "StrictJSON", "BrokerCrypto", "HTTPClient", "HTTPServer", "Observability", "TestSupport",
+                "AppleSimulator", "JOSE", "StrictJSON", "BrokerCrypto", "HTTPClient", "HTTPServer", "Observability",
+                "TestSupport",
             ],
             swiftSettings: swiftSettings
         ),
