@@ -16,6 +16,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/bootstrap.sh test
+python3 scripts/check-imports.py  # every target declares the package modules it imports
 
 # The debug build, warnings are errors. (It keeps SwiftPM's index store, which costs a fifth of a
 # build: on Linux, XCTest's test discovery reads it.)

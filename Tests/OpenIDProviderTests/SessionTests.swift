@@ -241,7 +241,7 @@ struct SessionTests {
         #expect(try harness.count("SELECT count(*) FROM oidc_sessions WHERE ended_at IS NULL") == 20)
         #expect(try store.find(secret: try #require(browser.session)) == nil, "the oldest session ended")
         #expect(try store.find(secret: try #require(secrets.last)) != nil)
-        _ = try ProviderHousekeeping(pool: harness.pool, retentionSeconds: 60, deadLetterRetentionSeconds: 60).step()
+        _ = try ProviderHousekeeping(pool: harness.pool, retention: .seconds(60), deadLetterRetention: .seconds(60)).prune()
         #expect(try harness.count("SELECT count(*) FROM oidc_sessions") == 20)
     }
 }

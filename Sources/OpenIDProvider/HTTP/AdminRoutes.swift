@@ -93,8 +93,8 @@ enum AdminRoutes {
         router.post(
             "/v1/oidc-keys/rotate",
             route("oidc_signing_key.rotated") { _, actor in
-                let kid = try provider.keys.store.rotate(prepublishSeconds: provider.keyPrepublishSeconds, actor: actor)
-                let activatesAt = Date().addingTimeInterval(TimeInterval(provider.keyPrepublishSeconds))
+                let kid = try provider.keys.store.rotate(prepublish: provider.keyPrepublish, actor: actor)
+                let activatesAt = Date().addingTimeInterval(Double(provider.keyPrepublish.components.seconds))
                 return .json(
                     .object(["kid": .string(kid), "activates_at": .string(RFC3339.string(from: activatesAt))]), status: 201)
             })

@@ -1,3 +1,4 @@
+import BrokerCore
 import BrokerCrypto
 import Foundation
 import Locking
@@ -11,6 +12,8 @@ package struct TokenService: Sendable {
     let endpoints: Endpoints
     var issuer: String { endpoints.issuer }
     let grants: GrantStore
+    /// BrokerCore's users: the claims come from the user's Apple identity, read through it.
+    let users: UserDirectory
     let keys: SigningKeys
     let authentication: ClientAuthentication
     let resourceServers: ResourceServerStore
@@ -21,11 +24,13 @@ package struct TokenService: Sendable {
     private let clientLabels = ClientLabels(maximum: ProviderPolicy.maximumClientLabels)
 
     init(
-        endpoints: Endpoints, clients: ClientStore, grants: GrantStore, keys: SigningKeys, clientKeys: ClientKeys,
+        endpoints: Endpoints, clients: ClientStore, grants: GrantStore, users: UserDirectory, keys: SigningKeys,
+        clientKeys: ClientKeys,
         resourceServers: ResourceServerStore, assertions: ClientAssertionStore, metrics: MetricsRegistry
     ) {
         self.endpoints = endpoints
         self.grants = grants
+        self.users = users
         self.keys = keys
         self.resourceServers = resourceServers
         authentication = ClientAuthentication(
@@ -147,7 +152,8 @@ package struct TokenService: Sendable {
     /// The claims `email` and `profile` give, from the user's identity as it is now.
     private func profileClaims(_ grant: GrantStore.Grant) throws -> [String: JSONValue] {
         let scopes = grant.scopes
-        guard scopes.contains("email") || scopes.contains("profile"), let identity = try grants.identity(of: grant.userID)
+        guard scopes.contains("email") || scopes.contains("profile"),
+            let identity = try users.profile(of: grant.userID, appID: grants.appID)
         else { return [:] }
         var claims: [String: JSONValue] = [:]
         if scopes.contains("email"), let email = identity.email {
