@@ -1,62 +1,219 @@
 #!/usr/bin/env bash
-# make bench-login: POST /v1/apple/login under wrk with pre-minted RS256 tokens for many
-# distinct users (first and repeat logins, no code exchange), against the embedded
-# PostgreSQL and the Apple simulator; then pgbench on the same upsert (storage reference)
-# and the interleaved A/B against the Go peer in ../shared/peers (same run, same machine).
-#   [CONNS=32] [DUR=15s] [TOKENS=20000] [USERS=100000] [AB_ROUNDS=3] [AB=0 to skip] scripts/bench-login.sh
+# make bench-login: what a sign-in costs, in one run on this machine, every figure beside its
+# reference from the same run (docs/benchmarks.md says how to read them):
+#   1. this build alone against the Apple simulator, CPU per request of the broker and of its
+#      PostgreSQL (from /proc) for first logins, code exchanges (the simulator's /auth/token)
+#      and repeat logins, with pgbench on the same upsert; then the profile: a flame graph of
+#      the broker (and one of PostgreSQL) under the repeat-login load (linux-perf), and the
+#      statements each kind of login runs with their time (pg_stat_statements);
+#   2. the interleaved A/B against the Go peer in ../shared/peers (go-oidc + lib/pq), its own
+#      bench_ab.sh, after both sides signed every token's user in once (repeat logins);
+#   3. the interleaved A/B against the previous release (CHANGELOG.md's, built beside this one
+#      in .build/previous-release/), same tokens, same cluster, same measurement.
+# Every server uses one PostgreSQL cluster (the peers' pg_peer.sh, on free ports, in $WORK),
+# each its own database. The goals (issue 39) end the output, one PASS/FAIL line each.
+#   [CONNS=32] [DUR=15s] [AB_ROUNDS=3] [AB=0: no A/B with the Go peer] [PREVIOUS=0: none with
+#   the previous release] [PROFILE=0: no flame graph or statement table] [TOKENS=20000]
+#   [FIRST_TOKENS=20000] [CODE_TOKENS=4000] [ONCE_DUR=8s] scripts/bench-login.sh
 . "$(dirname "$0")/bench/common.sh"
+# shellcheck source=bench/peers.sh
+source "$ROOT/scripts/bench/peers.sh"
+# shellcheck source=lib/previous-release.sh
+source "$ROOT/scripts/lib/previous-release.sh"
 : "${TOKENS:=20000}"
-: "${USERS:=100000}"
 : "${AB_ROUNDS:=3}"
 : "${AB:=1}"
+: "${PREVIOUS:=1}"
+: "${PROFILE:=1}"
+: "${FIRST_TOKENS:=20000}"
+: "${CODE_TOKENS:=4000}"
+: "${ONCE_DUR:=8s}"
 "$ROOT/scripts/bootstrap.sh" test
 build_release
-trap stop_all EXIT
+[ "$PREVIOUS" = 1 ] && build_previous_release release
+trap 'stop_all; peers_stop' EXIT
+peers_start
+PG_MASTER_PID=$(head -1 "$PGDIR/data/postmaster.pid")
+export PG_MASTER_PID
+database_url() { echo "host=$PGHOST port=$PGPORT user=postgres dbname=$1"; }
+PHASES=$WORK/login-phases.jsonl
+: > "$PHASES"
+rm -f "$WORK"/statements-*.csv "$RESULTS"/login-*.svg "$RESULTS"/login-*.folded
 
-echo "== login: $CONNS connections, $DUR, $TOKENS tokens over $USERS users (nproc $(nproc))"
-start_stack
-curl -sf -X POST -H 'Content-Type: application/json' \
-  -d "{\"count\":$TOKENS,\"users\":$USERS,\"client_id\":\"com.example.app\"}" \
-  "http://127.0.0.1:$SIM_PORT/sim/tokens/batch" > "$WORK/tokens.txt"
-export TOKENS_FILE=$WORK/tokens.txt
-TOKENS="$WORK/tokens.txt" run_wrk login "$ROOT/bench/login.lua" "http://127.0.0.1:$BROKER_PORT" || true
-LOGIN_RPS=$RPS LOGIN_P50=$P50_MS LOGIN_P99=$P99_MS LOGIN_CPU=$CPU_US LOGIN_PG=$PG_US LOGIN_RSS=$RSS_MB LOGIN_NON2XX=$NON2XX
-pgbench_ref "pgbench same upsert" "$ROOT/bench/login-upsert.pgbench" 16 10
-PG_TPS=$PGBENCH_TPS
+# record_phase KIND : the figures of the last run_wrk / run_wrk_once as one JSON line.
+record_phase() {
+  python3 - "$1" "$RPS" "$P50_MS" "$P99_MS" "$CPU_US" "$PG_US" "$RSS_MB" "${NON2XX:-0}" "$REQUESTS" "${EXHAUSTED:-0}" \
+    >> "$PHASES" <<'PY'
+import json, sys
+k, rps, p50, p99, cpu, pg, rss, non2xx, n, exhausted = sys.argv[1:]
+print(json.dumps({"kind": k, "requests_per_second": float(rps), "p50_ms": float(p50), "p99_ms": float(p99),
+                  "broker_cpu_us_per_request": float(cpu), "postgres_cpu_us_per_request": float(pg),
+                  "broker_peak_rss_mib": float(rss), "non_2xx": int(non2xx), "requests": int(n),
+                  "all_lines_used": exhausted == "1"}))
+PY
+}
+
+mint() {  # mint FILE JSON : identity tokens from the simulator's batch endpoint
+  curl -sf -X POST -H 'Content-Type: application/json' -d "$2" "http://127.0.0.1:$SIM_PORT/sim/tokens/batch" > "$1"
+}
+
+restart_broker() {  # restart_broker [ENV=VALUE...] : the same broker again, with extra settings
+  kill -TERM "$BROKER_PID" && wait "$BROKER_PID" || true
+  env "$@" "$BIN/appleid-broker" serve >> "$WORK/broker.log" 2>&1 &
+  BROKER_PID=$!
+  wait_http "http://127.0.0.1:$BROKER_PORT/readyz"
+}
+
+# statements KIND LOGINS : what pg_stat_statements counted since its last reset, per login.
+statements() {
+  peers_psql appleid_broker_bench -qc "COPY (SELECT toplevel, calls, total_exec_time, rows,
+      regexp_replace(query, '\\s+', ' ', 'g') AS query FROM pg_stat_statements
+      WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+        AND query NOT LIKE '%pg_stat_statements%') TO STDOUT CSV HEADER" > "$WORK/statements-$1.csv"
+  echo "$2" > "$WORK/statements-$1.logins"
+}
+
+# perf_record NAME PIDS... : samples the processes' stacks (499 Hz per thread) until stopped.
+perf_record() {
+  local name=$1; shift
+  perf record -F 499 -g -o "$WORK/$name.perf" -p "$(echo "$@" | tr ' ' ',')" > "$WORK/$name.perf.log" 2>&1 &
+  PERF_PIDS+=($!)
+}
+
+flame_graph() {  # flame_graph NAME TITLE : $WORK/NAME.perf → bench-results/login-NAME.{svg,folded}
+  perf script -i "$WORK/$1.perf" 2> /dev/null |
+    python3 "$ROOT/scripts/bench/flamegraph.py" --folded "$RESULTS/login-$1.folded" --svg "$RESULTS/login-$1.svg" \
+      --title "$2" --demangle "$(command -v swift-demangle || echo /opt/swift/usr/bin/swift-demangle)" --top 25 > "$RESULTS/login-$1-top.txt"
+}
+
+echo "== 1. this build alone: $CONNS connections, apple-sim, PostgreSQL $(basename "$(dirname "$PG_BIN")") (nproc $(nproc))"
+peers_fresh_database appleid_broker_bench
+STACK_DATABASE_URL=$(database_url appleid_broker_bench) API_SCOPES=login start_stack
+URL=http://127.0.0.1:$BROKER_PORT
+echo "minting tokens at the simulator" >&2
+# Users 0 to TOKENS-1 sign in again and again (repeat logins, then code exchanges); first
+# logins are users from 1,000,000 on, each once.
+mint "$WORK/first.txt" "{\"count\":$FIRST_TOKENS,\"users\":1,\"first_user\":1000000,\"client_id\":\"com.example.app\"}"
+mint "$WORK/tokens.txt" "{\"count\":$TOKENS,\"users\":1,\"first_user\":0,\"client_id\":\"com.example.app\"}"
+MAX_DUR=$ONCE_DUR run_wrk_once "first logins" "$WORK/first.txt" "$URL"
+record_phase first_login
+MAX_DUR=120s run_wrk_once "(every user once)" "$WORK/tokens.txt" "$URL" > /dev/null
+TOKENS="$WORK/tokens.txt" run_wrk "repeat logins" "$ROOT/bench/login.lua" "$URL"
+record_phase repeat_login
+LOGIN_RSS=$RSS_MB
+# Signed-in users send a code too: each login exchanges it at the simulator's /auth/token.
+mint "$WORK/codes.txt" "{\"count\":$CODE_TOKENS,\"users\":1,\"first_user\":0,\"with_code\":true,\"client_id\":\"com.example.app\"}"
+MAX_DUR=$ONCE_DUR run_wrk_once "code exchanges" "$WORK/codes.txt" "$URL"
+record_phase code_exchange
+PGBENCH_TPS=$(PGOPTIONS= "$PG_BIN/pgbench" -h "$PGHOST" -p "$PGPORT" -U postgres -n -M prepared -c 16 -j 2 -T 10 \
+  -f "$ROOT/bench/login-upsert.pgbench" appleid_broker_bench 2> /dev/null | awk '/^tps/{printf "%.0f", $3}')
+printf "%-22s %9s tps (pgbench, 16 clients, unix socket)\n" "pgbench same upsert" "$PGBENCH_TPS"
+
+if [ "$PROFILE" = 1 ]; then
+  echo "== profile: linux-perf under the repeat-login load, statements per login (pg_stat_statements)"
+  peers_psql appleid_broker_bench -qc "CREATE EXTENSION IF NOT EXISTS pg_stat_statements"
+  restart_broker PGOPTIONS="-c pg_stat_statements.track=all"
+  TOKENS="$WORK/tokens.txt" wrk -t1 -c"$CONNS" -d3s -s "$ROOT/bench/login.lua" "$URL" > /dev/null
+  peers_psql appleid_broker_bench -qc "SELECT pg_stat_statements_reset()" > /dev/null
+  PERF_PIDS=()
+  perf_record broker "$BROKER_PID"
+  perf_record postgres $(tree_pids "$PG_MASTER_PID")
+  TOKENS="$WORK/tokens.txt" wrk -t1 -c"$CONNS" -d"$DUR" -s "$ROOT/bench/login.lua" "$URL" > "$WORK/profile.wrk"
+  kill -INT "${PERF_PIDS[@]}" 2> /dev/null || true
+  wait "${PERF_PIDS[@]}" 2> /dev/null || true
+  statements repeat_login "$(awk '/requests in/{print $1}' "$WORK/profile.wrk")"
+  flame_graph broker "appleid-broker $(git -C "$ROOT" rev-parse --short HEAD): repeat logins, $CONNS connections"
+  flame_graph postgres "its PostgreSQL backends: repeat logins, $CONNS connections"
+  for kind in first_login code_exchange; do
+    if [ $kind = first_login ]; then
+      mint "$WORK/profile-$kind.txt" "{\"count\":2000,\"users\":1,\"first_user\":2000000,\"client_id\":\"com.example.app\"}"
+    else
+      mint "$WORK/profile-$kind.txt" \
+        "{\"count\":1000,\"users\":1,\"first_user\":$CODE_TOKENS,\"with_code\":true,\"client_id\":\"com.example.app\"}"
+    fi
+    peers_psql appleid_broker_bench -qc "SELECT pg_stat_statements_reset()" > /dev/null
+    MAX_DUR=60s run_wrk_once "profile $kind" "$WORK/profile-$kind.txt" "$URL" > /dev/null
+    statements $kind "$REQUESTS"
+  done
+fi
 stop_all
 
-AB_RATIO=null; AB_CPU=null
-if [ "$AB" = 1 ] && [ -d "$ROOT/../shared/peers" ]; then
-  peers=$ROOT/../shared/peers
-  echo "== A/B against the Go peer (go-oidc + lib/pq), $AB_ROUNDS interleaved rounds of $DUR"
-  "$peers/setup.sh" > "$WORK/peers-setup.log" 2>&1 || { echo "peer setup failed: see $WORK/peers-setup.log"; exit 1; }
-  # shellcheck disable=SC1091
-  . "$peers/env.sh"
-  "$peers/pg_peer.sh" start > /dev/null
-  psql -h "$PGHOST" -p "$PGPORT" -U postgres -d postgres -qc "DROP DATABASE IF EXISTS appleid_broker_ab" \
-    -c "CREATE DATABASE appleid_broker_ab" > /dev/null 2>&1
+AB_LOG=
+if [ "$AB" = 1 ]; then
+  echo "== 2. A/B against the Go peer (go-oidc + lib/pq), $AB_ROUNDS interleaved rounds of $DUR, $CONNS connections"
+  ensure_tokens RS256  # re-minted only when older than an hour: fresh now, so none during the rounds
+  peers_fresh_database appleid_broker_ab
+  export DATABASE_URL
+  DATABASE_URL=$(database_url appleid_broker_ab)
   # The peer's fixtures: its JWKS server stands in for Apple's /auth/keys, its tokens are
   # minted up to an hour before use (so the maximum token age is relaxed for this run).
-  export DATABASE_URL="host=$PGHOST port=$PGPORT user=postgres dbname=appleid_broker_ab"
   export APPLE_CLIENT_IDS=$AUDIENCE APPLE_BASE_URL=${JWKS_URL%/auth/keys} APPLE_TOKEN_MAX_AGE_SECONDS=7200
   AB_PORT=$(free_port)
   export BROKER_LISTEN=127.0.0.1:$AB_PORT
-  AB_KEY=$("$BIN/appleid-broker" api-keys create --name ab --scopes login 2>/dev/null)
+  AB_KEY=$("$BIN/appleid-broker" api-keys create --name ab --scopes login 2> /dev/null)
+  # Repeat logins on both sides: every token's user signs in once first (not measured).
+  peers_jwks_start
+  "$BIN/appleid-broker" serve > "$WORK/ab-prime.log" 2>&1 &
+  BROKER_PID=$!
+  wait_http "http://127.0.0.1:$AB_PORT/readyz"
+  API_KEY=$AB_KEY BODY_FMT=both MAX_DUR=120s run_wrk_once "(broker: every user once)" "$TOKENS_RS256" \
+    "http://127.0.0.1:$AB_PORT" > /dev/null
+  kill -TERM "$BROKER_PID" && wait "$BROKER_PID" || true
+  LISTEN=127.0.0.1:$GOPEER_PORT GOMAXPROCS=$GOPEER_PROCS "$GOPEER" > "$WORK/gopeer-prime.log" 2>&1 &
+  BROKER_PID=$!
+  wait_port "$GOPEER_PORT"
+  URLPATH=/v1/auth/apple BODY_FMT=both MAX_DUR=120s run_wrk_once "(Go peer: every user once)" "$TOKENS_RS256" \
+    "http://127.0.0.1:$GOPEER_PORT" > /dev/null
+  kill -TERM "$BROKER_PID" && wait "$BROKER_PID" || true
+  BROKER_PID=
+  peers_jwks_stop
   SVC_CMD="$BIN/appleid-broker serve" SVC_PORT=$AB_PORT SVC_PATH=/v1/apple/login API_KEY=$AB_KEY \
-    "$peers/bench_ab.sh" "$AB_ROUNDS" "$DUR" "$CONNS" | tee "$WORK/ab.txt" | grep -E "^round|ratio|WARNING" || true
-  AB_RATIO=$(awk '/median throughput ratio/{print $7}' "$WORK/ab.txt")
-  AB_CPU=$(awk '/median throughput ratio/{print $NF}' "$WORK/ab.txt")
-  "$peers/pg_peer.sh" stop > /dev/null || true
+    "$PEERS/bench_ab.sh" "$AB_ROUNDS" "$DUR" "$CONNS" | grep -E "^round|ratio|WARNING" || true
+  AB_LOG=$WORK/ab-go-peer.txt
+  cp "$PEERS_WORK/logs/ab.txt" "$AB_LOG"
+  unset DATABASE_URL
 fi
 
-cat > "$RESULTS/login.json" <<JSON
-{"benchmark":"login","connections":$CONNS,"duration":"$DUR","tokens":$TOKENS,"users":$USERS,
- "requests_per_second":$LOGIN_RPS,"p50_ms":$LOGIN_P50,"p99_ms":$LOGIN_P99,"non_2xx":${LOGIN_NON2XX:-0},
- "broker_cpu_us_per_request":$LOGIN_CPU,"postgres_cpu_us_per_request":$LOGIN_PG,"broker_peak_rss_mib":$LOGIN_RSS,
- "pgbench_same_upsert_tps":${PG_TPS:-null},"ab_throughput_ratio_vs_go_peer":${AB_RATIO:-null},
- "ab_cpu_efficiency_ratio_vs_go_peer":${AB_CPU:-null}}
-JSON
-echo "== summary (also in bench-results/login.json)"
-echo "login $LOGIN_RPS req/s, p99 $LOGIN_P99 ms, $LOGIN_CPU us CPU/req, peak RSS $LOGIN_RSS MiB;" \
-  "pgbench reference $PG_TPS tps; A/B vs Go peer: throughput x$AB_RATIO, CPU efficiency x$AB_CPU"
-echo "goals: >= 1.3x the Go peer's throughput, CPU/req <= 0.6x its (efficiency ratio >= 1.67), p99 <= 15 ms, RSS <= 100 MiB"
+PREVIOUS_LOG=
+if [ "$PREVIOUS" = 1 ]; then
+  echo "== 3. A/B against the previous release v$PREVIOUS_VERSION (${PREVIOUS_COMMIT:0:7}), $AB_ROUNDS interleaved rounds of $DUR"
+  ensure_tokens RS256
+  export APPLE_CLIENT_IDS=$AUDIENCE APPLE_BASE_URL=${JWKS_URL%/auth/keys} APPLE_TOKEN_MAX_AGE_SECONDS=7200
+  peers_jwks_start
+  PREVIOUS_LOG=$WORK/ab-previous.txt
+  : > "$PREVIOUS_LOG"
+  declare -A SIDE_BIN=([current]=$BIN [previous]=$PREVIOUS_BIN) SIDE_KEY=() SIDE_PORT=()
+  for side in current previous; do
+    peers_fresh_database "appleid_broker_$side"
+    SIDE_PORT[$side]=$(free_port)
+    SIDE_KEY[$side]=$(DATABASE_URL=$(database_url "appleid_broker_$side") BROKER_LISTEN=127.0.0.1:${SIDE_PORT[$side]} \
+      "${SIDE_BIN[$side]}/appleid-broker" api-keys create --name ab --scopes login 2> /dev/null)
+    DATABASE_URL=$(database_url "appleid_broker_$side") BROKER_LISTEN=127.0.0.1:${SIDE_PORT[$side]} \
+      "${SIDE_BIN[$side]}/appleid-broker" serve > "$WORK/$side-prime.log" 2>&1 &
+    BROKER_PID=$!
+    wait_http "http://127.0.0.1:${SIDE_PORT[$side]}/readyz"
+    API_KEY=${SIDE_KEY[$side]} BODY_FMT=both MAX_DUR=120s run_wrk_once "($side: every user once)" "$TOKENS_RS256" \
+      "http://127.0.0.1:${SIDE_PORT[$side]}" > /dev/null
+    kill -TERM "$BROKER_PID" && wait "$BROKER_PID" || true
+    BROKER_PID=
+  done
+  # Rounds alternate which side goes first, so a drift of the machine's speed favours neither.
+  for round in $(seq 1 "$AB_ROUNDS"); do
+    order="current previous"
+    [ $((round % 2)) = 0 ] && order="previous current"
+    for side in $order; do
+      DATABASE_URL=$(database_url "appleid_broker_$side") BROKER_LISTEN=127.0.0.1:${SIDE_PORT[$side]} \
+        URLPATH=/v1/apple/login API_KEY=${SIDE_KEY[$side]} \
+        "$PEERS/bench_http.sh" "${side}_r$round" "${SIDE_PORT[$side]}" "$TOKENS_RS256" "$DUR" "$CONNS" \
+        -- "${SIDE_BIN[$side]}/appleid-broker" serve >> "$PREVIOUS_LOG"
+      grep -A12 "^== ${side}_r$round" "$PREVIOUS_LOG" | awk -v s="$side" -v r="$round" \
+        '/Requests\/sec/{q=$2} /^ +99%/{p=$2} /server CPU/{c=$3; g=$7} END{printf "round %s %-8s %9s req/s  p99 %8s  broker %6s + PostgreSQL %6s us/req\n", r, s, q, p, c, g}'
+    done
+  done
+  peers_jwks_stop
+fi
+
+python3 "$ROOT/scripts/bench/login_report.py" --results "$RESULTS" --phases "$PHASES" --work "$WORK" \
+  --connections "$CONNS" --duration "$DUR" --tokens "$TOKENS" --rss "$LOGIN_RSS" \
+  --pgbench "${PGBENCH_TPS:-0}" ${AB_LOG:+--go-peer-log "$AB_LOG"} \
+  ${PREVIOUS_LOG:+--previous-log "$PREVIOUS_LOG" --previous-version "v$PREVIOUS_VERSION" --previous-commit "$PREVIOUS_COMMIT"}

@@ -61,3 +61,5 @@ fi
 # shellcheck source=lib/tools-venv.sh
 source "$ROOT/scripts/lib/tools-venv.sh"
 "$TOOLS_VENV/bin/python" "$ROOT/scripts/bench-report.py" "$RESULTS"
+# docs/benchmarks.md opens with this run's figures (a full run only: a partial one would mix).
+[ "$ONLY" = crypto ] || python3 "$ROOT/scripts/bench-docs.py" "$RESULTS/bench.json" "$ROOT/docs/benchmarks.md"

@@ -15,9 +15,10 @@ if [ "${1:-}" = "test" ]; then
   # fonts-dejavu-core gives its screenshots the same glyphs on every machine. apache2 +
   # libapache2-mod-auth-openidc are a relying party of the OpenID Provider (scripts/oidc-rps.sh)
   # and glewlwyd the reference provider of the OIDC benchmark, each run as a throwaway process
-  # on loopback (their services kept off too).
+  # on loopback (their services kept off too). linux-perf and valgrind profile the login
+  # benchmark (a flame graph under load; callgrind's repeatable instruction counts).
   packages+=(wrk procps python3 python3-venv prometheus nodejs golang-go pgbouncer chromium chromium-driver fonts-dejavu-core
-    apache2 libapache2-mod-auth-openidc glewlwyd)
+    apache2 libapache2-mod-auth-openidc glewlwyd linux-perf valgrind)
 fi
 
 missing=()

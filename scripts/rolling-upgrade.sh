@@ -14,27 +14,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH=/opt/swift/usr/bin:$PATH
 
-read -r version commit < <(python3 - <<'PY'
-import re, sys
-text = open("CHANGELOG.md").read()
-match = re.search(r"^## \[(\d+\.\d+\.\d+)\][^\n]*\n+commit: ([0-9a-f]{7,40})\s*$", text, re.M)
-if not match:
-    sys.exit("rolling-upgrade: CHANGELOG.md names no released version with its commit")
-print(match.group(1), match.group(2))
-PY
-)
-commit=$(git rev-parse --verify "$commit^{commit}")
-git rev-parse -q --verify "refs/tags/v$version" >/dev/null || git tag "v$version" "$commit"
-echo "== previous release v$version ($commit)" >&2
-
-previous=".build/previous-release/${commit:0:12}"
-if [ ! -f "$previous/src/Package.swift" ]; then
-  rm -rf "$previous/src"
-  mkdir -p "$previous/src"
-  git archive "$commit" | tar -x -C "$previous/src"
-fi
-echo "== building v$version in $previous (its own build directory)" >&2
-swift build --package-path "$previous/src" --scratch-path "$previous/build" --product appleid-broker >&2
+# shellcheck source=lib/previous-release.sh
+source scripts/lib/previous-release.sh
+build_previous_release debug
+echo "== previous release v$PREVIOUS_VERSION ($PREVIOUS_COMMIT)" >&2
 # make test hands over the binaries it built (BROKER_BIN), so this does not wait for SwiftPM's
 # lock on .build while another stage builds there.
 if [ -z "${BROKER_BIN:-}" ]; then
@@ -43,7 +26,7 @@ if [ -z "${BROKER_BIN:-}" ]; then
   swift build --product apple-sim >&2
 fi
 
-arguments=(--previous "$(swift build --package-path "$previous/src" --scratch-path "$previous/build" --show-bin-path)"
+arguments=(--previous "$PREVIOUS_BIN"
            --current "${BROKER_BIN:-$(swift build --show-bin-path)}")
 [ "${1:-}" = "--write-catalog" ] && arguments+=(--write-catalog sql/catalog/expected.txt)
 exec python3 scripts/rolling-upgrade.py "${arguments[@]}"

@@ -65,16 +65,36 @@ enum AdminEndpoints {
         }
     }
 
+    struct AppTransfer: Codable {
+        var clientIDs: [String]
+        var fromTeam: String
+        var toTeam: String
+
+        enum CodingKeys: String, CodingKey {
+            case clientIDs = "client_ids"
+            case fromTeam = "from_team"
+            case toTeam = "to_team"
+        }
+    }
+
     struct BatchRequest: Codable {
         var count: Int
         var users: Int
         var clientID: String
         var lifetime: Int?
+        /// Distinct users `first_user`, `first_user + 1`, … instead of random draws from `users`
+        /// (first logins: every token a user the broker has not seen).
+        var firstUser: Int?
+        /// Also issue an authorization code per token (its `c_hash` in the token); each line is
+        /// then `token code` (code-exchange benchmarks).
+        var withCode: Bool?
 
         enum CodingKeys: String, CodingKey {
             case count, users
             case clientID = "client_id"
             case lifetime
+            case firstUser = "first_user"
+            case withCode = "with_code"
         }
     }
 
@@ -144,6 +164,14 @@ enum AdminEndpoints {
         router.post("/sim/users/password-change") { request in
             let change = try request.decodeJSON(ConsentRevocation.self)
             return .json(["dead_tokens": simulator.changePassword(teamID: change.teamID, sub: change.sub)])
+        }
+        router.post("/sim/teams/transfer-app") { request in
+            let transfer = try request.decodeJSON(AppTransfer.self)
+            guard !transfer.clientIDs.isEmpty, transfer.fromTeam != transfer.toTeam else {
+                throw Problem.badRequest("client_ids must name at least one client id, and the teams must differ")
+            }
+            simulator.transferApp(clientIDs: transfer.clientIDs, from: transfer.fromTeam, to: transfer.toTeam)
+            return .json(transfer)
         }
         router.on(.put, "/sim/app-groups") { request in
             let groups = try request.decodeJSON([[String]].self)

@@ -56,6 +56,8 @@ public final class AppleSimulator: Sendable {
         var fromSub: String
         var toTeam: String
         var toSub: String?
+        /// When the window starts: the app's move to `toTeam` (`transferApp`), or, for a
+        /// transfer whose app never moved in the simulator, when the transfer_sub was made.
         var created = Date()
     }
 
@@ -69,7 +71,7 @@ public final class AppleSimulator: Sendable {
 
     /// Whether the user stopped using Sign in with Apple for `clientID`'s app group: tokens were
     /// issued to the group and every one is revoked. Their next authorization is a first one.
-    func consentRevoked(teamID: String, sub: String, clientID: String) -> Bool {
+    public func consentRevoked(teamID: String, sub: String, clientID: String) -> Bool {
         state.withLock { state in
             let primary = state.primaryAppIDs[clientID] ?? clientID
             let grants = state.grants.values.filter {
@@ -94,6 +96,8 @@ public final class AppleSimulator: Sendable {
         var primaryAppIDs: [String: String] = [:]
         /// Services ID → its registered Return URLs (`registerReturnURLs`).
         var returnURLs: [String: Set<String>] = [:]
+        /// "from|to" → when apps moved from one team to the other (`transferApp`).
+        var appTransfers: [String: Date] = [:]
     }
 
     let state: Lock<State>
@@ -137,6 +141,25 @@ public final class AppleSimulator: Sendable {
             state.primaryAppIDs = [:]
             for group in groups where !group.isEmpty {
                 for clientID in group { state.primaryAppIDs[clientID] = group[0] }
+            }
+        }
+    }
+
+    /// An app transfer completes (TN3159): `clientIDs` (the primary App ID and what is grouped
+    /// under it: Services IDs move with their primary App ID) leave `from` for `to`. From now on
+    /// `from`'s client secrets for them are refused (`invalid_client`), so its tokens issued
+    /// before can neither be refreshed nor revoked by the sender, and the recipient's revoke of
+    /// them answers 200 and ends nothing; the 60-day transfer window starts now.
+    public func transferApp(clientIDs: [String], from: String, to: String) {
+        state.withLock { state in
+            state.teams[from]?.clientIDs.subtract(clientIDs)
+            var recipient = state.teams[to] ?? Team(teamID: to, keys: [:], clientIDs: [])
+            recipient.clientIDs.formUnion(clientIDs)
+            state.teams[to] = recipient
+            let now = Date()
+            state.appTransfers[from + "|" + to] = now
+            for (transferSub, transfer) in state.transfers where transfer.fromTeam == from && transfer.toTeam == to {
+                state.transfers[transferSub]?.created = now
             }
         }
     }
@@ -245,7 +268,9 @@ public final class AppleSimulator: Sendable {
     }
 
     /// Many identity tokens for benchmarks: subs `001234.<32 digits of the index>.0042`
-    /// drawn at random from `users` (relay e-mail, likely real), signed on all cores.
+    /// drawn at random from `users` (relay e-mail, likely real), or `first_user` onwards one
+    /// each; signed on all cores. With `with_code`, each line is the token and a code issued
+    /// with it (the users are created here, as `/auth/token` needs them).
     func mintBatch(_ batch: AdminEndpoints.BatchRequest) throws -> [String] {
         let (keyID, key) = state.withLock { $0.signingKeys.last! }
         let signer = try JWSSigner(key: key, keyID: keyID)
@@ -253,8 +278,20 @@ public final class AppleSimulator: Sendable {
         let tokens = Lock<[String?]>(Array(repeating: nil, count: batch.count))
         let failures = Lock<Int>(0)
         DispatchQueue.concurrentPerform(iterations: batch.count) { index in
-            let number = Int.random(in: 0..<batch.users)
+            let number = batch.firstUser.map { $0 + index } ?? Int.random(in: 0..<batch.users)
             let sub = "001234." + String(repeating: "0", count: max(0, 32 - String(number).count)) + String(number) + ".0042"
+            if batch.withCode == true {
+                var request = TokenRequest(clientID: batch.clientID)
+                request.sub = sub
+                request.withCode = true
+                request.lifetime = batch.lifetime ?? 3600
+                if let minted = try? mintToken(request), let code = minted.code {
+                    tokens.withLock { $0[index] = minted.idToken + " " + code }
+                } else {
+                    failures.withLock { $0 += 1 }
+                }
+                return
+            }
             let claims: [String: JSONValue] = [
                 "iss": .string(Self.issuer), "aud": .string(batch.clientID), "sub": .string(sub),
                 "iat": .integer(now), "exp": .integer(now + Int64(batch.lifetime ?? 3600)), "auth_time": .integer(now),

@@ -17,33 +17,41 @@ public final class ConsoleServer: Sendable {
     ///   - subscriptions: the webhook subscriptions the events API manages.
     ///   - hasher: keys the hashes of looked-up terms in the audit log.
     ///   - apps: the configured app groups (the overview's last notification per app).
+    ///   - clientIDs: `APPLE_CLIENT_IDS`, what a key made here may be limited to.
+    ///   - trustedProxies: `BROKER_TRUSTED_PROXIES`, as the API's listener takes them.
     package init(
         configuration: ConsoleConfiguration, pool: PostgresPool, deletions: DeletionService,
         subscriptions: WebhookSubscriptionStore, teamID: String, hasher: SubjectHasher,
-        apps: AppGroups = AppGroups(groups: []), keySetAge: @escaping @Sendable () -> Duration? = { nil },
-        metrics: MetricsRegistry? = nil, logger: Logger,
+        apps: AppGroups = AppGroups(groups: []), clientIDs: [String] = [],
+        keySetAge: @escaping @Sendable () -> Duration? = { nil },
+        metrics: MetricsRegistry? = nil, trustedProxies: [ClientAddress.Range] = [], logger: Logger,
         transport: any HTTPTransport = CurlTransport()
     ) {
         self.configuration = configuration
+        var rolesOfGroups: (@Sendable ([String]) -> Set<ConsoleRole>)? = nil
+        if let oidc = configuration.oidc { rolesOfGroups = { oidc.roles(of: $0) } }
         let sessions = ConsoleSessionStore(
             pool: pool, idleSeconds: configuration.sessionIdleSeconds, maximumSeconds: configuration.sessionMaximumSeconds,
-            oidcTransactionLimit: configuration.oidcTransactionLimit)
+            oidcTransactionLimit: configuration.oidcTransactionLimit, rolesOfGroups: rolesOfGroups)
         self.sessions = sessions
+        let failures = SignInFailures(
+            sessions: sessions, logger: logger.labelled("console"), rate: configuration.failedSignInAuditsPerSecond,
+            burst: Double(configuration.failedSignInAuditBurst))
         let store = ConsoleStore(pool: pool, teamID: teamID)
         var gate = ConsoleGate(sessions: sessions, stepUpSeconds: configuration.stepUpSeconds)
         gate.origin = ConsoleGate.origin(of: configuration.publicURL)
         let signIn = SignInPages(
             sessions: sessions,
             redemptions: RateLimiter(rate: configuration.linkRedemptionsPerSecond, burst: 10),
-            oidcConfigured: configuration.oidc != nil)
+            oidcConfigured: configuration.oidc != nil, failures: failures)
         let overview = OverviewPage(
             store: store, apps: apps, silenceSeconds: configuration.notificationSilenceSeconds, keySetAge: keySetAge,
-            appleCalls: { metrics?.registeredCounter("apple_requests_total")?.samples ?? [] })
+            appleCalls: { metrics?.registeredCounter("apple_requests_total")?.samples ?? [] }, deletions: deletions.store)
         let oidc = configuration.oidc.map { settings in
             OIDCPages(
                 client: OIDCClient(settings: settings, redirectURI: configuration.publicURL + "/callback", transport: transport),
                 sessions: sessions, stepUpSeconds: configuration.stepUpSeconds, starts: RateLimiter(rate: 1, burst: 30),
-                logger: logger.labelled("console"))
+                failures: failures, logger: logger.labelled("console"))
         }
         let termHash: @Sendable (String) -> String = { hasher.hash(teamID: "console-lookup", sub: $0) }
         let lookup = ExactLookup(store: store, termHash: termHash)
@@ -51,7 +59,7 @@ public final class ConsoleServer: Sendable {
         let followUps = FollowUpPages(store: store, finder: lookup)
         let operations = OperationsPages(
             store: store, subscriptions: subscriptions, apiKeys: APIKeyStore(pool: pool), sessions: sessions,
-            subjectHash: { hasher.hash(teamID: $0, sub: $1) })
+            clientIDs: Set(clientIDs).union(apps.allClientIDs), subjectHash: { hasher.hash(teamID: $0, sub: $1) })
         var router = Router()
         for route in ConsoleRoute.table {
             let page: ConsoleHandler
@@ -105,6 +113,9 @@ public final class ConsoleServer: Sendable {
         server.connectionLimit = 256
         server.maximumBodyBytes = ConsoleGate.maximumFormBytes
         server.responseHeaders = Layout.headers
+        // The client address behind the proxies the API trusts (BROKER_TRUSTED_PROXIES): the
+        // sign-in budgets and the access log count each operator, not the proxy.
+        server.trustedProxies = trustedProxies
         // Unknown paths, wrong methods and over-long forms get a page, not problem+json.
         server.problemRenderer = { problem, _ in
             var response = Layout.refusal(problem.status, problem.title, problem.detail ?? problem.title, session: nil)

@@ -38,8 +38,9 @@ public final class HTTPServer: Sendable {
         public var headerTimeoutSeconds: Int = 10
         /// libmicrohttpd's per-connection memory: the request line and headers must fit in it
         /// with room to spare for the response headers. Larger heads get libmicrohttpd's own
-        /// 414 or 431 (plain HTML); the documented query parameters, percent-encoded at their
-        /// longest, take under 34 KiB. A connection that has served a request holds all of
+        /// 414 or 431: a short HTML page with no `Content-Type` (0.9.75 sets none on its error
+        /// answers and has no option to; docs/openapi.json promises no media type). The
+        /// documented query parameters, percent-encoded at their longest, take under 34 KiB. A connection that has served a request holds all of
         /// it (libmicrohttpd zeroes the whole pool between requests): measured 48 KiB of RSS
         /// per open keep-alive connection at this size, 64 KiB at 64 KiB.
         public var connectionMemoryBytes: Int = 48 * 1024
@@ -298,7 +299,9 @@ final class ServerCore: Sendable {
 /// Per-request state kept in libmicrohttpd's `con_cls` slot between callbacks.
 final class RequestState {
     var body: [UInt8] = []
-    var tooLarge = false
+    /// Answered without routing (a body over the limit, ambiguous framing); the connection
+    /// closes after the answer.
+    var refusal: Problem?
     let started = ContinuousClock.now
 }
 
@@ -320,10 +323,16 @@ private func serverAccessHandler(
         let state = RequestState()
         slot.pointee = Unmanaged.passRetained(state).toOpaque()
         core.inFlight.add(1, ordering: .relaxed)
+        if let ambiguous = RequestFraming.problem(pairs(connection, .HEADER_KIND)) {
+            // Refused before any handler runs and before the body is read; the connection
+            // closes after this response, so nothing after the head is taken for a request.
+            state.refusal = .ambiguousFraming(ambiguous)
+            return finish(core, connection, state, url: url, method: method)
+        }
         let length = header(connection, "Content-Length").flatMap(Int.init)
         if let length, length > core.configuration.maximumBodyBytes {
             // Refuse before reading the body; the connection closes after this response.
-            state.tooLarge = true
+            state.refusal = .payloadTooLarge(limit: core.configuration.maximumBodyBytes)
             return finish(core, connection, state, url: url, method: method)
         }
         // One allocation for an announced body: grown by appends it was copied as it doubled,
@@ -368,10 +377,9 @@ private func finish(
         logger: core.logger)
     request.repeatedQueryNames = repeated
     request.received = state.started
-    var response = core.respond(
-        to: request, refusal: state.tooLarge ? .payloadTooLarge(limit: core.configuration.maximumBodyBytes) : nil)
-    // An over-limit body is not read: the connection closes after the 413.
-    if state.tooLarge || core.shuttingDown.load(ordering: .relaxed) { response.headers.set("Connection", "close") }
+    var response = core.respond(to: request, refusal: state.refusal)
+    // A refused body is not read: the connection closes after the answer.
+    if state.refusal != nil || core.shuttingDown.load(ordering: .relaxed) { response.headers.set("Connection", "close") }
     return queue(response, on: connection, omitBody: methodName == .head)
 }
 
@@ -386,7 +394,7 @@ private func refuseInMidBody(
     _ core: ServerCore, _ connection: OpaquePointer, _ state: RequestState,
     url: UnsafePointer<CChar>?, method: UnsafePointer<CChar>?
 ) -> MHD_Result {
-    state.tooLarge = true
+    state.refusal = .payloadTooLarge(limit: core.configuration.maximumBodyBytes)
     state.body = []
     core.headerDeadline?.headersArrived(connection)
     let methodName = HTTPMethod(method.map { String(cString: $0) } ?? "POST")

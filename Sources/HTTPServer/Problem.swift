@@ -36,7 +36,7 @@ public struct Problem: Error, Sendable, Equatable, CustomStringConvertible {
     /// Every `code` the server itself answers with (routing, bodies, limits); the
     /// application's handlers add their own.
     public static let serverCodes: Set<String> = [
-        "not_found", "method_not_allowed", "not_implemented", "payload_too_large", "unsupported_media_type",
+        "not_found", "method_not_allowed", "not_implemented", "payload_too_large", "ambiguous_framing", "unsupported_media_type",
         "invalid_json", "invalid_request", "rate_limited", "internal_error",
     ]
 

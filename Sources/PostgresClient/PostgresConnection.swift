@@ -24,6 +24,8 @@ public final class PostgresConnection: @unchecked Sendable {
     private var committing = false
     /// When the pool last handed this connection back.
     var idleSince: UInt64 = 0
+    /// Round trips since the pool last counted them (`takeStatementCount`).
+    private var statementCount = 0
 
     /// Connects with `PQconnectdbParams`.
     /// - Throws: `PostgresError.connectionFailed` with libpq's reason.
@@ -82,6 +84,7 @@ public final class PostgresConnection: @unchecked Sendable {
     /// round trip.
     @discardableResult
     public func query(_ query: PostgresQuery) throws -> PostgresRows {
+        statementCount += 1
         guard let settings = transactionSettingsSQL else {
             let name = try statementName(for: query)
             return try withBindPointers(query.binds) { values, lengths, formats in
@@ -106,7 +109,14 @@ public final class PostgresConnection: @unchecked Sendable {
     /// several statements (migrations); only the last result is returned.
     @discardableResult
     public func execute(_ sql: String) throws -> PostgresRows {
-        try consume(PQexec(handle, sql))
+        statementCount += 1
+        return try consume(PQexec(handle, sql))
+    }
+
+    /// The round trips (queries, BEGIN, COMMIT) since the last call, for the pool's statistics.
+    func takeStatementCount() -> Int {
+        defer { statementCount = 0 }
+        return statementCount
     }
 
     /// Sends `NOTIFY channel, payload` (through `pg_notify`, so the payload is a bind).

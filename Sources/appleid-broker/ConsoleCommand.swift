@@ -4,7 +4,7 @@ import Console
 import Foundation
 
 /// `appleid-broker console link`: the console's break-glass sign-in, for when no identity
-/// provider is configured or it is down.
+/// provider is configured or it is down; `console end-sessions`: an operator signed out everywhere.
 enum ConsoleCommand {
     static func link(_ arguments: ParsedArguments, environment: [String: String]) throws -> Int32 {
         let name = try arguments.required("operator")
@@ -32,6 +32,20 @@ enum ConsoleCommand {
                 operatorID: name, roles: roles, ttlSeconds: ttl, actor: "cli")
         }
         print("\(console.publicURL)/link?token=\(token)")
+        return 0
+    }
+
+    /// `appleid-broker console end-sessions --operator NAME`: ends every live console session of
+    /// the operator (their IdP `sub`, or a sign-in link's name) at once; prints how many.
+    static func endSessions(_ arguments: ParsedArguments, environment: [String: String]) throws -> Int32 {
+        let name = try arguments.required("operator")
+        guard !name.isEmpty, name.utf8.count <= 255, !name.contains(where: \.isNewline) else {
+            throw arguments.usageError("--operator takes a name or sub of 1 to 255 bytes")
+        }
+        let ended = try BrokerCommand.withDatabase(environment) { database in
+            try ConsoleSessionStore(pool: database.pool).endSessions(operatorID: name, actor: "cli")
+        }
+        print("\(ended) session(s) of \(name) ended")
         return 0
     }
 

@@ -142,6 +142,40 @@ final class AppleSimulatorTests {
         #expect(refreshedBody["access_token"] != nil)
     }
 
+    @Test("benchmark batches: distinct users from first_user on, and codes /auth/token accepts once")
+    func batches() throws {
+        func batch(_ json: String) throws -> [String] {
+            let response = try client.send(
+                .init(
+                    method: "POST", url: simulator.baseURL + "/sim/tokens/batch",
+                    headers: [("Content-Type", "application/json")], body: Array(json.utf8)))
+            #expect(response.status == 200, "\(response.bodyText)")
+            return response.bodyText.split(separator: "\n").map(String.init)
+        }
+        let subs = try batch(#"{"count":5,"users":1,"first_user":70,"client_id":"com.example.app"}"#).map {
+            try JWSVerifier().verify($0, keys: try keys()).claims()["sub"]?.stringValue
+        }
+        #expect(subs == (70..<75).map { "001234." + String(repeating: "0", count: 30) + String($0) + ".0042" })
+
+        let lines = try batch(#"{"count":3,"users":1,"first_user":7,"with_code":true,"client_id":"com.example.app"}"#)
+        #expect(lines.count == 3)
+        for line in lines {
+            let parts = line.split(separator: " ").map(String.init)
+            let (token, code) = (parts[0], try #require(parts.count == 2 ? parts[1] : nil))
+            let claims = try JWSVerifier().verify(token, keys: try keys()).claims()
+            #expect(claims["c_hash"] == .string(Base64URL.encode(SHA256.hash(code).prefix(16))))
+            let fields = [
+                ("client_id", Self.clientID), ("client_secret", try clientSecret()), ("code", code),
+                ("grant_type", "authorization_code"),
+            ]
+            let exchanged = try post("/auth/token", form: fields)
+            #expect(exchanged.status == 200, "\(exchanged.bodyText)")
+            let idToken = try #require(try JSONValue.parseObject(exchanged.body)["id_token"]?.stringValue)
+            #expect(try JWSVerifier().verify(idToken, keys: try keys()).claims()["sub"] == claims["sub"])
+            #expect(try post("/auth/token", form: fields).status == 400)
+        }
+    }
+
     @Test("what Apple rejects is rejected with Apple's error shapes")
     func rejections() throws {
         var request = TokenRequest(clientID: Self.clientID)

@@ -1,5 +1,6 @@
 import AppleSimulator
 import BrokerAPI
+import BrokerCore
 import BrokerCrypto
 import Foundation
 import HTTPClient
@@ -199,6 +200,44 @@ struct EventDeliveryTests {
                     headers: [("Authorization", "Bearer \(admin)")])
             ).status == 204)
         #expect(try broker.post("/v1/webhook-subscriptions", json: body, key: admin).status == 201)
+    }
+
+    @Test(
+        "each key holds at most BROKER_WEBHOOK_MAX_SUBSCRIPTIONS_PER_KEY subscriptions, all together BROKER_WEBHOOK_MAX_SUBSCRIPTIONS; the problem names the limit"
+    )
+    func subscriptionCapPerKey() throws {
+        let broker = try TestBroker(
+            roles: [.api],
+            extra: ["BROKER_WEBHOOK_MAX_SUBSCRIPTIONS": "5", "BROKER_WEBHOOK_MAX_SUBSCRIPTIONS_PER_KEY": "2"])
+        let store = APIKeyStore(pool: broker.pool)
+        // A key limited to one app fills its own share, not every other app's.
+        let limited = try store.create(name: "app", scopes: [.admin], clientIDs: [TestBroker.clientID]).secret
+        let other = try store.create(name: "web", scopes: [.admin], clientIDs: [TestBroker.webClientID]).secret
+        let unlimited = try store.create(name: "ops", scopes: [.admin]).secret
+        let body = #"{"url":"https://example.com/hook","topics":["*"]}"#
+        func create(_ key: String) throws -> HTTPClientResponse {
+            try broker.post("/v1/webhook-subscriptions", json: body, key: key)
+        }
+        #expect(try create(limited).status == 201)
+        #expect(try create(limited).status == 201)
+        let own = try create(limited)
+        #expect(own.status == 409)
+        #expect(own.json["code"] as? String == "webhook_subscription_limit")
+        #expect(own.json["limit"] as? String == "per_key")
+        #expect(own.json["maximum"] as? String == "2")
+        #expect((own.json["detail"] as? String)?.contains("BROKER_WEBHOOK_MAX_SUBSCRIPTIONS_PER_KEY") == true)
+        #expect(try create(other).status == 201, "another app's key is not refused for the first one's")
+        #expect(try create(unlimited).status == 201)
+        #expect(try create(unlimited).status == 201)
+        let total = try create(other)
+        #expect(total.status == 409)
+        #expect(total.json["limit"] as? String == "total")
+        #expect(total.json["maximum"] as? String == "5")
+        #expect((total.json["detail"] as? String)?.contains("BROKER_WEBHOOK_MAX_SUBSCRIPTIONS)") == true)
+        #expect(try broker.count("SELECT count(*) FROM webhook_subscriptions") == 5)
+        // The limited key still sees only its own two.
+        let listed = try broker.get("/v1/webhook-subscriptions", key: limited).json["subscriptions"] as? [Any]
+        #expect(listed?.count == 2)
     }
 
     @Test("a paused subscription's deliveries are parked out of the dispatcher's way; resume and the reconciler bring them back")

@@ -126,8 +126,8 @@ struct LimitedKeyTests {
         "with the default app grouping a limited key reaches exactly its client ids, and a shared user's grants and account stay the other app's too"
     )
     func exactReachAndSharedUsers() throws {
-        // No APPLE_APP_GROUPS: both apps are one group (com.example.app its primary), which
-        // widened a key limited to com.example.web to both apps.
+        // Both apps one group (com.example.app its primary, the tests' default APPLE_APP_GROUPS),
+        // which widened a key limited to com.example.web to both apps.
         let broker = try TestBroker(roles: [.api, .dispatch], extra: ["BROKER_DISPATCH_INTERVAL_MS": "50"])
         let store = APIKeyStore(pool: broker.pool)
         let all: Set<Scope> = [.login, .read, .compliance, .events]
@@ -220,5 +220,92 @@ struct LimitedKeyTests {
             }
             #expect(!events.contains { $0["user_id"] as? String == other.lowercasedString })
         }
+    }
+
+    @Test(
+        "a user who signed in to another app with an identity token only is shared; codes and grant events of that app stay out of a limited key's reach"
+    )
+    func signInsWithoutTokens() throws {
+        // Two apps in separate groups (issue 38, item 8).
+        let broker = try TestBroker(
+            roles: [.api, .notifications],
+            extra: ["APPLE_APP_GROUPS": "\(TestBroker.clientID);\(TestBroker.webClientID)"])
+        let all: Set<Scope> = [.login, .read, .compliance, .events, .admin]
+        let app = try APIKeyStore(pool: broker.pool).create(name: "app-backend", scopes: all, clientIDs: [TestBroker.clientID])
+            .secret
+        let unlimited = try broker.key(all)
+        let subscribed = try broker.post(
+            "/v1/webhook-subscriptions", json: #"{"url":"https://hooks.example.com/in","topics":["*"]}"#, key: app)
+        #expect(subscribed.status == 201)
+        let subscription = try #require(subscribed.json["id"] as? String)
+        try broker.pool.query("UPDATE webhook_subscriptions SET status = 'paused'")  // rows are what count
+
+        // The user signs in to the web app with an identity token only (no code: no token), then
+        // to the app with a code: the identity's client id is the app's now, the only token too.
+        let web = try broker.mint {
+            $0.clientID = TestBroker.webClientID
+            $0.withCode = false
+        }
+        let first = try broker.login(["identity_token": web.idToken])
+        #expect(first.status == 200)
+        let sharedID = try #require(first.json["user_id"] as? String)
+        let shared = try #require(UUID(uuidString: sharedID))
+        let later = try broker.mint {
+            $0.clientID = TestBroker.clientID
+            $0.withCode = true
+            $0.sub = web.sub
+        }
+        #expect(try broker.login(["identity_token": later.idToken, "authorization_code": later.code!]).status == 200)
+        #expect(try broker.count("SELECT count(*) FROM apple_tokens WHERE user_id = \(shared)") == 1)
+
+        // Deleting the account would end it for the web app too: refused as for a token of it.
+        let refused = try broker.requestDeletion(shared, app)
+        #expect(refused.status == 403)
+        #expect(refused.json["code"] as? String == "user_shared_with_other_apps")
+        #expect(try broker.count("SELECT count(*) FROM deletion_requests WHERE user_id = \(shared)") == 0)
+
+        // The app's own user: a code of the web app handed over with its deletion never reaches Apple.
+        let (own, ownSub) = try broker.signIn(clients: [TestBroker.clientID])
+        let webCode = try broker.mint {
+            $0.clientID = TestBroker.webClientID
+            $0.withCode = true
+            $0.sub = ownSub
+        }
+        let exchanges = broker.simulator.statistics.token
+        let handed = try broker.post(
+            "/v1/deletions",
+            json:
+                #"{"user_id":"\#(own.lowercasedString)","reason":"asked","requested_by":"t","authorization_code":"\#(webCode.code!)","client_id":"\#(TestBroker.webClientID)"}"#,
+            key: app)
+        #expect(handed.status == 403)
+        #expect(handed.json["code"] as? String == "client_not_allowed")
+        #expect(broker.simulator.statistics.token == exchanges, "the code was not sent to Apple")
+        #expect(try broker.count("SELECT count(*) FROM deletion_requests WHERE user_id = \(own)") == 0)
+
+        // Apple ends the web app's grant of the shared user: its consent.revoked is the web app's.
+        let revoked = try broker.simulator.sendNotification(
+            NotificationRequest(
+                url: broker.baseURL + "/v1/apple/notifications", type: "consent-revoked", sub: web.sub,
+                clientID: TestBroker.webClientID))
+        #expect(revoked.status == 200)
+        #expect(try broker.count("SELECT count(*) FROM outbox_events WHERE type = 'consent.revoked'") == 1)
+        // A later event of the app, so the feed has moved past the revocation when it shows it.
+        let (marker, _) = try broker.signIn(clients: [TestBroker.clientID])
+        for (key, sees) in [(app, false), (unlimited, true)] {
+            var events: [[String: Any]] = []
+            try waitUntil(seconds: 30) {
+                events = try broker.get("/v1/events?limit=1000", key: key).json["events"] as? [[String: Any]] ?? []
+                return events.contains { $0["user_id"] as? String == marker.lowercasedString }
+            }
+            #expect(events.contains { $0["type"] as? String == "consent.revoked" } == sees, "\(sees ? "unlimited" : "app") key")
+        }
+        let delivered = try broker.pool.query(
+            """
+            SELECT e.type FROM webhook_deliveries d JOIN outbox_events e ON e.id = d.event_id
+            WHERE d.subscription_id = \(subscription)::uuid ORDER BY d.id
+            """
+        ).map { try $0.decode(String.self, 0) }
+        #expect(!delivered.contains("consent.revoked"), "\(delivered)")
+        #expect(delivered.contains("user.created"), "the app's own events are delivered: \(delivered)")
     }
 }

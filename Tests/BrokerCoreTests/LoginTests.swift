@@ -107,6 +107,56 @@ struct LoginTests {
         #expect(try broker.count("SELECT count(*) FROM outbox_events WHERE type = 'identity.updated'") == 1)
     }
 
+    @Test(
+        "a repeat login is one statement; a newer sign-in or a stale last_login_at one more, both written in it; a token from before a revocation is refused by the first"
+    )
+    func repeatLoginRoundTrips() throws {
+        let broker = try TestBroker()  // the API alone: no worker shares the pool
+        let now = Int(Date().timeIntervalSince1970)
+        let minted = try broker.mint { $0.issuedAt = now - 120 }
+        #expect(try broker.login(["identity_token": minted.idToken]).status == 200)
+        func statements(_ login: () throws -> HTTPClientResponse) throws -> (status: Int, code: String?, statements: Int) {
+            let before = broker.pool.statistics.statements
+            let response = try login()
+            return (response.status, response.json["code"] as? String, broker.pool.statistics.statements - before)
+        }
+        func signedInAt() throws -> Double {
+            try broker.pool.query("SELECT extract(epoch FROM signed_in_at)::float8 AS t FROM apple_grants").single()
+                .decode(Double.self, "t")
+        }
+        func login(issuedAt: Int) throws -> HTTPClientResponse {
+            try broker.login([
+                "identity_token": try broker.mint {
+                    $0.sub = minted.sub
+                    $0.issuedAt = issuedAt
+                }.idToken
+            ])
+        }
+
+        // The same sign-in again, within the last-login resolution: nothing to write.
+        let again = try statements { try broker.login(["identity_token": minted.idToken]) }
+        #expect(again.status == 200 && again.statements == 1, "\(again)")
+        // A newer sign-in: on the timeline, in one more statement.
+        let newer = try statements { try login(issuedAt: now - 60) }
+        #expect(newer.status == 200 && newer.statements == 2, "\(newer)")
+        #expect(try signedInAt() == Double(now - 60))
+        // A newer sign-in past the resolution: both written by that one statement.
+        try broker.pool.query("UPDATE apple_identities SET last_login_at = now() - interval '2 minutes'")
+        let both = try statements { try login(issuedAt: now - 30) }
+        #expect(both.status == 200 && both.statements == 2, "\(both)")
+        #expect(try signedInAt() == Double(now - 30))
+        #expect(try broker.count("SELECT count(*) FROM apple_identities WHERE last_login_at > now() - interval '1 minute'") == 1)
+
+        // Revoked by Apple after that sign-in: a token from before the revocation is refused by
+        // the first statement, and nothing is written.
+        try broker.pool.query(
+            "UPDATE apple_grants SET consent = 'revoked', consent_at = to_timestamp(\(Double(now - 20)))")
+        let stale = try statements { try login(issuedAt: now - 25) }
+        #expect(stale.status == 401 && stale.code == "token_too_old" && stale.statements == 1, "\(stale)")
+        #expect(try signedInAt() == Double(now - 30))
+        #expect(try broker.count("SELECT count(*) FROM apple_grants WHERE consent = 'revoked'") == 1)
+    }
+
     @Test("string booleans, a real address without is_private_email, and real_user_status map as documented")
     func claimVariants() throws {
         let broker = try TestBroker()

@@ -130,3 +130,30 @@ def test_an_unknown_console_path_is_an_accessible_html_page(browser):
     check_page(browser, "/no-such-page", failures)
     assert navigation_status(browser) == 404
     assert not failures, "\n".join(failures)
+
+
+def test_overview_charts_render_in_chromium(browser, deletions):
+    """The overview's pictures of the last days (issue 38, item 9): five server-rendered SVG charts,
+    coloured by the console's own stylesheet (the CSP allows no inline style, so a colour on a bar
+    proves the sheet applies), with their figures in tables; no CSP violation, no axe violation,
+    also with every figures table opened."""
+    sign_in_by_link(browser, "viewer", "chart-viewer")
+    console_messages(browser)
+    browser.get(CONSOLE + "/")
+    charts = browser.find_elements("css selector", "main figure.chart svg[role=img]")
+    assert len(charts) == 5, len(charts)
+    labels = [chart.get_attribute("aria-label") for chart in charts]
+    assert all(label and "last 14 days" in label for label in labels), labels
+    bars = browser.find_elements("css selector", "#chart-deletions svg rect")
+    assert bars, "the done and the failed deletion of today draw bars"
+    fills = {browser.execute_script("return getComputedStyle(arguments[0]).fill", bar) for bar in bars}
+    assert fills and not (fills & {"rgb(0, 0, 0)", "none", ""}), fills
+    failures = []
+    check_shown_page(browser, "/ (charts)", failures)
+    for summary in browser.find_elements("css selector", "main figure.chart details summary"):
+        summary.click()
+    tables = browser.find_elements("css selector", "main figure.chart details[open] table")
+    assert len(tables) == 5 and all(len(t.find_elements("css selector", "tbody tr")) == 14 for t in tables)
+    check_shown_page(browser, "/ (charts, figures open)", failures)
+    assert not failures, failures
+

@@ -7,7 +7,7 @@ import pytest
 from selenium.webdriver.support.expected_conditions import staleness_of
 from selenium.webdriver.support.ui import WebDriverWait
 from conftest import (sign_in_by_link, navigation_status, CONSOLE, IDP, COOKIE, ConsoleClient, browser_cookie, console_link, idp_log, idp_operator, new_user,
-                      request, sign_in, wait_for, console_messages, csp_violations, make_driver)
+                      request, session_cookie, sign_in, wait_for, console_messages, csp_violations, make_driver)
 
 
 def assert_strict_host_cookie(cookie):
@@ -92,6 +92,37 @@ def test_a_callback_with_another_state_signs_nobody_in(browser):
     wrong = request("GET", CONSOLE + "/callback?" + urllib.parse.urlencode({"code": code, "state": query["state"] + "x"}),
                     headers={"Cookie": transaction} if transaction else {})
     assert wrong.status >= 400 and not any(c.startswith(COOKIE + "=") and not c.startswith(COOKIE + "=;") for c in wrong.cookies())
+
+
+def test_a_callback_opened_in_another_browser_signs_nobody_in(browser):
+    """Login CSRF (issue 38, item 4): an attacker starts a sign-in as themself and lures a victim to
+    its callback URL. The sign-in is bound to the browser that started it (the __Host-console-oidc
+    cookie carries its state), so the victim's Chromium is signed in as nobody, and the state is
+    not used up by the attempt."""
+    idp_operator("mallory-oidc", ["admins"])
+    start = request("GET", CONSOLE + "/login/oidc")
+    assert start.status in (302, 303)
+    binding = [c for c in start.cookies() if c.startswith("__Host-console-oidc=")]
+    answer = request("GET", start.header("Location"))
+    callback = answer.header("Location")
+    assert callback and callback.startswith(CONSOLE + "/callback?"), callback
+    # The victim, signed in as themself or not at all, opens the attacker's callback.
+    for signed_in in (False, True):
+        if signed_in:
+            sign_in_by_link(browser, "viewer", "victim-operator")
+        before = browser_cookie(browser)
+        browser.get(callback)
+        assert navigation_status(browser) == 403, browser.title
+        after = browser_cookie(browser)
+        assert (after or {}).get("value") == (before or {}).get("value"), "the browser's session changed"
+        if signed_in:
+            browser.get(CONSOLE + "/")
+            header = browser.find_element("tag name", "header").text
+            assert "victim-operator" in header and "Mallory" not in header, header
+    # The binding cookie, and the attacker's own browser (holding it) could still finish: not used up.
+    assert binding and "SameSite=Lax" in binding[0] and "Secure" in binding[0] and "HttpOnly" in binding[0], binding
+    finish = request("GET", callback, headers={"Cookie": binding[0].split(";", 1)[0]})
+    assert finish.status == 200 and session_cookie(finish), finish.status
 
 
 def step_up_through_the_provider(browser):

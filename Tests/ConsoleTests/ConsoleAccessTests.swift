@@ -3,6 +3,7 @@ import Console
 import Foundation
 import HTTPClient
 import HTTPServer
+import Observability
 import PostgresClient
 import TestSupport
 import Testing
@@ -118,8 +119,13 @@ struct ConsoleAccessTests {
             "SELECT action, actor, detail::text AS detail FROM audit_log WHERE action LIKE 'console.%' ORDER BY id"
         )
         .map { (try $0.decode(String.self, "action"), try $0.decode(String.self, "actor"), try $0.decode(String.self, "detail")) }
-        #expect(actions.map(\.0) == ["console.link_created", "console.link_redeemed"])
+        // The used and the unknown token are failed sign-ins, audited too (no actor to name).
+        #expect(
+            actions.map(\.0) == [
+                "console.link_created", "console.link_redeemed", "console.sign_in_refused", "console.sign_in_refused",
+            ])
         #expect(actions[1].1 == "console:bob")
+        #expect(actions[2].1 == "anonymous" && actions[3].1 == "anonymous")
         #expect(actions.allSatisfy { !$0.2.contains(token) })
     }
 
@@ -202,6 +208,34 @@ struct ConsoleAccessTests {
             "/link", form: [("token", try broker.link(.admin, operator: "bob"))],
             headers: [("Origin", "null"), ("Sec-Fetch-Site", "same-origin")])
         #expect(own.status == 303 && ConsoleBroker.sessionCookie(own) != nil)
+    }
+
+    @Test("behind a trusted proxy each client has its own sign-in budget and is the access log's client (BROKER_TRUSTED_PROXIES)")
+    func trustedProxies() throws {
+        let broker = try ConsoleBroker(extra: ["BROKER_TRUSTED_PROXIES": "127.0.0.1/32"])
+        var statuses: [Int] = []
+        for _ in 0..<12 {
+            statuses.append(
+                try broker.post("/link", form: [("token", "guess")], headers: [("X-Forwarded-For", "198.51.100.7")]).status)
+        }
+        #expect(statuses.last == 429, "\(statuses)")
+        // Another operator behind the same proxy is not locked out by the first one's attempts.
+        let other = try broker.post(
+            "/link", form: [("token", try broker.link(.viewer))], headers: [("X-Forwarded-For", "198.51.100.8")])
+        #expect(other.status == 303)
+        #expect(
+            broker.logs.capturedLines.contains {
+                $0.contains("\"msg\":\"request\"") && $0.contains("\"route\":\"/link\"")
+                    && $0.contains("\"client\":\"198.51.100.8\"")
+            })
+        // From a peer that is not a trusted proxy the header names nobody.
+        let direct = try ConsoleBroker()
+        for _ in 0..<11 {
+            _ = try direct.post("/link", form: [("token", "guess")], headers: [("X-Forwarded-For", "198.51.100.9")])
+        }
+        let spoofed = try direct.post(
+            "/link", form: [("token", try direct.link(.viewer))], headers: [("X-Forwarded-For", "198.51.100.10")])
+        #expect(spoofed.status == 429)
     }
 
     @Test("a step-up route with a sign-in older than five minutes moves the operator on to /step-up")

@@ -59,6 +59,27 @@ struct ConsoleCommandTests {
             ).status == 2)
     }
 
+    @Test("console end-sessions ends every live session of an operator at once, audited; others keep theirs")
+    func endSessions() throws {
+        let broker = try ConsoleBroker()
+        let first = try broker.signIn(.admin, operator: "erin")
+        let second = try broker.signIn(.viewer, operator: "erin")
+        let other = try broker.signIn(.viewer, operator: "frank")
+        var environment = broker.environment
+        environment["BROKER_LOG_LEVEL"] = "error"
+        let result = try ChildProcess.run(
+            Self.executable, ["console", "end-sessions", "--operator", "erin"], environment: environment)
+        #expect(result.status == 0, "\(result.output)")
+        #expect(result.output.contains("2 session(s) of erin ended"))
+        for cookie in [first, second] { #expect(try broker.get("/", cookie: cookie).status == 303) }
+        #expect(try broker.get("/", cookie: other).status == 200)
+        #expect(
+            try broker.count(
+                "SELECT count(*) FROM audit_log WHERE action = 'console.sessions_ended' AND actor = 'cli' AND subject = 'console:erin' AND outcome = 'succeeded'"
+            ) == 1)
+        #expect(try ChildProcess.run(Self.executable, ["console", "end-sessions"], environment: environment).status == 2)
+    }
+
     @Test("console link --role with several roles signs in once with all of them (make run's demo operator)")
     func linkWithSeveralRoles() throws {
         let broker = try ConsoleBroker()

@@ -133,11 +133,12 @@ struct ConsoleFollowUpTests {
     }
 
     @Test(
-        "an admin creates an API key shown once; an operator revokes it through the confirmation page; the audit export is audited"
+        "a compliance officer creates a login and read key shown once; an operator revokes it through the confirmation page; the audit export is audited"
     )
     func keysAndAudit() throws {
         let broker = try ConsoleBroker()
-        let admin = try broker.signIn(.admin, operator: "root")
+        // login and read are the compliance team's scopes (issue 38, item 1); it reads the audit log too.
+        let admin = try broker.signIn(.compliance, operator: "root")
         let csrf = try #require(ConsoleBroker.csrfToken(try broker.get("/api-keys", cookie: admin)))
         let created = try broker.post(
             "/api-keys", form: [("csrf_token", csrf), ("name", "backend"), ("scopes", "login,read")], cookie: admin)
@@ -168,7 +169,7 @@ struct ConsoleFollowUpTests {
         #expect(export.status == 200)
         #expect(export.header("Content-Type")?.hasPrefix("text/csv") == true)
         let lines = export.bodyText.split(separator: "\r\n")
-        #expect(lines.first == "id,at,actor,action,subject,deletion_id,detail")
+        #expect(lines.first == "id,at,actor,action,subject,deletion_id,detail,target,outcome")
         #expect(lines.dropFirst().allSatisfy { $0.contains("\"console:ops\"") })
         #expect(lines.count >= 2)
         let jsonl = try broker.get("/audit/export?format=jsonl", cookie: admin)

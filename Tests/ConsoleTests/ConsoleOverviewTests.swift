@@ -95,6 +95,118 @@ struct ConsoleOverviewTests {
     }
 }
 
+/// The overview's pictures of the last days (issue 38, item 9).
+@Suite("Console overview charts", .offPool)
+struct ConsoleOverviewChartTests {
+    /// The rows of one chart's figures table: its cells, day first.
+    private func figures(_ chart: String, _ html: String) throws -> [[String]] {
+        let start = try #require(html.range(of: "<figure class=\"chart\" id=\"\(chart)\">"), "\(chart)")
+        let figure = String(html[start.upperBound...].prefix { _ in true }.components(separatedBy: "</figure>")[0])
+        let body = try #require(figure.components(separatedBy: "<tbody>").last?.components(separatedBy: "</tbody>").first)
+        return body.components(separatedBy: "<tr>").dropFirst().map { row in
+            row.components(separatedBy: "<td>").dropFirst().map { $0.components(separatedBy: "</td>")[0] }
+        }
+    }
+
+    private func headers(_ chart: String, _ html: String) throws -> [String] {
+        let start = try #require(html.range(of: "<figure class=\"chart\" id=\"\(chart)\">"))
+        let figure = String(html[start.upperBound...]).components(separatedBy: "</figure>")[0]
+        let head = try #require(figure.components(separatedBy: "<thead>").last?.components(separatedBy: "</thead>").first)
+        return head.components(separatedBy: "<th scope=\"col\">").dropFirst().map { $0.components(separatedBy: "</th>")[0] }
+    }
+
+    @Test(
+        "the overview draws the last 14 days as SVG with every figure in a table: deletions and Apple's answers by outcome, notifications per app group (six named, the rest together), both backlogs"
+    )
+    func charts() throws {
+        // Eight apps, each its own group: more than the chart names.
+        let ids = [ConsoleBroker.clientID] + (2...8).map { "com.example.app\($0)" }
+        let broker = try ConsoleBroker(
+            extra: ["APPLE_CLIENT_IDS": ids.joined(separator: ","), "APPLE_APP_GROUPS": ids.joined(separator: ";")])
+        // Deletions: one done two days ago, one failed and one under way today, one done 20 days ago.
+        for (state, ago) in [("done", 2), ("failed", 0), ("requested", 0), ("done", 20)] {
+            try broker.pool.query(
+                """
+                INSERT INTO deletion_requests (id, user_id, source, reason, requested_by, state, created_at)
+                VALUES (gen_random_uuid(), gen_random_uuid(), 'api', 'asked', 'test', \(state), now() - make_interval(days => \(ago)))
+                """)
+        }
+        // Apple's answers to the job today; steps that are no answer of Apple's do not count.
+        let failed = try broker.pool.query("SELECT id FROM deletion_requests WHERE state = 'failed'").single().decode(
+            UUID.self, 0)
+        for (step, outcome) in [
+            ("revoke", "revoked"), ("revoke", "retry"), ("code_exchange", "code_invalid"), ("revoke", "skipped"),
+            ("purge", "done"),
+        ] {
+            try broker.pool.query(
+                "INSERT INTO deletion_steps (deletion_id, step, outcome) VALUES (\(failed), \(step), \(outcome))")
+        }
+        // Notifications today: app k gets 9 - k of them, two came without their app, one is 20 days old.
+        for (position, id) in ids.enumerated() {
+            for index in 0..<(8 - position) {
+                try broker.pool.query(
+                    "INSERT INTO apple_notifications (jti, event_type, outcome, client_id) VALUES (\("\(id)-\(index)"), 'email-enabled', 'applied', \(id))"
+                )
+            }
+        }
+        try broker.pool.query(
+            """
+            INSERT INTO apple_notifications (jti, event_type, outcome, client_id, received_at) VALUES
+              ('none-1', 'consent-revoked', 'unknown_subject', NULL, now()), ('none-2', 'consent-revoked', 'unknown_subject', NULL, now()),
+              ('old-1', 'consent-revoked', 'applied', \(ConsoleBroker.clientID), now() - interval '20 days')
+            """)
+        // Webhooks: one delivery waiting today, one dead letter queued 30 days ago (the first day's bar).
+        let admin = try broker.signIn(.admin)
+        let csrf = try #require(ConsoleBroker.csrfToken(try broker.get("/webhooks", cookie: admin)))
+        #expect(
+            try broker.post(
+                "/webhooks", form: [("csrf_token", csrf), ("url", "https://hooks.example.com/in"), ("topics", "*")], cookie: admin
+            ).status == 201)
+        _ = try broker.signInUser()
+        _ = try broker.signInUser()
+        try broker.pool.query(
+            """
+            UPDATE webhook_deliveries SET state = 'failed', created_at = now() - interval '30 days'
+            WHERE id = (SELECT min(id) FROM webhook_deliveries)
+            """)
+
+        let html = try broker.get("/", cookie: try broker.signIn(.viewer)).bodyText
+        #expect(html.components(separatedBy: "<figure class=\"chart\"").count == 6, "five charts")
+        #expect(html.components(separatedBy: "<svg class=\"chart\"").count == 6)
+        #expect(!html.contains("<script") && !html.contains(" style="), "no script, no inline style (CSP)")
+        #expect(
+            html.contains(
+                "aria-label=\"Deletions opened, by outcome now, last 14 days: done 1, failed 1, in progress 1\""))
+        let today = RFC3339Day.today
+        let deletions = try figures("chart-deletions", html)
+        #expect(deletions.count == 14)
+        #expect(deletions.last == [today, "0", "1", "1", "2"])
+        #expect(deletions[11] == [RFC3339Day.daysAgo(2), "1", "0", "0", "1"])
+        #expect(deletions.dropLast().reduce(0) { $0 + Int($1[4])! } == 1, "the 20-day-old one is out of the picture")
+        #expect(try figures("chart-apple", html).last == [today, "1", "0", "1", "1", "3"])
+        let groups = try headers("chart-notifications", html)
+        #expect(groups == ["Day"] + ids.prefix(6) + ["other app groups", "app not recorded", "Total"])
+        #expect(try figures("chart-notifications", html).last == [today, "8", "7", "6", "5", "4", "3", "3", "2", "38"])
+        let webhooks = try figures("chart-webhooks", html)
+        #expect(webhooks.first?.dropFirst().map { $0 } == ["0", "1", "1"], "older than the window: on the first day")
+        #expect(webhooks.last == [today, "1", "0", "1"])
+        #expect(try figures("chart-logouts", html).allSatisfy { $0.dropFirst() == ["0", "0", "0"] })
+        // The deletions chart's bars: one for day -2, two for today.
+        let deletionSVG = try #require(
+            html.components(separatedBy: "id=\"chart-deletions\"").last?.components(separatedBy: "</svg>").first)
+        #expect(deletionSVG.components(separatedBy: "<rect ").count - 1 == 3)
+    }
+}
+
+enum RFC3339Day {
+    static func daysAgo(_ days: Int) -> String {
+        let formatter = ISO8601DateFormatter()
+        formatter.formatOptions = [.withFullDate]
+        return formatter.string(from: Date().addingTimeInterval(-Double(days) * 86_400))
+    }
+    static var today: String { daysAgo(0) }
+}
+
 /// The Apple notifications page's refresh-token sweep findings (console-design.md (b)5).
 @Suite("Console sweep findings", .offPool)
 struct ConsoleSweepFindingsTests {

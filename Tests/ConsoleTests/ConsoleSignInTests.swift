@@ -20,23 +20,37 @@ struct ConsoleSignInTests {
                 roleMap: ["dpo": [.compliance], "ops": [.operator]]))
     }
 
-    /// Follows a sign-in from the console to the provider and back; returns the callback's answer.
+    /// Follows a sign-in from the console to the provider and back in one browser (its OIDC
+    /// binding cookie goes with the callback); returns the callback's answer.
     private func signIn(
         _ broker: ConsoleBroker, _ idp: FakeIdentityProvider, start: String = "/login/oidc", cookie: String? = nil,
         cookieAtCallback: Bool = false
     )
         throws -> HTTPClientResponse
     {
+        let (path, binding) = try callbackOf(broker, idp, start: start, cookie: cookie)
+        // Chromium sends the Strict session cookie on the callback after the provider's redirect.
+        return try broker.get(path, cookie: cookieAtCallback ? cookie : nil, cookies: binding.isEmpty ? [] : [binding])
+    }
+
+    /// Starts a sign-in and lets the provider answer: the callback's path and the binding
+    /// cookie (`name=value`) the start set in the browser that started it.
+    private func callbackOf(
+        _ broker: ConsoleBroker, _ idp: FakeIdentityProvider, start: String = "/login/oidc", cookie: String? = nil
+    )
+        throws -> (path: String, binding: String)
+    {
         let started = try broker.get(start, cookie: cookie)
         #expect(started.status == 303, "\(started.bodyText)")
+        let binding = ConsoleBroker.setCookie("__Host-console-oidc", started) ?? ""
+        #expect(!binding.isEmpty, "the start binds the sign-in to this browser")
         let authorize = try #require(started.header("Location"))
         #expect(authorize.hasPrefix(idp.issuer + "/authorize?"))
         let answered = try broker.client.send(.init(url: authorize))
         #expect(answered.status == 302)
         let callback = try #require(answered.header("Location"))
         let path = try #require(callback.range(of: "/callback?")).lowerBound
-        // Chromium sends the Strict session cookie on the callback after the provider's redirect.
-        return try broker.get(String(callback[path...]), cookie: cookieAtCallback ? cookie : nil)
+        return (String(callback[path...]), binding)
     }
 
     @Test("code flow: PKCE S256, state, nonce; the callback answers 200 with a page that moves on and the session cookie")
@@ -191,5 +205,121 @@ struct ConsoleSignInTests {
                 response.bodyText.contains("content=\"0;url=\(expected.replacingOccurrences(of: "&", with: "&amp;"))\""),
                 "\(next)")
         }
+    }
+
+    @Test(
+        "a sign-in is bound to the browser that started it: its callback elsewhere signs no one in, uses nothing up, and is audited"
+    )
+    func callbackBoundToBrowser() throws {
+        let idp = try FakeIdentityProvider()
+        let broker = try broker(idp)
+        // The attacker starts a sign-in as themself and hands the callback URL to a victim.
+        idp.next.withLock { $0.sub = "mallory" }
+        let (path, binding) = try callbackOf(broker, idp)
+        // The victim's browser: no binding cookie, or the one of a sign-in of its own.
+        let (_, victims) = try callbackOf(broker, idp)
+        for cookies in [[], victims.isEmpty ? [] : [victims]] {
+            let opened = try broker.get(path, cookies: cookies)
+            #expect(opened.status == 403, "\(cookies)")
+            #expect(opened.header("X-Console-Refusal") == "console_oidc_refused")
+            #expect(ConsoleBroker.sessionCookie(opened) == nil)
+            #expect(opened.headers.contains { $0.0.lowercased() == "set-cookie" && $0.1.hasPrefix("__Host-console-oidc=;") })
+        }
+        #expect(try broker.count("SELECT count(*) FROM console_sessions") == 0)
+        #expect(
+            try broker.count(
+                "SELECT count(*) FROM audit_log WHERE action = 'console.sign_in_refused' AND outcome = 'refused' AND target = 'console_session'"
+            ) == 2)
+        let reasons = try broker.pool.query(
+            "SELECT detail->>'reason' FROM audit_log WHERE action = 'console.sign_in_refused' ORDER BY id"
+        ).map { try $0.decode(String.self, 0) }
+        #expect(reasons == ["browser_not_bound", "browser_mismatch"])
+        // The state was not used up: the browser that started the sign-in still finishes it.
+        let own = try broker.get(path, cookies: binding.isEmpty ? [] : [binding])
+        #expect(own.status == 200 && ConsoleBroker.sessionCookie(own) != nil)
+        // The binding cookie: this host only, HTTPS only, out of script's reach, sent on the
+        // provider's top-level redirect back, gone with the transaction.
+        let setCookie = try #require(
+            try broker.get("/login/oidc").headers.first { $0.0.lowercased() == "set-cookie" }?.1)
+        #expect(setCookie.hasPrefix("__Host-console-oidc="))
+        for attribute in ["Path=/", "Secure", "HttpOnly", "SameSite=Lax", "Max-Age=600"] {
+            #expect(setCookie.split(separator: ";").map { $0.trimmingCharacters(in: .whitespaces) }.contains(attribute))
+        }
+    }
+
+    @Test(
+        "an operator's roles are their groups' under the role map, read on every request; a sign-in with fewer groups, or none mapped, reaches every session"
+    )
+    func rolesFollowTheMapping() throws {
+        let idp = try FakeIdentityProvider()
+        let broker = try broker(idp)
+        idp.next.withLock { $0.groups = ["dpo"] }
+        let laptop = try #require(ConsoleBroker.sessionCookie(try signIn(broker, idp)))
+        #expect(try broker.get("/deletions/new", cookie: laptop).status == 200)
+        // The session's roles come from its groups at each request, not from what was stored.
+        try broker.pool.query("UPDATE console_sessions SET groups = '{ops}'")
+        #expect(try broker.get("/deletions/new", cookie: laptop).status == 403)
+        try broker.pool.query("UPDATE console_sessions SET groups = '{dpo}'")
+        #expect(try broker.get("/deletions/new", cookie: laptop).status == 200)
+        // The provider moved the operator from dpo to ops: a sign-in elsewhere moves the laptop too.
+        idp.next.withLock { $0.groups = ["ops"] }
+        let phone = try #require(ConsoleBroker.sessionCookie(try signIn(broker, idp)))
+        #expect(try broker.get("/deletions/new", cookie: laptop).status == 403)
+        #expect(try broker.get("/api-keys", cookie: laptop).status == 200, "an operator's page")
+        #expect(try broker.get("/deletions/new", cookie: phone).status == 403)
+        // Removed from every mapped group: the sign-in is refused and both sessions end.
+        idp.next.withLock { $0.groups = ["marketing"] }
+        #expect(try signIn(broker, idp).status == 403)
+        for cookie in [laptop, phone] {
+            let answer = try broker.get("/", cookie: cookie)
+            #expect(answer.status == 303 && answer.header("Location") == "/login")
+        }
+        #expect(try broker.count("SELECT count(*) FROM console_sessions WHERE ended_at IS NULL") == 0)
+        #expect(
+            try broker.count(
+                "SELECT count(*) FROM audit_log WHERE action = 'console.sign_in_refused' AND actor = 'console:op-1' AND detail->>'reason' = 'no_mapped_group'"
+            ) == 1)
+        // A session whose groups map to nothing under this process's map ends at its next request.
+        idp.next.withLock { $0.groups = ["dpo"] }
+        let again = try #require(ConsoleBroker.sessionCookie(try signIn(broker, idp)))
+        try broker.pool.query("UPDATE console_sessions SET groups = '{marketing}' WHERE ended_at IS NULL")
+        #expect(try broker.get("/", cookie: again).status == 303)
+        #expect(try broker.count("SELECT count(*) FROM console_sessions WHERE ended_at IS NULL") == 0)
+    }
+
+    @Test("failed sign-ins are audited without secrets, at most a bounded number of rows for all addresses together")
+    func failedSignInsBounded() throws {
+        let idp = try FakeIdentityProvider()
+        let broker = try ConsoleBroker(
+            oidc: ConsoleConfiguration.OIDC(
+                issuer: idp.issuer, clientID: idp.clientID, clientSecret: idp.clientSecret, roleMap: ["dpo": [.compliance]]),
+            configure: {
+                $0.failedSignInAuditBurst = 5
+                $0.failedSignInAuditsPerSecond = 0.5
+            })
+        // 40 refused callbacks (no binding cookie): a burst of 5 rows, then one every 2 s.
+        let started = ContinuousClock.now
+        for index in 0..<40 { _ = try broker.get("/callback?code=code\(index)x&state=state\(index)x") }
+        let refill = Int((ContinuousClock.now - started).components.seconds / 2) + 1
+        let rows = try broker.count("SELECT count(*) FROM audit_log WHERE action = 'console.sign_in_refused'")
+        #expect(rows >= 5 && rows <= 5 + refill, "\(rows) rows in \(refill * 2) s")
+        let details = try broker.pool.query("SELECT detail::text FROM audit_log WHERE action = 'console.sign_in_refused'")
+            .map { try $0.decode(String.self, 0) }
+        #expect(details.allSatisfy { !$0.contains("code1") && !$0.contains("state1") && !$0.contains("127.0.0.1") })
+        // A failed link redemption is one too; once the budget allows a row, it says how many were left out.
+        var last: (method: String, suppressed: Int)?
+        try waitUntil(seconds: 10) {
+            _ = try broker.post("/link", form: [("token", "guess")])
+            let row = try broker.pool.query(
+                """
+                SELECT detail->>'method' AS method, COALESCE((detail->>'suppressed')::int, 0) AS suppressed FROM audit_log
+                WHERE action = 'console.sign_in_refused' AND detail->>'method' = 'link' ORDER BY id DESC LIMIT 1
+                """
+            ).first
+            last = try row.map { (try $0.decode(String.self, "method"), try $0.decode(Int.self, "suppressed")) }
+            return last != nil
+        }
+        #expect(last?.method == "link")
+        #expect((last?.suppressed ?? 0) >= 40 - rows)
     }
 }

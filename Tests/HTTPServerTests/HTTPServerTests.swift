@@ -536,4 +536,67 @@ struct HTTPServerTests {
         #expect(bound == 1_024 * (48 + 64 + 4) * 1_024)
         #expect(bound <= Int(limit)! * 1_048_576 / 2, "the pod's limit leaves no room for the process itself")
     }
+
+    @Test(
+        "ambiguous framing (both length fields, a repeated or spaced Content-Length, another Transfer-Encoding) is 400 before any handler, and the connection closes"
+    )
+    func ambiguousFraming() throws {
+        let handled = Atomic<Int>(0)
+        var router = Router()
+        router.get("/count") { _ in
+            handled.add(1, ordering: .relaxed)
+            return .text("counted")
+        }
+        router.post("/count") { _ in
+            handled.add(1, ordering: .relaxed)
+            return .text("counted")
+        }
+        // Each head is followed by a second request: a server that framed the first loosely would
+        // answer it too, or take it for a body; a proxy framing it otherwise would forward it.
+        let smuggled = "GET /count HTTP/1.1\r\nHost: x\r\n\r\n"
+        let heads = [
+            "Content-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+            "Transfer-Encoding: chunked\r\nContent-Length: 0\r\n\r\n0\r\n\r\n",
+            "Content-Length: 0\r\nContent-Length: \(smuggled.utf8.count)\r\n\r\n",
+            "Content-Length: 3\r\nContent-Length: 3\r\n\r\nabc",
+            "Content-Length : \(smuggled.utf8.count)\r\n\r\n",
+            "Content-Length\t: \(smuggled.utf8.count)\r\n\r\n",
+            "Transfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n",
+            "Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+        ]
+        try withServer(router) { server, url, metrics in
+            for head in heads {
+                let connection = try #require(RawConnection(port: Int(server.port), timeoutSeconds: 5))
+                connection.send("POST /count HTTP/1.1\r\nHost: x\r\n" + head + smuggled)
+                let answer = connection.receive()
+                #expect(answer.hasPrefix("HTTP/1.1 400 "), "\(head.debugDescription): \(answer.prefix(120))")
+                #expect(answer.contains("ambiguous_framing"), "\(head.debugDescription)")
+                #expect(answer.lowercased().contains("connection: close"), "\(head.debugDescription)")
+                #expect(!answer.contains("counted"), "\(head.debugDescription)")
+                #expect(connection.isClosedByPeer(), "\(head.debugDescription): the connection stayed open")
+            }
+            #expect(handled.load(ordering: .relaxed) == 0, "no handler ran")
+            #expect(metrics.render().contains("status=\"400\""))
+            // Unambiguous requests are served, one after another on one connection.
+            let connection = try #require(RawConnection(port: Int(server.port), timeoutSeconds: 5))
+            connection.send("POST /count HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\nabc")
+            #expect(connection.receive().hasPrefix("HTTP/1.1 200 "))
+            connection.send("POST /count HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: Chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n")
+            #expect(connection.receive().hasPrefix("HTTP/1.1 200 "))
+            #expect(handled.load(ordering: .relaxed) == 2)
+            _ = url
+        }
+    }
+
+    @Test("the framing rule: token field names, one length field of one kind, chunked the only coding")
+    func framingRule() {
+        #expect(RequestFraming.problem([("Host", "x"), ("Content-Length", "3")]) == nil)
+        #expect(RequestFraming.problem([("transfer-encoding", " chunked ")]) == nil)
+        #expect(RequestFraming.problem([("Content-Length", "3"), ("Transfer-Encoding", "chunked")]) != nil)
+        #expect(RequestFraming.problem([("Content-Length", "3"), ("content-length", "3")]) != nil)
+        #expect(RequestFraming.problem([("Content-Length ", "3")]) != nil)
+        #expect(RequestFraming.problem([("X-Note", "a b"), ("Bad\u{1}Name", "")]) != nil)
+        #expect(RequestFraming.problem([("", "value")]) != nil)
+        #expect(RequestFraming.problem([("Transfer-Encoding", "identity")]) != nil)
+    }
 }

@@ -38,6 +38,15 @@ struct PostgresConnectionTests {
         #expect(try row.decode(PostgresJSON.self, "doc").decode([String: String].self) == ["name": "Zoë", "n": "1"])
         #expect(try row.decode(String?.self, "missing") == nil)
         #expect(try row.isNull(9))
+        // A bound Date is the same instant in PostgreSQL's own text (digits written by hand).
+        for (seconds, expected) in [
+            (0.5, "1970-01-01 00:00:00.5+00"), (951_868_799.25, "2000-02-29 23:59:59.25+00"),
+            (1_767_225_600.015625, "2026-01-01 00:00:00.015625+00"), (253_402_300_799, "9999-12-31 23:59:59+00"),
+        ] {
+            let date = Date(timeIntervalSince1970: seconds)
+            #expect(
+                try connection.query("SELECT (\(date))::timestamptz::text AS t").single().decode(String.self, "t") == expected)
+        }
         #expect(throws: PostgresError.self) { try row.decode(String.self, "missing") }
     }
 

@@ -42,23 +42,67 @@ cpu_ticks() {  # cpu_ticks PID... : utime+stime summed
   echo "$total"
 }
 
+# tree_pids PID: the process and its descendants.
+tree_pids() {
+  local p=$1 c
+  echo "$p"
+  for c in $(pgrep -P "$p" || true); do tree_pids "$c"; done
+}
+
+# The PostgreSQL processes whose CPU a figure counts: the tree of PG_MASTER_PID (a cluster
+# the benchmark started itself) when set, else the embedded cluster's.
+measured_postgres_pids() {
+  if [ -n "${PG_MASTER_PID:-}" ]; then tree_pids "$PG_MASTER_PID"; else postgres_pids; fi
+}
+
 # run_wrk NAME LUA URL : warms up 3 s, measures $DUR at $CONNS connections and sets
-# RPS P50_MS P99_MS NON2XX CPU_US PG_US RSS_MB from wrk and /proc.
+# RPS P50_MS P99_MS NON2XX CPU_US PG_US RSS_MB REQUESTS from wrk and /proc.
 run_wrk() {
   local name=$1 lua=$2 url=$3 out="$WORK/$1.wrk"
   wrk -t1 -c"$CONNS" -d3s -s "$lua" "$url" > /dev/null
-  local pg_pids c0 p0 c1 p1 requests
-  pg_pids=$(postgres_pids)
-  c0=$(cpu_ticks "$BROKER_PID"); p0=$(cpu_ticks $pg_pids)
+  local c0 p0 c1 p1
+  c0=$(cpu_ticks "$BROKER_PID"); p0=$(cpu_ticks $(measured_postgres_pids))
   wrk -t1 -c"$CONNS" -d"$DUR" --latency -s "$lua" "$url" > "$out"
-  c1=$(cpu_ticks "$BROKER_PID"); p1=$(cpu_ticks $pg_pids)
+  c1=$(cpu_ticks "$BROKER_PID"); p1=$(cpu_ticks $(measured_postgres_pids))
+  wrk_figures "$name" "$out" $((c1 - c0)) $((p1 - p0))
+}
+
+# run_wrk_once NAME TOKENS_FILE URL : every line of the file once (bench/login-once.lua: first
+# logins, code exchanges), no warm-up; wrk is stopped when the last line is answered, or
+# after MAX_DUR (default $DUR); EXHAUSTED=1 when every line was used before that. Sets the
+# figures run_wrk sets.
+run_wrk_once() {
+  local name=$1 tokens=$2 url=$3 out="$WORK/$1.wrk" done_file="$WORK/$1.done" pid c0 p0 c1 p1
+  rm -f "$done_file"
+  c0=$(cpu_ticks "$BROKER_PID"); p0=$(cpu_ticks $(measured_postgres_pids))
+  TOKENS=$tokens DONE_FILE=$done_file wrk -t1 -c"$CONNS" -d"${MAX_DUR:-$DUR}" --latency -s "$ROOT/bench/login-once.lua" \
+    "$url" > "$out" &
+  pid=$!
+  while kill -0 "$pid" 2>/dev/null && [ ! -e "$done_file" ]; do sleep 0.1; done
+  kill -INT "$pid" 2>/dev/null || true
+  wait "$pid" || true
+  c1=$(cpu_ticks "$BROKER_PID"); p1=$(cpu_ticks $(measured_postgres_pids))
+  EXHAUSTED=$([ -e "$done_file" ] && echo 1 || echo 0)
+  wrk_figures "$name" "$out" $((c1 - c0)) $((p1 - p0))
+}
+
+# wrk_ms WRK_OUTPUT 99% : a latency percentile of wrk's output in milliseconds.
+wrk_ms() {
+  awk -v p="$2" '$1==p{v=$2; f=1; if (v ~ /us$/) f=0.001; else if (v ~ /ms$/) f=1; else if (v ~ /s$/) f=1000
+    gsub(/[a-z]+$/, "", v); printf "%.3f", v*f}' "$1"
+}
+
+# wrk_figures NAME WRK_OUTPUT BROKER_TICKS POSTGRES_TICKS : the figures of one wrk run.
+wrk_figures() {
+  local name=$1 out=$2 requests
   requests=$(awk '/requests in/{print $1}' "$out")
+  REQUESTS=$requests
   RPS=$(awk '/Requests\/sec/{print $2}' "$out")
-  P50_MS=$(awk '$1=="50%"{print $2}' "$out" | sed 's/ms//;s/us/e-3/')
-  P99_MS=$(awk '$1=="99%"{print $2}' "$out" | sed 's/ms//;s/us/e-3/')
+  P50_MS=$(wrk_ms "$out" 50%)
+  P99_MS=$(wrk_ms "$out" 99%)
   NON2XX=$(awk -F= '/non2xx=/{print $2}' "$out")
-  CPU_US=$(awk -v d=$((c1 - c0)) -v n="$requests" -v hz="$HZ" 'BEGIN{printf "%.1f", d/hz*1e6/n}')
-  PG_US=$(awk -v d=$((p1 - p0)) -v n="$requests" -v hz="$HZ" 'BEGIN{printf "%.1f", d/hz*1e6/n}')
+  CPU_US=$(awk -v d="$3" -v n="$requests" -v hz="$HZ" 'BEGIN{printf "%.1f", d/hz*1e6/n}')
+  PG_US=$(awk -v d="$4" -v n="$requests" -v hz="$HZ" 'BEGIN{printf "%.1f", d/hz*1e6/n}')
   RSS_MB=$(awk '/VmHWM/{printf "%.1f", $2/1024}' "/proc/$BROKER_PID/status")
   printf "%-22s %9s req/s  p50 %7s ms  p99 %7s ms  broker CPU %7s us/req  PostgreSQL CPU %7s us/req  peak RSS %6s MiB  non-2xx %s\n" \
     "$name" "$RPS" "$P50_MS" "$P99_MS" "$CPU_US" "$PG_US" "$RSS_MB" "${NON2XX:-?}"

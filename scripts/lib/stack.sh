@@ -40,6 +40,7 @@ wait_http() {  # wait_http URL  (STACK_CA: the CA of a broker serving HTTPS)
 # with $API_SCOPES and exports it as API_KEY. Extra broker settings come from the caller's
 # environment (exported before the call); SIM_RETURN_URLS (`id=url,url;id2=url`) registers
 # Return URLs at the simulator for web sign-in and the OpenID Provider.
+# STACK_DATABASE_URL runs the broker on that database instead of the embedded cluster.
 start_stack() {
   rm -rf "$WORK/data"
   [ -f "$WORK/AuthKey.p8" ] || openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "$WORK/AuthKey.p8" 2>/dev/null
@@ -48,7 +49,7 @@ start_stack() {
   export APPLE_CLIENT_IDS=${APPLE_CLIENT_IDS:-com.example.app} APPLE_BASE_URL=http://127.0.0.1:$SIM_PORT
   export TOKEN_ENCRYPTION_KEY=${TOKEN_ENCRYPTION_KEY:-$(openssl rand -base64 32)}
   export BROKER_DATA_DIR=$WORK/data BROKER_LISTEN=127.0.0.1:$BROKER_PORT
-  unset DATABASE_URL
+  if [ -n "${STACK_DATABASE_URL:-}" ]; then export DATABASE_URL=$STACK_DATABASE_URL; else unset DATABASE_URL; fi
   "$BIN/apple-sim" serve --listen "127.0.0.1:$SIM_PORT" --team "$APPLE_TEAM_ID" --key-id "$APPLE_KEY_ID" \
     --key "$APPLE_PRIVATE_KEY_PATH" --client-ids "$APPLE_CLIENT_IDS" ${SIM_RETURN_URLS:+--return-urls "$SIM_RETURN_URLS"} \
     > "$WORK/sim.log" 2>&1 &

@@ -149,7 +149,13 @@ def measure(side, items, call, endpoint):
 
 
 def exchange_round(side):
+    # The authorization half of the code flow (authorize, Apple's form post at the callback
+    # with its own code exchange at the simulator, the redirect with our code): CPU per code.
+    db_pids = children(side.postmaster) if side.postmaster else []
+    before, db_before = ticks(side.pids), ticks(db_pids)
     codes = side.mint(CODES)
+    flow = {"flow_cpu_ms_per_call": 1000 * (ticks(side.pids) - before) / HZ / len(codes),
+            "flow_db_cpu_ms_per_call": 1000 * (ticks(db_pids) - db_before) / HZ / len(codes)}
 
     def call(connection, item):
         code, verifier = item
@@ -162,6 +168,7 @@ def exchange_round(side):
         return response.status, (json.loads(data).get("access_token") if response.status == 200 else data[:200])
 
     figures, answers = measure(side, codes, call, side.token)
+    figures.update(flow)
     return figures, [token for status, token in answers if status == 200]
 
 
@@ -285,7 +292,7 @@ def main():
             for name, figures in row.items()), flush=True)
 
     def median(name, kind, key):
-        values = [r[name][kind][key] for r in rounds if r[name][kind][key] is not None]
+        values = [r[name][kind].get(key) for r in rounds if r[name][kind].get(key) is not None]
         return statistics.median(values) if values else None
 
     def ratio(kind, key):
@@ -299,7 +306,9 @@ def main():
                "userinfo_calls_per_round": USERINFO, "reference": f"Glewlwyd 2.7 (Debian), {GLEWLWYD_DB}, RS256 2048",
                "sides": {side.name: {f"{kind}_{key}": median(side.name, kind, key)
                                      for kind in ("exchange", "userinfo", "full_flow", "renewal")
-                                     for key in ("per_s", "per_cpu_s", "per_cpu_s_with_db", "cpu_ms_per_call")}
+                                     for key in ("per_s", "per_cpu_s", "per_cpu_s_with_db", "cpu_ms_per_call",
+                                                 "db_cpu_ms_per_call", "flow_cpu_ms_per_call", "flow_db_cpu_ms_per_call")
+                                     if kind == "exchange" or not key.startswith("flow")}
                          for side in sides},
                "ratio_exchange_per_s": ratio("exchange", "per_s"),
                "ratio_exchange_per_cpu_s": ratio("exchange", "per_cpu_s"),

@@ -110,8 +110,9 @@ public final class BrokerApplication: Sendable {
                 configuration: settings, pool: pool,
                 deletions: DeletionService(store: parts.deletionStore, wake: wakeDeletions),
                 subscriptions: parts.subscriptions, teamID: appleSettings.teamID, hasher: SubjectHasher(keys: tokenKeys),
-                apps: appleSettings.appGroups, keySetAge: { [appleKeys = parts.appleKeys] in appleKeys.age }, metrics: metrics,
-                logger: logger)
+                apps: appleSettings.appGroups, clientIDs: appleSettings.clientIDs,
+                keySetAge: { [appleKeys = parts.appleKeys] in appleKeys.age }, metrics: metrics,
+                trustedProxies: serverConfiguration.trustedProxies, logger: logger)
         }
         self.console = console
         ProcessMetrics.register(on: metrics)
@@ -225,6 +226,15 @@ public final class BrokerApplication: Sendable {
                     name: "db_pool_connections", help: help, labels: [("state", "waiting")], value: Double(statistics.waiting)),
                 CollectedSample(
                     name: "db_pool_connections", help: help, labels: [("state", "max")], value: Double(statistics.maximum)),
+                CollectedSample(
+                    name: "db_statements_total", help: "Statements (round trips) run on the pool's connections.",
+                    type: .counter, value: Double(statistics.statements)),
+                CollectedSample(
+                    name: "db_pool_waits_total", help: "Acquisitions that waited for a free connection.", type: .counter,
+                    value: Double(statistics.waits)),
+                CollectedSample(
+                    name: "db_pool_wait_seconds_total", help: "Time callers waited for a free connection.", type: .counter,
+                    value: statistics.waitSeconds),
             ]
         }
     }

@@ -90,7 +90,9 @@ enum EventRoutes {
                 guard let id = Int64(try request.parameter("id")) else {
                     throw BrokerError.invalidRequest("the delivery id is a number")
                 }
-                guard try subscriptions.redrive(delivery: id, ownedBy: WebhookSubscriptionStore.owner(key)) else {
+                guard
+                    try subscriptions.redrive(delivery: id, ownedBy: WebhookSubscriptionStore.owner(key), actor: "api:\(key.id)")
+                else {
                     throw BrokerError(.deliveryNotFailed, "only failed deliveries can be re-driven")
                 }
                 wakeDispatcher()
@@ -112,7 +114,7 @@ enum EventRoutes {
                     cursor = .start
                 }
                 let limit = try request.limitParameter()
-                let page = try feed.page(after: cursor, limit: limit, reach: key.reachArray)
+                let page = try feed.page(after: cursor, limit: limit, reach: key.reachArray, groups: key.grantReachArray)
                 return .json(.object(["events": .array(page.events), "next_cursor": .string(page.next.text)]))
             })
     }

@@ -90,7 +90,7 @@ public struct APIKeyStore: Sendable {
                 """
             ).single()
             try AuditLog.record(
-                connection, actor: actor, action: "api_key.created",
+                connection, actor: actor, action: "api_key.created", target: "api_key:\(id)",
                 detail: ["key_id": .string(id), "name": .string(name), "scopes": .string(scopeText)]
                     .merging(clientIDs.map { ["client_ids": .string($0.sorted().joined(separator: ","))] } ?? [:]) { $1 })
             return try row.decode(Date.self, "created_at")
@@ -113,7 +113,8 @@ public struct APIKeyStore: Sendable {
             let rows = try connection.query(
                 "UPDATE api_keys SET revoked_at = now() WHERE id = \(id) AND revoked_at IS NULL")
             guard rows.affectedRows == 1 else { return false }
-            try AuditLog.record(connection, actor: actor, action: "api_key.revoked", detail: ["key_id": .string(id)])
+            try AuditLog.record(
+                connection, actor: actor, action: "api_key.revoked", target: "api_key:\(id)", detail: ["key_id": .string(id)])
             try connection.notify(channel: Self.changedChannel, payload: id)
             return true
         }

@@ -12,8 +12,9 @@ package struct DeletionService: Sendable {
     /// refuses requests carrying one.
     package var codes: CodeIntake?
 
-    /// Exchanges a new request's code at once (deletion id, user id), before the job is woken:
-    /// Apple's codes live five minutes, the queue may be slower. nil: the job does it.
+    /// Exchanges a handed-over code at once (deletion id, user id), before the job is woken, for
+    /// a new request and an open one alike: Apple's codes live five minutes, the queue may be
+    /// slower. nil: the job does it.
     package var exchangeCode: (@Sendable (UUID, UUID) throws -> Void)?
 
     package init(
@@ -142,6 +143,20 @@ package struct DeletionService: Sendable {
     package func request(
         _ request: Request, source: DeletionSource, actor: String, visibleTo key: APIKey? = nil
     ) throws -> (id: UUID, state: DeletionState, created: Bool) {
+        var request = request
+        if let key, let reach = key.reach, request.authorizationCode != nil {
+            // A code goes to Apple under the client id it names: a limited key hands over codes of
+            // its own apps only (issue 38, item 8), checked before anything is written or sent.
+            if let clientID = request.clientID {
+                guard reach.contains(clientID) else { throw BrokerError.clientNotAllowed(clientID) }
+            } else if reach.count == 1 {
+                // Not the user's last client id, which may be another app's.
+                request.clientID = reach.first
+            } else {
+                throw BrokerError.invalidRequest(
+                    "field `client_id` is required with `authorization_code` for an API key limited to several apps")
+            }
+        }
         for _ in 0..<2 {
             let resolution = try store.resolve(request.target)
             if let key {
@@ -179,11 +194,21 @@ package struct DeletionService: Sendable {
                     let opened = try store.request(
                         userID: userID, source: source, reason: request.reason, requestedBy: request.requestedBy, code: code)
                 else { continue }  // Purged between the two queries: resolve again.
-                if opened.created, code != nil, let exchangeCode {
-                    // A failure here (the database) leaves the code to the job.
+                if let state = opened.codeRefusedIn {
+                    // Never 202 with the code dropped: the caller learns it was not used, and why.
+                    throw BrokerError(
+                        .deletionCodeRefused,
+                        state == .failed
+                            ? "this user's deletion failed and waits for a retry (POST /v1/deletions/{id}/retry); the code was"
+                                + " not used: send it again once the deletion is retried, within its five minutes"
+                            : "this user's deletion has finished revoking at Apple; the code was not used",
+                        extensions: ["deletion_id": opened.id.lowercasedString, "state": state.rawValue])
+                }
+                if code != nil, let exchangeCode {
+                    // At once, for a request already open too. A failure here (the database) leaves the code to the job.
                     try? exchangeCode(opened.id, userID)
                 }
-                if opened.created { wake() }
+                if opened.created || code != nil { wake() }
                 let state = try store.record(opened.id)?.state ?? .requested
                 return (opened.id, state, opened.created)
             }

@@ -137,16 +137,25 @@ extension WebhookSubscriptionStore {
         }
     }
 
-    /// Puts a failed delivery back in the queue as new; false when it is not `failed` (or not the owner's).
-    package func redrive(delivery id: Int64, ownedBy owner: String?) throws -> Bool {
-        try pool.query(
-            """
-            UPDATE webhook_deliveries
-            SET state = \(DeliveryState.pending.rawValue), attempts = 0, next_attempt_at = now(), created_at = now()
-            WHERE id = \(id) AND state = \(DeliveryState.failed.rawValue)
-              AND (\(owner)::text IS NULL
-                   OR subscription_id IN (SELECT id FROM webhook_subscriptions WHERE api_key_id = \(owner)::text))
-            """
-        ).affectedRows == 1
+    /// Puts a failed delivery back in the queue as new, audited (`webhook_delivery.retried`,
+    /// the outcome `failed` when there was no such failed delivery); false when it is not
+    /// `failed` (or not the owner's).
+    package func redrive(delivery id: Int64, ownedBy owner: String?, actor: String) throws -> Bool {
+        try pool.withTransaction { connection in
+            let redriven =
+                try connection.query(
+                    """
+                    UPDATE webhook_deliveries
+                    SET state = \(DeliveryState.pending.rawValue), attempts = 0, next_attempt_at = now(), created_at = now()
+                    WHERE id = \(id) AND state = \(DeliveryState.failed.rawValue)
+                      AND (\(owner)::text IS NULL
+                           OR subscription_id IN (SELECT id FROM webhook_subscriptions WHERE api_key_id = \(owner)::text))
+                    """
+                ).affectedRows == 1
+            try AuditLog.record(
+                connection, actor: actor, action: "webhook_delivery.retried", target: "webhook_delivery:\(id)",
+                outcome: redriven ? .succeeded : .failed)
+            return redriven
+        }
     }
 }

@@ -52,6 +52,9 @@ package struct WebhookSubscriptionStore: Sendable {
     /// Every event's transaction writes one delivery row per matching subscription
     /// (`broker_emit_event`), so this cap is also what bounds a login's fan-out.
     package var maximumSubscriptions = 50
+    /// `BROKER_WEBHOOK_MAX_SUBSCRIPTIONS_PER_KEY`: more made by one API key are refused (409
+    /// `webhook_subscription_limit`, `limit: per_key`); the console's count only to the total.
+    package var maximumSubscriptionsPerKey = 10
 
     package init(pool: PostgresPool, tokenKeys: TokenKeyRing) {
         self.pool = pool
@@ -108,33 +111,44 @@ package struct WebhookSubscriptionStore: Sendable {
 
     /// Creates a subscription; returns it and its signing secret (`whsec_…`, shown once). A
     /// subscription made by a key limited to some apps belongs to that key and receives only
-    /// those apps' events.
+    /// those apps' events. Every key's subscriptions carry its id (`api_key_id`), so each key
+    /// counts against its own cap; only a limited key's own are all it sees.
     package func create(
         url: String, topics: [String], description: String?, actor: String, owner: APIKey? = nil
     ) throws -> (WebhookSubscription, String) {
-        let ownerID = owner.flatMap(Self.owner)
+        let creatorID = owner?.id
         let id = UUID()
         let secret = SecureRandom.bytes(32)
         let sealed = try tokenKeys.seal(secret, associatedData: Self.associatedData(id))
         let topicsJSON = PostgresJSON(
             text: String(decoding: JSONValue.array(topics.map(JSONValue.string)).serialized(), as: UTF8.self))
-        let maximum = maximumSubscriptions
+        let (maximum, perKey) = (maximumSubscriptions, maximumSubscriptionsPerKey)
         let createdAt = try pool.withTransaction { connection in
             // Creators count one at a time (the lock ends with the transaction, so it works
             // through PgBouncer); logins, which only read subscriptions, never wait for it.
             try connection.query("SELECT pg_advisory_xact_lock(\(Self.creationLock))")
-            let existing = try connection.query("SELECT count(*) AS n FROM webhook_subscriptions").single().decode(Int.self, "n")
-            guard existing < maximum else {
+            let counts = try connection.query(
+                "SELECT count(*) AS total, count(*) FILTER (WHERE api_key_id = \(creatorID)::text) AS own FROM webhook_subscriptions"
+            ).single()
+            if creatorID != nil, try counts.decode(Int.self, "own") >= perKey {
                 throw BrokerError(
                     .webhookSubscriptionLimit,
-                    "this broker holds at most \(maximum) webhook subscriptions (BROKER_WEBHOOK_MAX_SUBSCRIPTIONS); delete one first"
-                )
+                    "this API key holds \(perKey) webhook subscriptions, the most one key may hold"
+                        + " (BROKER_WEBHOOK_MAX_SUBSCRIPTIONS_PER_KEY); delete one of its own first",
+                    extensions: ["limit": "per_key", "maximum": String(perKey)])
+            }
+            guard try counts.decode(Int.self, "total") < maximum else {
+                throw BrokerError(
+                    .webhookSubscriptionLimit,
+                    "this broker holds at most \(maximum) webhook subscriptions for all keys and the console together"
+                        + " (BROKER_WEBHOOK_MAX_SUBSCRIPTIONS); an administrator must delete one first",
+                    extensions: ["limit": "total", "maximum": String(maximum)])
             }
             let row = try connection.query(
                 """
-                INSERT INTO webhook_subscriptions (id, url, topics, secret, key_id, description, api_key_id, client_ids)
-                VALUES (\(id), \(url), \(topicsJSON), \(sealed.sealed), \(sealed.keyID), \(description), \(ownerID),
-                        \(owner?.reachArray))
+                INSERT INTO webhook_subscriptions (id, url, topics, secret, key_id, description, api_key_id, client_ids, app_ids)
+                VALUES (\(id), \(url), \(topicsJSON), \(sealed.sealed), \(sealed.keyID), \(description), \(creatorID),
+                        \(owner?.reachArray), \(owner?.grantReachArray))
                 RETURNING created_at
                 """
             ).single()
@@ -152,7 +166,8 @@ package struct WebhookSubscriptionStore: Sendable {
     {
         var detail: [String: JSONValue] = ["subscription_id": .string(id.lowercasedString)]
         if let host = url.flatMap({ URL(string: $0)?.host }) { detail["host"] = .string(host) }
-        try AuditLog.record(connection, actor: actor, action: action, detail: detail)
+        try AuditLog.record(
+            connection, actor: actor, action: action, target: "webhook_subscription:\(id.lowercasedString)", detail: detail)
     }
 
     /// The id a limited key's own subscriptions carry; nil for an unlimited key, which sees them all.

@@ -129,12 +129,16 @@ public final class LoginService: Sendable {
             throw BrokerError(.authorizationCodeInvalid, "the authorization code does not match the identity token's c_hash")
         }
         // An identity token from before a consent-revoked never restores the consent (nor is its
-        // code sent): the user must sign in again (protocol reference §11.5).
-        if try store.predatesRevocation(identity) { throw Self.predatesRevocation }
-        // A user whose deletion is pending is refused before the code is exchanged: the refresh
-        // token it would yield would be thrown away, yet live at Apple.
-        if request.authorizationCode != nil, try store.deletionPending(sub: identity.sub) {
-            throw BrokerError.deletionPending
+        // code sent): the user must sign in again (protocol reference §11.5). A user whose
+        // deletion is pending is refused before the code is exchanged: the refresh token it
+        // would yield would be thrown away, yet live at Apple. Without a code, the login's own
+        // first statement says both (store.login), so a repeat login is one round trip.
+        if request.authorizationCode != nil {
+            switch try store.beforeExchange(identity) {
+            case .ok: break
+            case .predatesRevocation: throw Self.predatesRevocation
+            case .deletionPending: throw BrokerError.deletionPending
+            }
         }
         var sealed: (keyID: String, sealed: [UInt8])?
         var sealedAccess: (keyID: String, sealed: [UInt8], expiresIn: Int)?

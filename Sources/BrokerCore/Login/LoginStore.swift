@@ -136,28 +136,29 @@ struct LoginStore: Sendable {
             unverifiedEmail: try row.decode(String?.self, "r_unverified_email"))
     }
 
-    /// Whether the identity's consent for this token's app group was revoked after the token
-    /// was issued: such a token proves nothing about consent after the revocation (protocol
-    /// reference §11.5) and must not restore it. `iat` has whole seconds: a token of the
-    /// revocation's own second is given the benefit of the doubt.
-    func predatesRevocation(_ identity: AppleIdentity) throws -> Bool {
-        try !pool.query(
-            """
-            SELECT 1 FROM apple_identities i JOIN apple_grants g ON g.identity_id = i.id
-            WHERE i.team_id = \(teamID) AND i.sub = \(identity.sub) AND g.app_id = \(groups.group(of: identity.clientID).primary)
-              AND g.consent = 'revoked' AND g.consent_at >= \(identity.issuedAt)::timestamptz + interval '1 second'
-            """
-        ).isEmpty
-    }
-
-    /// Whether the user of this sub has a deletion pending.
-    func deletionPending(sub: String) throws -> Bool {
-        try !pool.query(
-            """
-            SELECT 1 FROM apple_identities i JOIN users u ON u.id = i.user_id
-            WHERE i.team_id = \(teamID) AND i.sub = \(sub) AND u.status = 'deleting'
-            """
-        ).isEmpty
+    /// Before a code is sent to Apple, in one statement: whether the identity's consent for
+    /// this token's app group was revoked after the token was issued (such a token proves
+    /// nothing about consent after the revocation, protocol reference §11.5, and must not
+    /// restore it; `iat` has whole seconds: a token of the revocation's own second is given
+    /// the benefit of the doubt), then whether the user's deletion is pending (the refresh
+    /// token the code would yield would be thrown away, yet live at Apple). A login without
+    /// a code learns the same from its first statement (`unchangedRepeatLogin`) or from
+    /// broker_login_v2.
+    func beforeExchange(_ identity: AppleIdentity) throws -> LoginOutcome {
+        guard
+            let row = try pool.query(
+                """
+                SELECT coalesce(g.consent = 'revoked' AND g.consent_at >= \(identity.issuedAt)::timestamptz + interval '1 second',
+                           false) AS predates,
+                       u.status = 'deleting' AS deleting
+                FROM apple_identities i JOIN users u ON u.id = i.user_id
+                LEFT JOIN apple_grants g ON g.identity_id = i.id AND g.app_id = \(groups.group(of: identity.clientID).primary)
+                WHERE i.team_id = \(teamID) AND i.sub = \(identity.sub)
+                """
+            ).first
+        else { return .ok }
+        if try row.decode(Bool.self, "predates") { return .predatesRevocation }
+        return try row.decode(Bool.self, "deleting") ? .deletionPending : .ok
     }
 
     /// Keeps the access token of the login's code exchange beside its refresh token.
@@ -172,17 +173,20 @@ struct LoginStore: Sendable {
             """)
     }
 
-    /// The fast path: a repeat login that changes nothing needs no write, so it is answered
-    /// by one read-only query. Two things may still be written, without an event and without
-    /// broker_login_v2: a stale `last_login_at` (one UPDATE of the two columns broker_login_v2
-    /// would write, the same values) and a sign-in newer than the group's authorization
-    /// timeline knows (`broker_record_sign_in`): every verified sign-in is on it (issue 35).
-    /// nil when broker_login_v2 must run (new identity, a change, a revoked consent). A user
-    /// whose deletion is pending is reported as such.
+    /// The fast path: a repeat login that changes nothing is answered by one read-only
+    /// statement, which also says whether the token predates the group's revocation (then
+    /// nothing is written and the login is refused, as broker_login_v2 would). Two things may
+    /// still be written, without an event and without broker_login_v2, both by one more
+    /// statement (`broker_repeat_sign_in`, one transaction): a stale `last_login_at` (the two
+    /// columns broker_login_v2 would write, the same values) and a sign-in newer than the
+    /// group's authorization timeline knows (`broker_record_sign_in`): every verified sign-in
+    /// is on it (issue 35). nil when broker_login_v2 must run (new identity, a change, a
+    /// revoked consent). A user whose deletion is pending is reported as such.
     private func unchangedRepeatLogin(_ identity: AppleIdentity, user: AppleUserField?, signedInAt: Date) throws -> Record? {
         let app = groups.group(of: identity.clientID).primary
         // broker_identity_unchanged_v2 over a century is "nothing but the time changed"; with the
         // resolution it is broker_login_v2's own test, which is this and a recent last_login_at.
+        // `predates` is predatesRevocation's test (a second's grace: iat has whole seconds).
         guard
             let row = try pool.query(
                 """
@@ -192,8 +196,10 @@ struct LoginStore: Sendable {
                            \(identity.email), \(identity.emailVerified),
                            \(identity.isPrivateEmail), \(identity.realUserStatus), \(user?.name?.firstName),
                            \(user?.name?.lastName), \(user?.email), \(identity.orgID), interval '100 years') AS unchanged,
-                       i.last_login_at >= now() - \(String(lastLoginResolution) + " seconds")::interval AS recent,
-                       coalesce(g.signed_in_at >= \(signedInAt)::timestamptz, false) AS on_timeline
+                       i.last_login_at >= now() - \(lastLoginResolutionInterval)::interval AS recent,
+                       coalesce(g.signed_in_at >= \(signedInAt)::timestamptz, false) AS on_timeline,
+                       coalesce(g.consent = 'revoked' AND g.consent_at >= \(identity.issuedAt)::timestamptz + interval '1 second',
+                           false) AS predates
                 FROM apple_identities i JOIN users u ON u.id = i.user_id
                 LEFT JOIN apple_grants g ON g.identity_id = i.id AND g.app_id = \(app)
                 WHERE i.team_id = \(teamID) AND i.sub = \(identity.sub)
@@ -201,8 +207,10 @@ struct LoginStore: Sendable {
             ).first
         else { return nil }
         let status = try row.decode(UserStatus.self, "status")
+        let predates = try row.decode(Bool.self, "predates")
         let record = Record(
-            outcome: status == .deleting ? .deletionPending : .ok, userID: try row.decode(UUID.self, "user_id"),
+            outcome: predates ? .predatesRevocation : status == .deleting ? .deletionPending : .ok,
+            userID: try row.decode(UUID.self, "user_id"),
             isNewUser: false, email: try row.decode(String?.self, "email"),
             emailVerified: try row.decode(Bool.self, "email_verified"),
             isPrivateEmail: try row.decode(Bool.self, "is_private_email"),
@@ -210,24 +218,23 @@ struct LoginStore: Sendable {
             refreshTokenStored: try row.decode(Bool.self, "has_token"),
             unverifiedEmail: try row.decode(String?.self, "unverified_email"),
             wroteThrough: false)
-        if status == .deleting { return record }
+        if record.outcome != .ok { return record }
         guard try row.decode(Bool?.self, "unchanged") ?? false else { return nil }
-        let id = try row.decode(UUID.self, "id")
-        // No row (purged meanwhile): broker_login_v2 decides.
-        if !(try row.decode(Bool?.self, "recent") ?? false) {
-            let updated = try pool.query(
-                "UPDATE apple_identities SET last_login_at = now(), last_verified_at = now() WHERE id = \(id)"
-            ).affectedRows
-            guard updated == 1 else { return nil }
-        }
-        if !(try row.decode(Bool.self, "on_timeline")) {
-            let recorded = try pool.query(
+        let touch = !(try row.decode(Bool?.self, "recent") ?? false)
+        let onTimeline = try row.decode(Bool.self, "on_timeline")
+        if touch || !onTimeline {
+            // No row (purged meanwhile): broker_login_v2 decides.
+            let written = try pool.query(
                 """
-                SELECT broker_record_sign_in(i.id, i.user_id, \(app), \(signedInAt)::timestamptz)
-                FROM apple_identities i WHERE i.id = \(id)
-                """)
-            guard !recorded.isEmpty else { return nil }
+                SELECT broker_repeat_sign_in(\(try row.decode(UUID.self, "id")), \(app), \(signedInAt)::timestamptz,
+                    \(touch), \(!onTimeline)) AS written
+                """
+            ).single()
+            guard try written.decode(Bool.self, "written") else { return nil }
         }
         return record
     }
+
+    /// `BROKER_LAST_LOGIN_RESOLUTION_SECONDS` as an interval's text.
+    private var lastLoginResolutionInterval: String { String(lastLoginResolution) + " seconds" }
 }

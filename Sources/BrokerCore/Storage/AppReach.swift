@@ -22,14 +22,17 @@ package enum AppReach {
         ).single().decode(Bool.self, "visible")
     }
 
-    /// Whether the user is also in an app outside the key's reach: an identity or token of
-    /// another client id, or a grant of an app group none of the key's client ids is in.
+    /// Whether the user is also in an app outside the key's reach: an identity, a sign-in
+    /// (`apple_identity_apps`: an identity token alone leaves no token) or a token of another
+    /// client id, or a grant of an app group none of the key's client ids is in.
     /// Such a user's account is not the key's to delete (`user_shared_with_other_apps`).
     static func user(_ id: UUID, sharedBeyond key: APIKey, pool: PostgresPool) throws -> Bool {
         guard let reach = key.reachArray, let grants = key.grantReachArray else { return false }
         return try pool.query(
             """
             SELECT EXISTS (SELECT 1 FROM apple_identities WHERE user_id = \(id) AND client_id <> ALL (\(reach)::text[]))
+                OR EXISTS (SELECT 1 FROM apple_identity_apps a JOIN apple_identities i ON i.id = a.identity_id
+                           WHERE i.user_id = \(id) AND a.client_id <> ALL (\(reach)::text[]))
                 OR EXISTS (SELECT 1 FROM apple_tokens WHERE user_id = \(id) AND client_id <> ALL (\(reach)::text[]))
                 OR EXISTS (SELECT 1 FROM apple_grants WHERE user_id = \(id) AND app_id <> ALL (\(grants)::text[]))
                 AS shared

@@ -37,8 +37,12 @@ package struct EventFeed: Sendable {
         }
     }
 
-    /// - Parameter reach: a limited key's client ids: only events of those apps' users.
-    package func page(after cursor: Cursor, limit: Int, reach: PostgresTextArray? = nil) throws -> (
+    /// - Parameters:
+    ///   - reach: a limited key's client ids: only events of those apps (`broker_event_in_apps_v2`).
+    ///   - groups: the app groups (primary App IDs) of those client ids, which grant events name.
+    package func page(
+        after cursor: Cursor, limit: Int, reach: PostgresTextArray? = nil, groups: PostgresTextArray? = nil
+    ) throws -> (
         events: [JSONValue], next: Cursor
     ) {
         // ORDER BY qualifies its columns: a bare `txid` would name the *output* column
@@ -49,7 +53,7 @@ package struct EventFeed: Sendable {
             WHERE e.txid >= \(String(cursor.transaction))::xid8
               AND (e.txid > \(String(cursor.transaction))::xid8 OR e.id > \(cursor.event))
               AND e.txid < pg_snapshot_xmin(pg_current_snapshot())
-              AND (\(reach)::text[] IS NULL OR broker_event_in_apps_v2(e.user_id, e.payload, \(reach)::text[]))
+              AND (\(reach)::text[] IS NULL OR broker_event_in_apps_v2(e.user_id, e.type, e.payload, \(reach)::text[], \(groups)::text[]))
             ORDER BY e.txid, e.id LIMIT \(limit)
             """)
         var next = cursor

@@ -119,11 +119,14 @@ struct ConsoleGate {
     }
 
     /// The session cookie's value, if the request carries one.
-    static func cookie(_ request: HTTPRequest) -> String? {
+    static func cookie(_ request: HTTPRequest) -> String? { cookie(cookieName, request) }
+
+    /// The value of the cookie `name`, if the request carries one.
+    static func cookie(_ name: String, _ request: HTTPRequest) -> String? {
         for header in request.headers.values("Cookie") {
             for pair in header.split(separator: ";") {
                 let parts = pair.split(separator: "=", maxSplits: 1).map { $0.trimmingCharacters(in: .whitespaces) }
-                if parts.count == 2, parts[0] == cookieName { return parts[1] }
+                if parts.count == 2, parts[0] == name, !parts[1].isEmpty { return parts[1] }
             }
         }
         return nil

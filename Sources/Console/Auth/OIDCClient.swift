@@ -11,13 +11,24 @@ struct OIDCIdentity: Sendable {
     var subject: String
     var displayName: String
     var roles: Set<ConsoleRole>
+    /// The operator's groups that the role map names (at most as many as it has entries): the
+    /// session keeps them and works its roles out from them on every request.
+    var groups: [String]
     var authTime: Date
 }
 
-/// Why an OpenID Connect sign-in was refused (logged; the page says only that it was).
+/// Why an OpenID Connect sign-in was refused: a stable code for the audit log, words for the
+/// log; the page says only that it was.
 struct OIDCFailure: Error, CustomStringConvertible {
+    var code: String
     var description: String
-    init(_ description: String) { self.description = description }
+    /// The operator, when the provider vouched for one (a valid ID token that maps to no role).
+    var subject: String?
+    init(_ code: String, _ description: String, subject: String? = nil) {
+        self.code = code
+        self.description = description
+        self.subject = subject
+    }
 }
 
 /// The console's relying party: discovery, the authorization URL (code flow, PKCE S256,
@@ -80,10 +91,10 @@ final class OIDCClient: Sendable {
                     ("code_verifier", codeVerifier),
                 ], headers: [("Authorization", "Basic \(basic)"), ("Accept", "application/json")]))
         guard response.status == 200, response.body.count <= 64 * 1024 else {
-            throw OIDCFailure("token endpoint answered \(response.status)")
+            throw OIDCFailure("token_endpoint", "token endpoint answered \(response.status)")
         }
         guard let token = try? JSONValue.parseObject(response.body)["id_token"]?.stringValue else {
-            throw OIDCFailure("token response without id_token")
+            throw OIDCFailure("token_endpoint", "token response without id_token")
         }
         let verified: VerifiedJWS
         do {
@@ -98,31 +109,31 @@ final class OIDCClient: Sendable {
 
     func check(_ claims: [String: JSONValue], nonce: String, maximumAge: TimeInterval?) throws -> OIDCIdentity {
         let now = Date().timeIntervalSince1970
-        guard claims["iss"]?.stringValue == settings.issuer else { throw OIDCFailure("iss is not the configured issuer") }
+        guard claims["iss"]?.stringValue == settings.issuer else { throw OIDCFailure("iss", "iss is not the configured issuer") }
         let audiences: [String]
         if let single = claims["aud"]?.stringValue {
             audiences = [single]
         } else {
             audiences = (claims["aud"]?.arrayValue ?? []).compactMap(\.stringValue)
         }
-        guard audiences.contains(settings.clientID) else { throw OIDCFailure("aud does not name the console") }
+        guard audiences.contains(settings.clientID) else { throw OIDCFailure("aud", "aud does not name the console") }
         if audiences.count > 1, claims["azp"]?.stringValue != settings.clientID {
-            throw OIDCFailure("azp is not the console")
+            throw OIDCFailure("azp", "azp is not the console")
         }
-        guard let expiry = claims["exp"]?.doubleValue, expiry + Self.leeway > now else { throw OIDCFailure("expired") }
+        guard let expiry = claims["exp"]?.doubleValue, expiry + Self.leeway > now else { throw OIDCFailure("expired", "expired") }
         guard let issued = claims["iat"]?.doubleValue, issued - Self.leeway < now else {
-            throw OIDCFailure("iat missing or ahead")
+            throw OIDCFailure("iat", "iat missing or ahead")
         }
         guard let sent = claims["nonce"]?.stringValue,
             ConstantTime.equals(Array(sent.utf8), Array(nonce.utf8))
-        else { throw OIDCFailure("nonce does not match") }
+        else { throw OIDCFailure("nonce", "nonce does not match") }
         guard let subject = claims["sub"]?.stringValue, !subject.isEmpty, subject.utf8.count <= 255 else {
-            throw OIDCFailure("sub missing")
+            throw OIDCFailure("sub", "sub missing")
         }
         let authTime = claims["auth_time"]?.doubleValue
         if let maximumAge {
             guard let authTime, now - authTime <= maximumAge + Self.leeway, authTime - Self.leeway < now else {
-                throw OIDCFailure("auth_time missing or older than \(Int(maximumAge)) s")
+                throw OIDCFailure("auth_time", "auth_time missing or older than \(Int(maximumAge)) s")
             }
         }
         let groups: [String]
@@ -131,12 +142,15 @@ final class OIDCClient: Sendable {
         } else {
             groups = (claims[settings.groupsClaim]?.arrayValue ?? []).compactMap(\.stringValue)
         }
-        let roles = groups.reduce(into: Set<ConsoleRole>()) { $0.formUnion(settings.roleMap[$1] ?? []) }
-        guard !roles.isEmpty else { throw OIDCFailure("no group of the operator maps to a console role") }
+        let mapped = Array(Set(groups.filter { settings.roleMap[$0] != nil })).sorted()
+        let roles = settings.roles(of: mapped)
+        guard !roles.isEmpty else {
+            throw OIDCFailure("no_mapped_group", "no group of the operator maps to a console role", subject: subject)
+        }
         let name =
             claims["preferred_username"]?.stringValue ?? claims["name"]?.stringValue ?? subject
         return OIDCIdentity(
-            subject: subject, displayName: String(name.prefix(100)), roles: roles,
+            subject: subject, displayName: String(name.prefix(100)), roles: roles, groups: mapped,
             // Without auth_time the provider does not say when the operator proved who they are
             // (an SSO session can be hours old): no step-up window follows such a sign-in.
             authTime: Date(timeIntervalSince1970: authTime ?? 0))
@@ -150,7 +164,7 @@ final class OIDCClient: Sendable {
             let authorization = discovery["authorization_endpoint"]?.stringValue,
             let tokenEndpoint = discovery["token_endpoint"]?.stringValue,
             let jwksURI = discovery["jwks_uri"]?.stringValue
-        else { throw OIDCFailure("discovery document incomplete or for another issuer") }
+        else { throw OIDCFailure("provider_unavailable", "discovery document incomplete or for another issuer") }
         let keys = try fetch(jwksURI)
         let fetched = Provider(
             authorizationEndpoint: authorization, tokenEndpoint: tokenEndpoint, jwksURI: jwksURI,
@@ -162,13 +176,15 @@ final class OIDCClient: Sendable {
     private func fetch(_ url: String) throws -> [UInt8] {
         let response = try transport.send(.init(url: url, headers: [("Accept", "application/json")]))
         guard response.status == 200, response.body.count <= 256 * 1024 else {
-            throw OIDCFailure("\(url) answered \(response.status)")
+            throw OIDCFailure("provider_unavailable", "\(url) answered \(response.status)")
         }
         return response.body
     }
 
     private func fetchJSON(_ url: String) throws -> [String: JSONValue] {
-        guard let object = try? JSONValue.parseObject(try fetch(url)) else { throw OIDCFailure("\(url) is not JSON") }
+        guard let object = try? JSONValue.parseObject(try fetch(url)) else {
+            throw OIDCFailure("provider_unavailable", "\(url) is not JSON")
+        }
         return object
     }
 }

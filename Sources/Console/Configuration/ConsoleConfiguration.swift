@@ -27,6 +27,11 @@ public struct ConsoleConfiguration: Sendable {
     /// together: anyone can start one, and the per-address budget alone does not bound the
     /// table against many addresses.
     public var oidcTransactionLimit = 10_000
+    /// Audit rows for failed sign-ins (`console.sign_in_refused`), for all addresses together:
+    /// bursts of this many, then one every 10 s; the failures beyond are counted into the next
+    /// row (`SignInFailures`), so anyone failing sign-ins cannot grow the append-only log.
+    public var failedSignInAuditBurst = 60
+    public var failedSignInAuditsPerSecond = 0.1
     public var oidc: OIDC?
 
     /// The organisation's OpenID Connect provider, when operators sign in through one.
@@ -41,6 +46,11 @@ public struct ConsoleConfiguration: Sendable {
         public var groupsClaim: String = "groups"
         /// `CONSOLE_OIDC_ROLE_MAP`: `group=role,…`, e.g. `ops=operator,dpo=compliance`.
         public var roleMap: [String: Set<ConsoleRole>]
+
+        /// The roles these groups map to (CONSOLE_OIDC_ROLE_MAP).
+        func roles(of groups: [String]) -> Set<ConsoleRole> {
+            groups.reduce(into: Set<ConsoleRole>()) { $0.formUnion(roleMap[$1] ?? []) }
+        }
 
         public init(
             issuer: String, clientID: String, clientSecret: String, groupsClaim: String = "groups",

@@ -26,7 +26,7 @@ enum Layout {
                 links += [link("/deletions/new", "New deletion"), link("/follow-ups", "Follow-ups"), link("/lookup", "Lookup")]
             }
             links += [link("/webhooks", "Webhooks"), link("/notifications", "Apple notifications")]
-            if session.allows(.webhookOperators) { links.append(link("/api-keys", "API keys")) }
+            if session.allows(.keyViewers) { links.append(link("/api-keys", "API keys")) }
             if session.allows(.auditors) { links.append(link("/audit", "Audit log")) }
             navigation = """
                 <header><nav aria-label="Console"><ul>\(links)</ul></nav>
@@ -115,6 +115,20 @@ enum Layout {
         .state-done { color: var(--good); font-weight: 600; }
         .hint { color: var(--muted); }
         .code { font-family: "DejaVu Sans Mono", monospace; font-size: 1.2em; letter-spacing: .1em; }
+        figure.chart { margin: 1.5em 0 2em; }
+        figure.chart figcaption { font-weight: 600; }
+        svg.chart { display: block; width: 100%; max-width: 40em; height: auto; }
+        svg.chart text { fill: var(--muted); font-size: 11px; }
+        svg.chart .axis { stroke: var(--muted); stroke-width: 1; }
+        svg.chart .grid { stroke: var(--line); stroke-width: 1; stroke-dasharray: 3 3; }
+        ul.legend { list-style: none; display: flex; flex-wrap: wrap; gap: .3em 1.2em; margin: .3em 0; padding: 0; font-size: .9em; }
+        .swatch { display: inline-block; width: .9em; height: .9em; margin-right: .35em; vertical-align: -.1em; border-radius: 2px; }
+        .c-good { fill: #1d6b2f; background: #1d6b2f; } .c-bad { fill: #a1111b; background: #a1111b; }
+        .c-wait { fill: #0a4fa3; background: #0a4fa3; } .c-warn { fill: #9a6700; background: #9a6700; }
+        .c-info { fill: #0e7490; background: #0e7490; } .c-violet { fill: #6d28d9; background: #6d28d9; }
+        .c-teal { fill: #047857; background: #047857; } .c-rose { fill: #be185d; background: #be185d; }
+        .c-grey { fill: #6b6b72; background: #6b6b72; }
+        details summary { cursor: pointer; color: var(--accent); }
         @media print { header, form, nav { display: none; } }
         """
 }

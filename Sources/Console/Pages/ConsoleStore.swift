@@ -99,7 +99,8 @@ struct ConsoleStore: Sendable {
                 "UPDATE deletion_requests SET received_at = \(receivedAt), ticket = \(ticket) WHERE id = \(id) AND received_at IS NULL"
             )
             try ConsoleSessionStore.audit(
-                connection, actor: actor, action: "console.deletion_requested", deletionID: id,
+                connection, actor: actor, action: "console.deletion_requested", target: "deletion:\(id.lowercasedString)",
+                deletionID: id,
                 detail: ["ticket": .string(ticket), "received_at": .string(RFC3339Date.string(receivedAt))])
         }
     }
@@ -117,7 +118,8 @@ struct ConsoleStore: Sendable {
                 """)
             guard rows.affectedRows == 1 else { return false }
             try ConsoleSessionStore.audit(
-                connection, actor: actor, action: "console.deletion_extended", deletionID: id,
+                connection, actor: actor, action: "console.deletion_extended", target: "deletion:\(id.lowercasedString)",
+                deletionID: id,
                 detail: ["until": .string(RFC3339Date.dayString(until))])
             return true
         }

@@ -42,7 +42,7 @@ struct ExactLookup {
         }
         try store.pool.withConnection { connection in
             try ConsoleSessionStore.audit(
-                connection, actor: session.actor, action: "console.lookup",
+                connection, actor: session.actor, action: "console.lookup", target: "users",
                 detail: ["by": .string(kind), "term_hash": .string(termHash(term)), "matches": .integer(Int64(users.count))])
         }
         return (kind, users)

@@ -11,6 +11,8 @@ struct OperationsPages {
     let subscriptions: WebhookSubscriptionStore
     let apiKeys: APIKeyStore
     let sessions: ConsoleSessionStore
+    /// The client ids a key may be limited to (`APPLE_CLIENT_IDS` and the app groups' members).
+    let clientIDs: Set<String>
     /// The keyed hash of a sub under a team, as the notification inbox stores it.
     let subjectHash: @Sendable (_ teamID: String, _ sub: String) -> String
 
@@ -64,7 +66,10 @@ struct OperationsPages {
             }
             if session.allows(.admins) { actions.append("<a href=\"/webhooks/\(id)/delete\">Delete…</a>") }
             let topics = (json["topics"]?.arrayValue ?? []).compactMap(\.stringValue).joined(separator: ", ")
-            return ["\(id)", "\(json["url"]?.stringValue ?? "")", "\(topics)", "\(status)", HTML.join(actions)]
+            let url = json["url"]?.stringValue ?? ""
+            // A receiver's query or user-info may hold its secret: shown whole to admins only.
+            let shown = session.allows(.admins) ? url : Self.maskedURL(url)
+            return ["\(id)", "\(shown)", "\(topics)", "\(status)", HTML.join(actions)]
         }
         let failed: [[HTML]] = try subscriptions.deliveries(state: .failed, ownedBy: nil).prefix(100).map { value in
             let json = value.objectValue ?? [:]
@@ -159,11 +164,24 @@ struct OperationsPages {
     func redrive(_ request: ConsoleRequest) throws -> HTTPResponse {
         let session = try request.signedIn
         guard let id = request.http.pathParameters["id"].flatMap({ Int64($0) }) else { throw ConsoleRefusal.notFound }
-        guard try subscriptions.redrive(delivery: id, ownedBy: nil) else {
+        // Audited by the store (`webhook_delivery.retried`), with the operator as actor.
+        guard try subscriptions.redrive(delivery: id, ownedBy: nil, actor: session.actor) else {
             return Layout.refusal(409, "Cannot retry", "Only a failed delivery can be retried.", session: session)
         }
-        try sessions.audit(actor: session.actor, action: "console.delivery_retried", detail: ["delivery_id": .integer(id)])
         return Layout.redirect("/webhooks")
+    }
+
+    /// A webhook URL with its user-info and query masked (`https://•••@host/path?•••`): what
+    /// every role but admin sees of a receiver.
+    static func maskedURL(_ url: String) -> String {
+        guard let components = URLComponents(string: url), let scheme = components.scheme, let host = components.host else {
+            return "•••"
+        }
+        let userInfo = components.user != nil || components.password != nil ? "•••@" : ""
+        let port = components.port.map { ":\($0)" } ?? ""
+        let query = components.query != nil ? "?•••" : ""
+        let bracketed = host.contains(":") && !host.hasPrefix("[") ? "[\(host)]" : host
+        return "\(scheme)://\(userInfo)\(bracketed)\(port)\(components.percentEncodedPath)\(query)"
     }
 
     private func subscriptionID(_ request: ConsoleRequest) throws -> UUID {
@@ -175,20 +193,32 @@ struct OperationsPages {
 
     func apiKeys(_ request: ConsoleRequest) throws -> HTTPResponse {
         let session = try request.signedIn
+        let mayRevoke = session.allows(.webhookOperators)
         let rows: [[HTML]] = try apiKeys.list().map { key in
-            [
+            let state: HTML =
+                if let revoked = key.revokedAt {
+                    "revoked \(RFC3339Date.string(revoked))"
+                } else if mayRevoke {
+                    "<a href=\"/api-keys/\(key.id)/revoke\">Revoke…</a>"
+                } else {
+                    "active"
+                }
+            return [
                 "\(key.id)", "\(key.name)", "\(key.scopes.sorted().map(\.rawValue).joined(separator: ", "))",
-                "\(key.clientIDs?.joined(separator: ", ") ?? "every app")", "\(RFC3339Date.string(key.createdAt))",
-                key.revokedAt.map { "revoked \(RFC3339Date.string($0))" } ?? "<a href=\"/api-keys/\(key.id)/revoke\">Revoke…</a>",
+                "\(key.clientIDs?.joined(separator: ", ") ?? "every app")", "\(RFC3339Date.string(key.createdAt))", state,
             ]
         }
+        let grantable = Scope.allCases.filter { session.roles.contains($0.consoleRole) }.map(\.rawValue)
         let create: HTML =
-            session.allows(.admins)
+            session.allows(.keyCreators)
             ? """
             <h2>New key</h2><form method="post" action="/api-keys">\(Layout.csrfField(session))
             <label for="name">Name</label><input id="name" name="name" required maxlength="100">
-            <label for="scopes">Scopes (comma-separated: \(Scope.allCases.map(\.rawValue).joined(separator: ", ")))</label>
-            <input id="scopes" name="scopes" required maxlength="100"><button type="submit">Create the key</button></form>
+            <label for="scopes">Scopes (comma-separated; your roles allow: \(grantable.joined(separator: ", ")))</label>
+            <input id="scopes" name="scopes" required maxlength="100">
+            <label for="client_ids">Limit to client ids (comma-separated; empty: every app)</label>
+            <input id="client_ids" name="client_ids" maxlength="2000">
+            <button type="submit">Create the key</button></form>
             """
             : .empty
         return Layout.page(
@@ -197,14 +227,40 @@ struct OperationsPages {
         )
     }
 
-    /// Creates a key and shows it this once (never stored in clear, never shown again).
+    /// Creates a key and shows it this once (never stored in clear, never shown again): only
+    /// with scopes the operator's roles cover (`Scope.consoleRole`), else 403 with nothing
+    /// written but the refusal's audit row; optionally limited to some client ids.
     func createKey(_ request: ConsoleRequest) throws -> HTTPResponse {
         let session = try request.signedIn
         let name = try request.field("name", maximum: 100)
         guard let scopes = Scope.parseList(try request.field("scopes", maximum: 100)), !scopes.isEmpty else {
             throw ConsoleRefusal.invalid("Name scopes from: \(Scope.allCases.map(\.rawValue).joined(separator: ", ")).")
         }
-        let created = try apiKeys.create(name: name, scopes: scopes, actor: session.actor)
+        let limited = (request.form["client_ids"] ?? "").split(separator: ",").map {
+            $0.trimmingCharacters(in: .whitespaces)
+        }.filter { !$0.isEmpty }
+        guard limited.count <= 50, (request.form["client_ids"] ?? "").utf8.count <= 2000 else {
+            throw ConsoleRefusal.invalid("Limit a key to at most 50 client ids.")
+        }
+        if let unknown = limited.first(where: { !clientIDs.contains($0) }) {
+            throw ConsoleRefusal.invalid(
+                "\(unknown) is not one of the broker’s client ids (\(clientIDs.sorted().joined(separator: ", "))).")
+        }
+        let scopeText = scopes.sorted().map(\.rawValue).joined(separator: ",")
+        let uncovered = scopes.filter { !session.roles.contains($0.consoleRole) }.sorted()
+        guard uncovered.isEmpty else {
+            try sessions.audit(
+                actor: session.actor, action: "api_key.created", target: "api_key", outcome: .refused,
+                detail: ["scopes": .string(scopeText), "reason": "scope_not_covered_by_role"])
+            let needed = Set(uncovered.map(\.consoleRole)).sorted().map(\.rawValue).joined(separator: " or ")
+            throw ConsoleRefusal(
+                status: 403, code: "console_forbidden", title: "Not allowed",
+                message:
+                    "A key with \(uncovered.map(\.rawValue).joined(separator: ", ")) needs the \(needed) role, which yours do not include."
+            )
+        }
+        let created = try apiKeys.create(
+            name: name, scopes: scopes, clientIDs: limited.isEmpty ? nil : Array(Set(limited)).sorted(), actor: session.actor)
         return Layout.page(
             "API key created", session: session, status: 201,
             """
@@ -284,8 +340,9 @@ struct OperationsPages {
         let entries = try store.audit(filter, limit: 200)
         let rows: [[HTML]] = entries.map { entry in
             [
-                "\(RFC3339Date.string(entry.at))", "\(entry.actor)", "\(entry.action)", "\(entry.subject ?? "")",
-                "\(entry.deletionID?.lowercasedString ?? "")", "<code>\(entry.detail)</code>",
+                "\(RFC3339Date.string(entry.at))", "\(entry.actor)", "\(entry.action)", "\(entry.target ?? "")",
+                "\(entry.outcome ?? "")", "\(entry.subject ?? "")", "\(entry.deletionID?.lowercasedString ?? "")",
+                "<code>\(entry.detail)</code>",
             ]
         }
         let query = Self.filterQuery(request)
@@ -301,7 +358,7 @@ struct OperationsPages {
             <p>Export these entries (up to 10,000; the export is audited):
             <a href="/audit/export?format=csv\(query.isEmpty ? "" : "&" + query)">CSV</a> ·
             <a href="/audit/export?format=jsonl\(query.isEmpty ? "" : "&" + query)">JSON lines</a></p>
-            \(HTML.table(caption: "Newest 200 entries", headers: ["At", "Actor", "Action", "Subject", "Deletion", "Detail"], rows: rows))
+            \(HTML.table(caption: "Newest 200 entries", headers: ["At", "Actor", "Action", "Target", "Outcome", "Subject", "Deletion", "Detail"], rows: rows))
             """)
     }
 
@@ -312,7 +369,7 @@ struct OperationsPages {
         let filter = try filter(request)
         let entries = try store.audit(filter, limit: 10_000)
         try sessions.audit(
-            actor: session.actor, action: "console.audit_exported",
+            actor: session.actor, action: "console.audit_exported", target: "audit_log",
             detail: [
                 "format": .string(format), "entries": .integer(Int64(entries.count)),
                 "filter": .string(Self.filterQuery(request, encoded: false)),
@@ -324,12 +381,13 @@ struct OperationsPages {
                 let safe = value.first.map { "=+-@".contains($0) } == true ? "'" + value : value
                 return "\"" + safe.replacingOccurrences(of: "\"", with: "\"\"") + "\""
             }
-            text = "id,at,actor,action,subject,deletion_id,detail\r\n"
+            // target and outcome (sql/0025) come last: readers of the earlier columns are unchanged.
+            text = "id,at,actor,action,subject,deletion_id,detail,target,outcome\r\n"
             for entry in entries {
                 text +=
                     [
                         String(entry.id), RFC3339Date.string(entry.at), entry.actor, entry.action, entry.subject ?? "",
-                        entry.deletionID?.lowercasedString ?? "", entry.detail,
+                        entry.deletionID?.lowercasedString ?? "", entry.detail, entry.target ?? "", entry.outcome ?? "",
                     ].map(cell).joined(separator: ",") + "\r\n"
             }
         } else {
@@ -338,6 +396,8 @@ struct OperationsPages {
                     "id": .integer(entry.id), "at": .string(RFC3339Date.string(entry.at)), "actor": .string(entry.actor),
                     "action": .string(entry.action),
                 ]
+                object["target"] = entry.target.map(JSONValue.string) ?? .null
+                object["outcome"] = entry.outcome.map(JSONValue.string) ?? .null
                 object["subject"] = entry.subject.map(JSONValue.string) ?? .null
                 object["deletion_id"] = entry.deletionID.map { .string($0.lowercasedString) } ?? .null
                 object["detail"] = (try? JSONValue.parse(Array(entry.detail.utf8))) ?? .string(entry.detail)

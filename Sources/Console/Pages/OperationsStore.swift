@@ -96,13 +96,16 @@ extension ConsoleStore {
         var subject: String?
         var deletionID: UUID?
         var detail: String
+        /// What was acted on, and what came of it (sql/0025; nil in rows of earlier releases).
+        var target: String?
+        var outcome: String?
     }
 
     /// Entries newest first; `limit` bounds an export as well as a page.
     func audit(_ filter: AuditFilter, limit: Int) throws -> [AuditEntry] {
         try pool.query(
             """
-            SELECT id, at, actor, action, subject, deletion_id, detail::text AS detail FROM audit_log
+            SELECT id, at, actor, action, subject, deletion_id, detail::text AS detail, target, outcome FROM audit_log
             WHERE (\(filter.actor)::text IS NULL OR actor = \(filter.actor)::text)
               AND (\(filter.action)::text IS NULL OR action = \(filter.action)::text)
               AND (\(filter.subject)::text IS NULL OR subject = \(filter.subject)::text)
@@ -116,7 +119,8 @@ extension ConsoleStore {
                 id: try row.decode(Int64.self, "id"), at: try row.decode(Date.self, "at"),
                 actor: try row.decode(String.self, "actor"), action: try row.decode(String.self, "action"),
                 subject: try row.decode(String?.self, "subject"), deletionID: try row.decode(UUID?.self, "deletion_id"),
-                detail: try row.decode(String.self, "detail"))
+                detail: try row.decode(String.self, "detail"), target: try row.decode(String?.self, "target"),
+                outcome: try row.decode(String?.self, "outcome"))
         }
     }
 }

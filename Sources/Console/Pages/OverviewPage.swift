@@ -14,6 +14,14 @@ struct OverviewPage {
     let keySetAge: @Sendable () -> Duration?
     /// Calls to Apple by endpoint and status, counted by this process since it started.
     let appleCalls: @Sendable () -> [(labels: [String], value: Double)]
+    /// The deletion job's record (the deletions and Apple's answers charted by day).
+    let deletions: DeletionStore
+
+    /// How many days the charts show, and how many app groups the notification chart names
+    /// (the rest together as "other app groups"): what a page costs stays the same however
+    /// long the broker runs and however many apps it serves.
+    static let chartDays = 14
+    static let chartGroups = 6
 
     func render(_ request: ConsoleRequest) throws -> HTTPResponse {
         let figures = try store.overview()
@@ -46,7 +54,65 @@ struct OverviewPage {
             \(HTML.table(caption: "Calls to Apple by endpoint and status (this process, since it started)", headers: ["Endpoint", "Status", "Calls"], rows: calls))
             <h2>Console</h2>
             <dl><dt>Open sessions</dt><dd>\(figures.activeSessions)</dd></dl>
+            <h2>The last \(Self.chartDays) days</h2>
+            \(try charts())
             """)
+    }
+
+    /// Deletions by outcome, Apple's answers by outcome, notifications per app group and the
+    /// two delivery backlogs, one bar a day (UTC).
+    func charts(now: Date = Date()) throws -> HTML {
+        let days = DailyChart.lastDays(Self.chartDays, now: now)
+        let deletionChart = DailyChart(
+            id: "chart-deletions", title: "Deletions opened, by outcome now", days: days,
+            counts: try deletions.openedByOutcome(days: Self.chartDays),
+            categories: [
+                ("done", "done", "c-good"), ("failed", "failed", "c-bad"), ("in_progress", "in progress", "c-wait"),
+            ])
+        let appleChart = DailyChart(
+            id: "chart-apple", title: "Apple’s answers to the deletion job, by outcome", days: days,
+            counts: try deletions.appleAnswers(days: Self.chartDays),
+            categories: [
+                ("revoked", "revoked (or dead already)", "c-good"), ("exchanged", "code exchanged", "c-info"),
+                ("refused", "refused", "c-bad"), ("no_answer", "no answer", "c-warn"),
+            ])
+        let webhookChart = DailyChart(
+            id: "chart-webhooks", title: "Webhook backlog, by day queued", days: days,
+            counts: try store.backlogByDay(.webhooks, days: Self.chartDays),
+            categories: [("pending", "waiting", "c-wait"), ("failed", "dead letters", "c-bad")])
+        let logoutChart = DailyChart(
+            id: "chart-logouts", title: "Back-channel logout backlog, by day queued", days: days,
+            counts: try store.backlogByDay(.logouts, days: Self.chartDays),
+            categories: [("pending", "waiting", "c-wait"), ("failed", "failed", "c-bad")])
+        return HTML.join(
+            [deletionChart.html, appleChart.html, try notificationChart(days: days).html, webhookChart.html, logoutChart.html]
+        )
+    }
+
+    /// Notifications received per app group (its primary App ID); the groups after the
+    /// `chartGroups` busiest together, and those the previous release stored without their app.
+    private func notificationChart(days: [Date]) throws -> DailyChart {
+        let counts = try store.notificationsByClient(days: Self.chartDays).map { count in
+            var count = count
+            count.category = count.category.isEmpty ? "" : apps.group(of: count.category).primary
+            return count
+        }
+        var totals: [String: Int] = [:]
+        for count in counts where !count.category.isEmpty { totals[count.category, default: 0] += count.count }
+        let named = totals.sorted { $0.value != $1.value ? $0.value > $1.value : $0.key < $1.key }.prefix(Self.chartGroups)
+            .map(\.key)
+        let regrouped = counts.map { count in
+            var count = count
+            if !count.category.isEmpty && !named.contains(count.category) { count.category = "\u{0}other" }
+            return count
+        }
+        let styles = ["c-info", "c-good", "c-violet", "c-warn", "c-teal", "c-rose"]
+        var categories = named.enumerated().map { (key: $1, label: $1, style: styles[$0 % styles.count]) }
+        categories.append((key: "\u{0}other", label: "other app groups", style: "c-wait"))
+        categories.append((key: "", label: "app not recorded", style: "c-grey"))
+        return DailyChart(
+            id: "chart-notifications", title: "Apple notifications received, by app group", days: days, counts: regrouped,
+            categories: categories)
     }
 
     /// A warning when `since` is longer ago than the threshold, else nothing.

@@ -9,6 +9,7 @@ struct SignInPages {
     /// keeps the attempt from costing the database).
     let redemptions: RateLimiter
     let oidcConfigured: Bool
+    let failures: SignInFailures
 
     func signIn(_ request: ConsoleRequest) throws -> HTTPResponse {
         let body: HTML =
@@ -38,6 +39,7 @@ struct SignInPages {
     func redeem(_ request: ConsoleRequest) throws -> HTTPResponse {
         if let refused = Layout.overBudget(redemptions, request) { return refused }
         guard let token = request.form["token"], let link = try sessions.redeemLink(token: token) else {
+            failures.record(method: "link", reason: "link_not_valid")
             return Layout.refusal(
                 403, "Link not valid", "This sign-in link is unknown, used already or expired. Ask for a new one.",
                 session: nil)

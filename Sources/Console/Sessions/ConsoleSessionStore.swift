@@ -1,3 +1,4 @@
+import BrokerCore
 import BrokerCrypto
 import Foundation
 import PostgresClient
@@ -30,14 +31,20 @@ public struct ConsoleSessionStore: Sendable {
     let idleSeconds: Int
     let maximumSeconds: Int
     let oidcTransactionLimit: Int
+    /// The roles of a set of IdP groups under this process's role map (CONSOLE_OIDC_ROLE_MAP);
+    /// nil without OpenID Connect. An OIDC session's roles are worked out with it on every
+    /// request, so a changed map changes them at once (issue 38, item 6).
+    let rolesOfGroups: (@Sendable ([String]) -> Set<ConsoleRole>)?
 
     public init(
-        pool: PostgresPool, idleSeconds: Int = 1800, maximumSeconds: Int = 8 * 3600, oidcTransactionLimit: Int = 10_000
+        pool: PostgresPool, idleSeconds: Int = 1800, maximumSeconds: Int = 8 * 3600, oidcTransactionLimit: Int = 10_000,
+        rolesOfGroups: (@Sendable ([String]) -> Set<ConsoleRole>)? = nil
     ) {
         self.pool = pool
         self.idleSeconds = idleSeconds
         self.maximumSeconds = maximumSeconds
         self.oidcTransactionLimit = oidcTransactionLimit
+        self.rolesOfGroups = rolesOfGroups
     }
 
     static func hash(_ secret: String) -> [UInt8] { SHA256.hash(secret) }
@@ -46,20 +53,26 @@ public struct ConsoleSessionStore: Sendable {
     static func newSecret() -> String { Base64URL.encode(SecureRandom.bytes(32)) }
 
     /// Opens a session; returns it with its secret (the cookie's value).
-    func open(operatorID: String, name: String, roles: Set<ConsoleRole>, authTime: Date) throws -> ConsoleSession {
+    /// - Parameter groups: an OIDC sign-in's mapped groups (its roles follow them); nil: a
+    ///   sign-in link's session, whose role is the link's.
+    func open(operatorID: String, name: String, roles: Set<ConsoleRole>, groups: [String]? = nil, authTime: Date) throws
+        -> ConsoleSession
+    {
         let secret = Self.newSecret()
         let roleNames = PostgresTextArray(roles.sorted().map(\.rawValue))
         try pool.query(
             """
-            INSERT INTO console_sessions (id_hash, operator, operator_name, roles, auth_time, expires_at)
-            VALUES (\(Self.hash(secret)), \(operatorID), \(name), \(roleNames), \(authTime),
-                    now() + make_interval(secs => \(maximumSeconds)))
+            INSERT INTO console_sessions (id_hash, operator, operator_name, roles, groups, auth_time, expires_at)
+            VALUES (\(Self.hash(secret)), \(operatorID), \(name), \(roleNames), \(groups.map(PostgresTextArray.init)),
+                    \(authTime), now() + make_interval(secs => \(maximumSeconds)))
             """)
         return ConsoleSession(operatorID: operatorID, operatorName: name, roles: roles, authTime: authTime, secret: secret)
     }
 
     /// The live session of this cookie value, its last-seen time moved on; nil when unknown,
-    /// ended, past its maximum age or idle too long.
+    /// ended, past its maximum age or idle too long. An OIDC session's roles are its groups'
+    /// under the current role map, read now: one whose groups map to no role any more (or
+    /// whose process has no identity provider) ends here.
     func session(secret: String) throws -> ConsoleSession? {
         guard secret.utf8.count <= 64,
             let row = try pool.query(
@@ -67,26 +80,70 @@ public struct ConsoleSessionStore: Sendable {
                 UPDATE console_sessions SET last_seen_at = now()
                 WHERE id_hash = \(Self.hash(secret)) AND ended_at IS NULL AND expires_at > now()
                   AND last_seen_at > now() - make_interval(secs => \(idleSeconds))
-                RETURNING operator, operator_name, array_to_string(roles, ',') AS roles, auth_time
+                RETURNING operator, operator_name, array_to_string(roles, ',') AS roles, auth_time,
+                          array_to_json(groups)::text AS groups
                 """
             ).first
         else { return nil }
-        let roles = try row.decode(String.self, "roles").split(separator: ",").compactMap { ConsoleRole(rawValue: String($0)) }
+        var roles = Set(
+            try row.decode(String.self, "roles").split(separator: ",").compactMap { ConsoleRole(rawValue: String($0)) })
+        if let text = try row.decode(String?.self, "groups") {
+            let groups = (try? JSONValue.parse(Array(text.utf8)))?.arrayValue?.compactMap(\.stringValue) ?? []
+            roles = rolesOfGroups?(groups) ?? []
+            if roles.isEmpty {
+                try end(secret: secret)
+                return nil
+            }
+        }
         return ConsoleSession(
             operatorID: try row.decode(String.self, "operator"), operatorName: try row.decode(String.self, "operator_name"),
-            roles: Set(roles), authTime: try row.decode(Date.self, "auth_time"), secret: secret)
+            roles: roles, authTime: try row.decode(Date.self, "auth_time"), secret: secret)
+    }
+
+    /// What the identity provider says of an operator now, for every live OIDC session of
+    /// theirs: a sign-in with other groups moves their other sessions to them (a group removed
+    /// at the provider takes effect in every browser at the operator's next sign-in).
+    func follow(operatorID: String, groups: [String], roles: Set<ConsoleRole>) throws {
+        try pool.query(
+            """
+            UPDATE console_sessions SET groups = \(PostgresTextArray(groups)),
+                   roles = \(PostgresTextArray(roles.sorted().map(\.rawValue)))
+            WHERE operator = \(operatorID) AND groups IS NOT NULL AND ended_at IS NULL AND expires_at > now()
+            """)
+    }
+
+    /// Ends an operator's live sessions: every one, or the OIDC ones (`oidcOnly`: the provider
+    /// vouched for the operator, whose groups map to no role any more). Returns how many ended.
+    @discardableResult
+    func endSessions(operatorID: String, oidcOnly: Bool = false) throws -> Int {
+        try pool.withConnection { try Self.endSessions(operatorID: operatorID, oidcOnly: oidcOnly, on: $0) }
+    }
+
+    private static func endSessions(operatorID: String, oidcOnly: Bool, on connection: PostgresConnection) throws -> Int {
+        try connection.query(
+            """
+            UPDATE console_sessions SET ended_at = now()
+            WHERE operator = \(operatorID) AND ended_at IS NULL AND expires_at > now()
+              AND (\(oidcOnly)::boolean IS FALSE OR groups IS NOT NULL)
+            """
+        ).affectedRows
+    }
+
+    /// `appleid-broker console end-sessions`: ends every live session of an operator at once
+    /// (a sign-in link's role cannot be taken back otherwise), audited `console.sessions_ended`.
+    public func endSessions(operatorID: String, actor: String) throws -> Int {
+        try pool.withTransaction { connection in
+            let ended = try Self.endSessions(operatorID: operatorID, oidcOnly: false, on: connection)
+            try Self.audit(
+                connection, actor: actor, action: "console.sessions_ended", target: "console_session",
+                subject: "console:\(operatorID)", detail: ["sessions": .integer(Int64(ended))])
+            return ended
+        }
     }
 
     /// Ends the session on the server: its cookie, replayed, signs nobody in.
     func end(secret: String) throws {
         try pool.query("UPDATE console_sessions SET ended_at = now() WHERE id_hash = \(Self.hash(secret)) AND ended_at IS NULL")
-    }
-
-    /// A step-up: the old session ends and a new one (new id) carries the fresh `auth_time`.
-    func renew(_ session: ConsoleSession, authTime: Date, roles: Set<ConsoleRole>? = nil) throws -> ConsoleSession {
-        try end(secret: session.secret)
-        return try open(
-            operatorID: session.operatorID, name: session.operatorName, roles: roles ?? session.roles, authTime: authTime)
     }
 
     // MARK: Sign-in links
@@ -114,7 +171,8 @@ public struct ConsoleSessionStore: Sendable {
                     """)
             }
             try Self.audit(
-                connection, actor: actor, action: "console.link_created", subject: "console:\(operatorID)",
+                connection, actor: actor, action: "console.link_created", target: "console_link",
+                subject: "console:\(operatorID)",
                 detail: [
                     "role": .string(ordered.map(\.rawValue).joined(separator: ",")), "ttl_seconds": .integer(Int64(ttlSeconds)),
                 ])
@@ -152,7 +210,8 @@ public struct ConsoleSessionStore: Sendable {
                 roles.insert(role)
             }
             try Self.audit(
-                connection, actor: "console:\(operatorID)", action: "console.link_redeemed", subject: "console:\(operatorID)",
+                connection, actor: "console:\(operatorID)", action: "console.link_redeemed", target: "console_session",
+                subject: "console:\(operatorID)",
                 detail: ["role": .string(roles.sorted().map(\.rawValue).joined(separator: ","))])
             return (operatorID, roles)
         }
@@ -220,24 +279,23 @@ public struct ConsoleSessionStore: Sendable {
 
     // MARK: Audit
 
-    /// One `console.*` row in `audit_log`: identifiers and hashes only, never a body or a term.
+    /// One `console.*` row in `audit_log` (BrokerCore's `AuditLog`): the operator as actor, the
+    /// target acted on and the outcome; identifiers and hashes only, never a body or a term.
     func audit(
-        actor: String, action: String, subject: String? = nil, deletionID: UUID? = nil, detail: [String: JSONValue] = [:]
+        actor: String, action: String, target: String?, outcome: AuditOutcome = .succeeded, subject: String? = nil,
+        deletionID: UUID? = nil, detail: [String: JSONValue] = [:]
     ) throws {
-        try pool.withConnection { connection in
-            try Self.audit(connection, actor: actor, action: action, subject: subject, deletionID: deletionID, detail: detail)
-        }
+        try AuditLog.record(
+            pool, actor: actor, action: action, target: target, outcome: outcome, subject: subject, deletionID: deletionID,
+            detail: detail)
     }
 
     static func audit(
-        _ connection: PostgresConnection, actor: String, action: String, subject: String? = nil, deletionID: UUID? = nil,
-        detail: [String: JSONValue] = [:]
+        _ connection: PostgresConnection, actor: String, action: String, target: String?, outcome: AuditOutcome = .succeeded,
+        subject: String? = nil, deletionID: UUID? = nil, detail: [String: JSONValue] = [:]
     ) throws {
-        let json = PostgresJSON(text: String(decoding: JSONValue.object(detail).serialized(), as: UTF8.self))
-        try connection.query(
-            """
-            INSERT INTO audit_log (actor, action, subject, deletion_id, detail)
-            VALUES (\(actor), \(action), \(subject), \(deletionID), \(json))
-            """)
+        try AuditLog.record(
+            connection, actor: actor, action: action, target: target, outcome: outcome, subject: subject,
+            deletionID: deletionID, detail: detail)
     }
 }

@@ -20,6 +20,8 @@ final class ConsoleBroker: Sendable {
     let simulator: AppleSimulator
     let environment: [String: String]
     let client = CurlTransport()
+    /// The broker's log lines (its console's included), from `info` up.
+    let logs = LogSink.capturing(level: .info)
 
     var console: ConsoleServer { application.console! }
     var consoleURL: String { "http://127.0.0.1:\(console.port)" }
@@ -52,7 +54,7 @@ final class ConsoleBroker: Sendable {
         console.oidc = oidc
         configure(&console)
         application = try BrokerApplication(
-            configuration: configuration, console: console, logger: Logger(label: "broker", sink: .capturing(level: .warning)))
+            configuration: configuration, console: console, logger: Logger(label: "broker", sink: logs))
         try application.start()
     }
 
@@ -63,8 +65,21 @@ final class ConsoleBroker: Sendable {
 
     // MARK: Browser requests
 
-    func get(_ path: String, cookie: String? = nil) throws -> HTTPClientResponse {
-        try client.send(.init(url: consoleURL + path, headers: cookie.map { [("Cookie", "__Host-console=\($0)")] } ?? []))
+    /// - Parameter cookies: other cookies the browser holds (`name=value`), the OIDC binding's.
+    func get(_ path: String, cookie: String? = nil, cookies: [String] = []) throws -> HTTPClientResponse {
+        let all = (cookie.map { ["__Host-console=\($0)"] } ?? []) + cookies
+        return try client.send(
+            .init(url: consoleURL + path, headers: all.isEmpty ? [] : [("Cookie", all.joined(separator: "; "))]))
+    }
+
+    /// `name=value` of the cookie `name` a response sets (nil when it sets none or clears it).
+    static func setCookie(_ name: String, _ response: HTTPClientResponse) -> String? {
+        for (header, value) in response.headers where header.lowercased() == "set-cookie" {
+            guard value.hasPrefix(name + "=") else { continue }
+            let pair = String(value.prefix { $0 != ";" })
+            return pair == name + "=" ? nil : pair
+        }
+        return nil
     }
 
     func post(_ path: String, form: [(String, String)], cookie: String? = nil, headers: [(String, String)] = [])
