@@ -3,7 +3,8 @@
 # Back-Channel Logout), one test per module of openid-certification/conformance-suite, against
 # the broker serving HTTPS (a throwaway certificate authority from the openssl CLI) with the
 # Apple simulator: scripts/oidc/conformance.py (issue 36; docs/oidc.md lists what passes).
-# Each plan is run by one browser and one simulated person at Apple.
+# Each plan is run by one browser; the whole run by one simulated person at Apple (one Apple ID,
+# more than ten sign-ins: the run fails if all five plans make fewer).
 # Usage: scripts/oidc-conformance.sh [PLAN ...]   (basic config form-post rp-initiated backchannel)
 #   CONFORMANCE_FRESH_LOGIN=all also clears the browser's cookies where a module's summary asks
 #   for it only to show a login page (one more sign-in at Apple each).
@@ -27,6 +28,7 @@ openssl x509 -req -in "$WORK/cert.csr" -CA "$WORK/ca.pem" -CAkey "$WORK/ca.key" 
 export BROKER_TLS_CERT_PATH=$WORK/cert.pem BROKER_TLS_KEY_PATH=$WORK/key.pem STACK_CA=$WORK/ca.pem
 
 export APPLE_CLIENT_IDS=com.example.app,com.example.web OIDC_APPLE_CLIENT_ID=com.example.web
+export APPLE_APP_GROUPS=com.example.app=com.example.web
 export BROKER_PUBLIC_URL=https://127.0.0.1:$BROKER_PORT OIDC_ISSUER=https://127.0.0.1:$BROKER_PORT/oidc
 export SIM_RETURN_URLS="com.example.web=$BROKER_PUBLIC_URL/v1/apple/web/callback"
 # Back-Channel Logout goes to this script's loopback receiver; the dispatcher polls quickly.
