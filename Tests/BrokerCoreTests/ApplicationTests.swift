@@ -121,7 +121,7 @@ struct CommandLineTests {
             }
             .map(String.init)
         }
-        #expect(commands.count == 23, "\(commands)")
+        #expect(commands.count == 24, "\(commands)")
         #expect(
             commands.contains(["api-keys", "create"]) && commands.contains(["serve"]) && commands.contains(["reencrypt"])
                 && commands.contains(["console", "link"]) && commands.contains(["oidc-resource-servers", "create"]))
