@@ -135,6 +135,18 @@ package struct GrantStore: Sendable {
     }
 
     /// Spends a refresh token of `clientID`; a reused one ends its grant.
+    /// The scopes of the live grant behind an unused refresh token of `clientID`, without using
+    /// it: a refresh refused for its request (a wider scope) must not spend the token.
+    func scopes(ofUnusedRefreshToken token: String, clientID: String) throws -> Set<String>? {
+        try pool.query(
+            """
+            SELECT g.scope FROM oidc_tokens t JOIN oidc_grants g ON g.id = t.grant_id
+            WHERE t.token_hash = \(SHA256.hexHash(token)) AND t.kind = 'refresh' AND g.client_id = \(clientID)
+              AND t.used_at IS NULL AND t.expires_at > now() AND g.ended_at IS NULL
+            """
+        ).first.map { Set(try $0.decode(String.self, "scope").split(separator: " ").map(String.init)) }
+    }
+
     func useRefreshToken(_ token: String, clientID: String) throws -> RefreshUse {
         let hash = SHA256.hexHash(token)
         if let row = try pool.query(

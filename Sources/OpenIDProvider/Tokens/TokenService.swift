@@ -115,11 +115,19 @@ package struct TokenService: Sendable {
         }
         guard let token = form["refresh_token"] else { throw OAuthError.invalidRequest("refresh_token is required") }
         guard token.utf8.count <= 256 else { throw OAuthError.invalidGrant("the refresh token is unknown, expired or revoked") }
+        // RFC 6749 §6: a scope the grant does not hold is invalid_scope, checked before the token
+        // is used: spent by a refused request, its retry would look like reuse and end the grant.
+        let requested = form["scope"].map { Set($0.split(separator: " ").map(String.init)) }
+        if let requested, let held = try grants.scopes(ofUnusedRefreshToken: token, clientID: client.clientID),
+            !requested.isSubset(of: held)
+        {
+            throw OAuthError("invalid_scope", "a refresh cannot widen the scope")
+        }
         switch try grants.useRefreshToken(token, clientID: client.clientID) {
         case .unknown: throw OAuthError.invalidGrant("the refresh token is unknown, expired or revoked")
         case .reused: throw OAuthError.invalidGrant("the refresh token was used already; the grant is ended")
         case .found(let grant):
-            if let scope = form["scope"], !Set(scope.split(separator: " ").map(String.init)).isSubset(of: grant.scopes) {
+            if let requested, !requested.isSubset(of: grant.scopes) {
                 throw OAuthError("invalid_scope", "a refresh cannot widen the scope")
             }
             return try answer(grant, client: client, nonce: nil)
