@@ -115,7 +115,8 @@ fuzz() {
   timed fuzz "previous release build (for the rolling upgrade)" "${low[@]}" scripts/rolling-upgrade.sh --build-only &&
   signal previous-release &&
   await debug-build && await python-tools &&
-  timed fuzz "OpenID Foundation conformance plans (Basic, Config, Form Post, RP-Initiated, Back-Channel)" scripts/oidc-conformance.sh
+  timed fuzz "OpenID Foundation conformance plans (Basic, Config, Form Post, RP-Initiated, Back-Channel)" scripts/oidc-conformance.sh &&
+  timed fuzz "single-page sign-in through the provider in Chromium (PKCE, CORS, prompt=none renewal)" scripts/oidc-spa-browser.sh
 }
 lanes=(tools build suites release tsan fuzz)
 
