@@ -22,6 +22,7 @@ trap 'stop_glewlwyd; stop_all' EXIT
 PY=$TOOLS_VENV/bin/python
 
 export APPLE_CLIENT_IDS=com.example.app,com.example.web OIDC_APPLE_CLIENT_ID=com.example.web
+export APPLE_APP_GROUPS=com.example.app=com.example.web
 export BROKER_PUBLIC_URL=http://127.0.0.1:$BROKER_PORT OIDC_ISSUER=http://127.0.0.1:$BROKER_PORT/oidc
 export SIM_RETURN_URLS="com.example.web=$BROKER_PUBLIC_URL/v1/apple/web/callback"
 start_stack

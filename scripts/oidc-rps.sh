@@ -60,6 +60,7 @@ else
   # Return URL, registered at the simulator as at developer.apple.com. Logout tokens go to
   # loopback receivers, and the dispatcher polls quickly.
   export APPLE_CLIENT_IDS=com.example.app,com.example.web OIDC_APPLE_CLIENT_ID=com.example.web
+  export APPLE_APP_GROUPS=com.example.app=com.example.web
   export BROKER_PUBLIC_URL=http://127.0.0.1:$BROKER_PORT OIDC_ISSUER=http://127.0.0.1:$BROKER_PORT/oidc
   export SIM_RETURN_URLS="com.example.web=$BROKER_PUBLIC_URL/v1/apple/web/callback"
   export BROKER_WEBHOOK_ALLOW_PRIVATE_NETWORKS=true BROKER_DISPATCH_INTERVAL_MS=50

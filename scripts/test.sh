@@ -16,9 +16,10 @@ scripts/bootstrap.sh test
 
 flags=(-Xswiftc -warnings-as-errors)
 echo "== build (warnings are errors)" >&2
-build_started=$SECONDS
-swift build --build-tests "${flags[@]}"
-build_seconds=$((SECONDS - build_started))
+build_result=$(mktemp)
+scripts/lib/stage-time.py "$build_result" swift build --build-tests "${flags[@]}"
+read -r _ build_wall build_user build_system < "$build_result"
+rm -f "$build_result"
 if [ $# -gt 0 ]; then
   exec swift test --skip-build --parallel "$@"
 fi
@@ -28,13 +29,19 @@ export BROKER_BIN=$BIN NO_COLOR=1
 logs=$(mktemp -d "${TMPDIR:-/tmp}/appleid-broker-test.XXXXXX")
 trap 'rm -rf "$logs"' EXIT
 
-# timed LANE STAGE COMMAND...: runs one stage into the lane's log, records its time and verdict.
+# timed LANE STAGE COMMAND...: runs one stage into the lane's log and records when it started,
+# its wall and CPU seconds (every process of the stage, PostgreSQL included:
+# scripts/lib/stage-time.py) and its verdict.
 timed() {
-  local lane=$1 stage=$2 started=$SECONDS status=0
+  local lane=$1 stage=$2 offset=$((SECONDS - started)) status=0 result
   shift 2
+  result=$(mktemp "$logs/result.XXXXXX")
   printf '\n== %s\n' "$stage" >> "$logs/$lane.log"
-  "$@" >> "$logs/$lane.log" 2>&1 || status=$?
-  printf '%s\t%s\t%s\t%s\n' "$lane" "$stage" $((SECONDS - started)) "$([ $status = 0 ] && echo ok || echo FAILED)" >> "$logs/times"
+  scripts/lib/stage-time.py "$result" "$@" >> "$logs/$lane.log" 2>&1 || status=$?
+  local wall=? user=? system=?
+  read -r _ wall user system < "$result" || true
+  printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$lane" "$stage" "$offset" "$wall" \
+    "$(python3 -c "print(round($user + $system))" 2>/dev/null || echo ?)" "$([ $status = 0 ] && echo ok || echo FAILED)" >> "$logs/times"
   return $status
 }
 
@@ -63,6 +70,7 @@ sanitizers() {
 }
 
 started=$SECONDS
+read -r _ busy_start < <(awk '/^cpu /{print "x", $2+$3+$4+$7+$8}' /proc/stat)
 echo "== lanes: suites, release, sanitizers (each lane's log follows when it ends)" >&2
 pids=()
 for lane in suites release sanitizers; do
@@ -77,8 +85,14 @@ for lane in suites release sanitizers; do
   printf '\n######## lane %s ########\n' "$lane"
   cat "$logs/$lane.log"
 done
-printf '\n== stage times (seconds; lanes ran at once, %ss in all after a %ss build)\n' $((SECONDS - started)) "$build_seconds"
-column -t -s $'\t' "$logs/times"
+printf '\n== stage times (seconds; lanes ran at once, %ss in all after a %ss build of %s CPU-seconds)\n' \
+  $((SECONDS - started)) "$build_wall" "$(python3 -c "print(round($build_user + $build_system))")"
+{ printf 'lane\tstage\tstart\twall\tcpu\tverdict\n'; cat "$logs/times"; } | column -t -s $'\t'
+# What the whole machine spent meanwhile (other work on a shared machine makes walls longer).
+read -r _ busy_end < <(awk '/^cpu /{print "x", $2+$3+$4+$7+$8}' /proc/stat)
+printf 'the machine (%s cores) was busy %s CPU-seconds during the lanes (this run: %s); load average at the end: %s\n' \
+  "$(nproc)" $(((busy_end - busy_start) / $(getconf CLK_TCK))) \
+  "$(awk -F'\t' '{cpu += $5} END {print cpu}' "$logs/times")" "$(cut -d' ' -f1-3 /proc/loadavg)"
 if [ $failed != 0 ]; then
   echo "FAILED:" >&2
   grep -P '\tFAILED$' "$logs/times" >&2

@@ -1,4 +1,5 @@
 import BrokerCrypto
+import Foundation
 import FuzzDriver
 import JOSE
 import StrictJSON
@@ -7,8 +8,20 @@ import StrictJSON
 // under it) and JWK / JWK Set parsing. The first byte picks which; the rest is the input.
 // Nothing may crash, hang or leak; every outcome is a value or a thrown JOSEError.
 
-private let trustedKey = JWK(key: try! AsymmetricKey.generateRSA(), keyID: "fuzz-rsa")
-private let trustedKeys = JWKSet(keys: [trustedKey, JWK(key: try! AsymmetricKey.generateP256(), keyID: "fuzz-ec")])
+// Fixed public keys (no private half anywhere), not fresh ones: the key bytes reach compares the
+// fuzzer learns from, so a run with a fixed -seed and -runs repeats itself only with fixed keys.
+private let rsaDER =
+    "MIIBIjANBgkqhkiG9w0BAQEFAAOCAQ8AMIIBCgKCAQEAvykxyEkg8STmaA94ZfJPKJIsH44CKEotL2ns/ypSpjdMypgUsnF4qgXrpc4rZsmRiVRZFLYG"
+    + "6yHrLiaLFMUPAg/ddtyR/6+mr5GxTtoR47oUFGWptv0g0ubRlOeQh/+hggzHEfs0Q+9xJ2jWwkKSRFTNwkjFNeJRX6zwdbJGESA1ypKHKUj0pn0ij1vh"
+    + "N5B8XqkfaMZY7GxkFMHTD6+mNrysJMZ172vrBwmd2JXxMJUCJQAjdGHZ7wpWPM+LMVuwqr1645IV3x79sk7ajy4wSDIfJz5uANZAMdOe0YpFxanXzmHE"
+    + "tp5SJsVw/lzVmf1vyeN7z1QvdUEHVhlO/0rYPQIDAQAB"
+private let p256DER =
+    "MFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAEVLW8z5uGzcv0LxBlDfV/h9HTW9VF9pXTNwZ6p7uGoZ/dVhtsB65AfvJLDVz9pPlw8/ZypmUn1zgdqV0ma9TjGw=="
+private func publicKey(_ base64: String) -> AsymmetricKey {
+    try! AsymmetricKey.publicKey(der: Array(Data(base64Encoded: base64)!))
+}
+private let trustedKey = JWK(key: publicKey(rsaDER), keyID: "fuzz-rsa")
+private let trustedKeys = JWKSet(keys: [trustedKey, JWK(key: publicKey(p256DER), keyID: "fuzz-ec")])
 private let verifier = JWSVerifier()
 
 runFuzzer { input in

@@ -55,6 +55,17 @@ public enum AppleAPIError: Error, Sendable, CustomStringConvertible {
         }
     }
 
+    /// Apple answered 429 Too Many Requests to the last try: it refused the call before doing
+    /// anything (its throttling, TN3194), so a code sent with it is still unused, unlike after a
+    /// lost answer (a timeout, a 5xx), which may have used it up (protocol reference §11.4).
+    public var isTooManyRequests: Bool {
+        if case .unavailable(let reason, _) = self { return reason.hasPrefix(Self.tooManyRequestsPrefix) }
+        return false
+    }
+
+    /// How `AppleClient` begins the reason of a call whose last answer was 429.
+    static let tooManyRequestsPrefix = "Apple answered 429 "
+
     /// Apple's `Retry-After` in seconds, when the failure carried one.
     public var retryAfter: Int? {
         if case .unavailable(_, let retryAfter) = self { return retryAfter }

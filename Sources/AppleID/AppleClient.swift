@@ -157,6 +157,7 @@ public final class AppleClient: Sendable {
                 // A wait longer than the policy allows is the caller's to honour (503 with
                 // Retry-After, a rescheduled job), never shortened to fit a retry here.
                 if attempt >= retry.maximumAttempts || (retryAfter.map { Duration.seconds($0) > retry.maximumDelay } ?? false) {
+                    // "Apple answered 429 …" is how `isTooManyRequests` knows it.
                     throw AppleAPIError.unavailable(
                         "Apple answered \(response.status) to \(endpoint) \(attempt) times", retryAfter: retryAfter)
                 }

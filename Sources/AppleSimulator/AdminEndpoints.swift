@@ -65,6 +65,18 @@ enum AdminEndpoints {
         }
     }
 
+    struct AppTransfer: Codable {
+        var clientIDs: [String]
+        var fromTeam: String
+        var toTeam: String
+
+        enum CodingKeys: String, CodingKey {
+            case clientIDs = "client_ids"
+            case fromTeam = "from_team"
+            case toTeam = "to_team"
+        }
+    }
+
     struct BatchRequest: Codable {
         var count: Int
         var users: Int
@@ -152,6 +164,14 @@ enum AdminEndpoints {
         router.post("/sim/users/password-change") { request in
             let change = try request.decodeJSON(ConsentRevocation.self)
             return .json(["dead_tokens": simulator.changePassword(teamID: change.teamID, sub: change.sub)])
+        }
+        router.post("/sim/teams/transfer-app") { request in
+            let transfer = try request.decodeJSON(AppTransfer.self)
+            guard !transfer.clientIDs.isEmpty, transfer.fromTeam != transfer.toTeam else {
+                throw Problem.badRequest("client_ids must name at least one client id, and the teams must differ")
+            }
+            simulator.transferApp(clientIDs: transfer.clientIDs, from: transfer.fromTeam, to: transfer.toTeam)
+            return .json(transfer)
         }
         router.on(.put, "/sim/app-groups") { request in
             let groups = try request.decodeJSON([[String]].self)

@@ -165,7 +165,7 @@ extension AppleSimulator {
             let fields = try form(request)
             let team = try authenticateClient(fields)
             if faults.forceInvalidClient { throw AppleError("invalid_client") }
-            if faults.malformedRequest { throw Self.malformedRequest }
+            if faults.malformedRequest && faults.hits("token") { throw Self.malformedRequest }
             let clientID = fields["client_id"]!
             switch fields["grant_type"] {
             case "authorization_code":
@@ -263,10 +263,10 @@ extension AppleSimulator {
     func revoke(_ request: HTTPRequest) -> HTTPResponse {
         do {
             let fields = try form(request)
-            _ = try authenticateClient(fields)
+            let team = try authenticateClient(fields)
             let clientID = fields["client_id"]!
             // TN3107: a defective request is invalid_request; revoked or invalid tokens get 200.
-            if faults.malformedRequest { throw Self.malformedRequest }
+            if faults.malformedRequest && faults.hits("revoke") { throw Self.malformedRequest }
             guard let token = fields["token"], !token.isEmpty else { throw AppleError("invalid_request") }
             state.withLock { state in
                 var record = RevocationRecord(
@@ -278,6 +278,12 @@ extension AppleSimulator {
                         record.outcome = "client_mismatch"
                     } else if grant.revoked {
                         record.outcome = "already_revoked"
+                    } else if grant.dead || grant.teamID != team.teamID {
+                        // Revoking needs a valid token (Apple's revoke documentation; TN3194): one a
+                        // password change killed, or one issued under the team an app left in a
+                        // transfer, ends nothing, and Apple still answers 200 (forum 707610;
+                        // protocol reference §12.3). The user's authorization stays.
+                        record.outcome = grant.dead ? "dead_token" : "other_team"
                     } else {
                         // Revoking ends the user's authorization of the whole app group: its
                         // other tokens stop refreshing too (§10.3).
@@ -312,7 +318,10 @@ extension AppleSimulator {
                     throw AppleError("invalid_request", "the transfer window has ended")
                 }
             } else {
-                state.transfers[transferSub] = Transfer(fromTeam: teamID, fromSub: sub, toTeam: target, toSub: nil)
+                // Made after the app moved (TN3159 allows 60 days): the window runs from the move.
+                state.transfers[transferSub] = Transfer(
+                    fromTeam: teamID, fromSub: sub, toTeam: target, toSub: nil,
+                    created: state.appTransfers[teamID + "|" + target] ?? Date())
             }
         }
         return transferSub

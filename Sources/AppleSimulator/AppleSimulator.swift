@@ -56,6 +56,8 @@ public final class AppleSimulator: Sendable {
         var fromSub: String
         var toTeam: String
         var toSub: String?
+        /// When the window starts: the app's move to `toTeam` (`transferApp`), or, for a
+        /// transfer whose app never moved in the simulator, when the transfer_sub was made.
         var created = Date()
     }
 
@@ -69,7 +71,7 @@ public final class AppleSimulator: Sendable {
 
     /// Whether the user stopped using Sign in with Apple for `clientID`'s app group: tokens were
     /// issued to the group and every one is revoked. Their next authorization is a first one.
-    func consentRevoked(teamID: String, sub: String, clientID: String) -> Bool {
+    public func consentRevoked(teamID: String, sub: String, clientID: String) -> Bool {
         state.withLock { state in
             let primary = state.primaryAppIDs[clientID] ?? clientID
             let grants = state.grants.values.filter {
@@ -94,6 +96,8 @@ public final class AppleSimulator: Sendable {
         var primaryAppIDs: [String: String] = [:]
         /// Services ID → its registered Return URLs (`registerReturnURLs`).
         var returnURLs: [String: Set<String>] = [:]
+        /// "from|to" → when apps moved from one team to the other (`transferApp`).
+        var appTransfers: [String: Date] = [:]
     }
 
     let state: Lock<State>
@@ -137,6 +141,25 @@ public final class AppleSimulator: Sendable {
             state.primaryAppIDs = [:]
             for group in groups where !group.isEmpty {
                 for clientID in group { state.primaryAppIDs[clientID] = group[0] }
+            }
+        }
+    }
+
+    /// An app transfer completes (TN3159): `clientIDs` (the primary App ID and what is grouped
+    /// under it: Services IDs move with their primary App ID) leave `from` for `to`. From now on
+    /// `from`'s client secrets for them are refused (`invalid_client`), so its tokens issued
+    /// before can neither be refreshed nor revoked by the sender, and the recipient's revoke of
+    /// them answers 200 and ends nothing; the 60-day transfer window starts now.
+    public func transferApp(clientIDs: [String], from: String, to: String) {
+        state.withLock { state in
+            state.teams[from]?.clientIDs.subtract(clientIDs)
+            var recipient = state.teams[to] ?? Team(teamID: to, keys: [:], clientIDs: [])
+            recipient.clientIDs.formUnion(clientIDs)
+            state.teams[to] = recipient
+            let now = Date()
+            state.appTransfers[from + "|" + to] = now
+            for (transferSub, transfer) in state.transfers where transfer.fromTeam == from && transfer.toTeam == to {
+                state.transfers[transferSub]?.created = now
             }
         }
     }

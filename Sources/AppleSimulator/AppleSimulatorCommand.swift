@@ -55,6 +55,11 @@ public enum AppleSimulatorCommand {
                 ["change-password"], "--sub SUB [--team TEAMID] [--url URL]",
                 summary: "the user changes their password: refresh tokens answer invalid_grant, the\n"
                     + "authorization stays", options: ["sub", "team", "url"]),
+            CommandSpec(
+                ["transfer-app"], "--client-ids A,B --from TEAMID --to TEAMID [--url URL]",
+                summary: "an app transfer completes: the client ids (a primary App ID and its grouped IDs)\n"
+                    + "move to the other team; the old team can neither refresh nor revoke their tokens",
+                options: ["client-ids", "from", "to", "url"]),
             CommandSpec(["revocations"], "[--url URL]", summary: "print every /auth/revoke call so far", options: ["url"]),
         ],
         footer: """
@@ -128,6 +133,13 @@ public enum AppleSimulatorCommand {
                 body["team_id"] = options["team"]
                 let path = command == "revoke-consent" ? "/sim/consent/revoke" : "/sim/users/password-change"
                 return try call(url + path, method: "POST", body: body)
+            case "transfer-app":
+                guard let clientIDs = options["client-ids"], let from = options["from"], let to = options["to"] else {
+                    throw Usage("--client-ids, --from and --to are required")
+                }
+                return try call(
+                    url + "/sim/teams/transfer-app", method: "POST",
+                    body: ["client_ids": clientIDs.split(separator: ",").map(String.init), "from_team": from, "to_team": to])
             case "revocations":
                 return try call(url + "/sim/revocations", method: "GET", body: nil)
             default:

@@ -161,7 +161,7 @@ public struct FaultSettings: Sendable, Codable, Equatable {
     public var timeoutAfterWork: Bool = true
     /// Answer token and revoke calls as a malformed request: `invalid_request` without a
     /// revocation's wording (TN3107: a wrong content type, a missing parameter, a body a
-    /// proxy rewrote), whatever the token.
+    /// proxy rewrote), whatever the token; only on `endpoints` when they name any.
     public var malformedRequest: Bool = false
     /// The same, only for refreshes of these users' tokens (one token's request defect).
     public var malformedRequestSubs: [String] = []
@@ -204,6 +204,9 @@ public struct FaultSettings: Sendable, Codable, Equatable {
     public var requestErrorSeed: Int = 1
 
     public init() {}
+
+    /// Whether the faults that honour `endpoints` hit this one (all when none is named).
+    func hits(_ endpoint: String) -> Bool { endpoints.isEmpty || endpoints.contains(endpoint) }
 
     enum CodingKeys: String, CodingKey, CaseIterable {
         case latencyMilliseconds = "latency_ms"
@@ -287,7 +290,9 @@ public struct RevocationRecord: Sendable, Codable, Equatable {
     public var clientID: String
     public var tokenTypeHint: String?
     public var token: String
-    /// `revoked`, `unknown_token`, `client_mismatch`, `already_revoked`, `fault`.
+    /// `revoked`, `unknown_token`, `client_mismatch`, `already_revoked`, `fault`; `dead_token` (a
+    /// password change killed it) and `other_team` (issued before its app moved to another team):
+    /// 200 and nothing revoked, as Apple.
     public var outcome: String
     public var sub: String?
 

@@ -38,8 +38,9 @@ public final class HTTPServer: Sendable {
         public var headerTimeoutSeconds: Int = 10
         /// libmicrohttpd's per-connection memory: the request line and headers must fit in it
         /// with room to spare for the response headers. Larger heads get libmicrohttpd's own
-        /// 414 or 431 (plain HTML); the documented query parameters, percent-encoded at their
-        /// longest, take under 34 KiB. A connection that has served a request holds all of
+        /// 414 or 431: a short HTML page with no `Content-Type` (0.9.75 sets none on its error
+        /// answers and has no option to; docs/openapi.json promises no media type). The
+        /// documented query parameters, percent-encoded at their longest, take under 34 KiB. A connection that has served a request holds all of
         /// it (libmicrohttpd zeroes the whole pool between requests): measured 48 KiB of RSS
         /// per open keep-alive connection at this size, 64 KiB at 64 KiB.
         public var connectionMemoryBytes: Int = 48 * 1024

@@ -48,11 +48,17 @@ enum BrokerCommand {
                     + "Apple, written to FILE; resumable (rerun the same command)",
                 options: ["recipient-team", "out", "client-id", "rate"]),
             CommandSpec(
-                ["transfer", "import"], "--in FILE [--client-id ID] [--rate 10] [--stage-only]",
+                ["transfer", "import"], "--in FILE [--client-id ID] [--rate 10] [--stage-only] [--transferred-at DATE]",
                 summary: "receiving side: each transfer_sub exchanged for the new sub\n"
                     + "and linked to its user; prints a report; resumable. --stage-only writes\n"
-                    + "the file's lines down without calling Apple (before the transfer completes)",
-                options: ["in", "client-id", "rate"], flags: ["stage-only"]),
+                    + "the file's lines down without calling Apple (before the transfer completes);\n"
+                    + "--transferred-at says when the transfer completed (staged lines live 61 days after)",
+                options: ["in", "client-id", "rate", "transferred-at"], flags: ["stage-only"]),
+            CommandSpec(
+                ["transfer", "complete"], "--recipient-team TEAMID [--client-id ID] [--transferred-at DATE]",
+                summary: "sending side, once the transfer completed: the app group of ID moved to\n"
+                    + "TEAMID; its tokens are retired here (this team can neither refresh nor revoke them)",
+                options: ["recipient-team", "client-id", "transferred-at"]),
             CommandSpec(
                 ["reencrypt"], "[--batch 500]",
                 summary: "re-seal every secret at rest (refresh and access tokens, webhook secrets,\n"
@@ -123,7 +129,7 @@ enum BrokerCommand {
                 return try DeletionCommands.deleteUser(parsed, environment: environment)
             case "deletions list", "deletions retry":
                 return try DeletionCommands.run(parsed, environment: environment)
-            case "transfer export", "transfer import":
+            case "transfer export", "transfer import", "transfer complete":
                 return try TransferCommands.run(parsed, environment: environment)
             case "reencrypt":
                 return try ReEncryptCommand.run(parsed, environment: environment)

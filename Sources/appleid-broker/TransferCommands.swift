@@ -8,11 +8,14 @@ import Observability
 import Synchronization
 import Workers
 
-/// `appleid-broker transfer export --recipient-team TEAMID --out FILE` and
-/// `appleid-broker transfer import --in FILE` (see `TeamTransfer`).
+/// `appleid-broker transfer export --recipient-team TEAMID --out FILE`,
+/// `appleid-broker transfer import --in FILE` and `appleid-broker transfer complete
+/// --recipient-team TEAMID` (see `TeamTransfer`).
 enum TransferCommands {
     static func run(_ arguments: ParsedArguments, environment: [String: String]) throws -> Int32 {
         let subcommand = arguments.command.words[1]
+        if subcommand == "complete" { return try complete(arguments, environment: environment) }
+        let transferredAt = try date(arguments, "transferred-at")
         let path = try arguments.required(subcommand == "export" ? "out" : "in")
         let recipient = subcommand == "export" ? try arguments.required("recipient-team") : ""
         let configuration = try BrokerConfiguration.load(environment: environment, requireApple: true)
@@ -46,7 +49,7 @@ enum TransferCommands {
                 shouldStop: { stop.isRaised })
             if arguments.flags.contains("stage-only") {
                 do {
-                    print("staged: \(try transfer.stageFile(path))")
+                    print("staged: \(try transfer.stageFile(path, transferredAt: transferredAt))")
                     return 0
                 } catch let error as TeamTransfer.TransferError {
                     BrokerCommand.printError("error: \(error)")
@@ -69,7 +72,7 @@ enum TransferCommands {
                 report =
                     subcommand == "export"
                     ? try transfer.export(recipientTeam: recipient, to: path, progress: progress)
-                    : try transfer.importFile(path, progress: progress)
+                    : try transfer.importFile(path, transferredAt: transferredAt, progress: progress)
             } catch let error as TeamTransfer.TransferError {
                 BrokerCommand.printError("error: \(error)")
                 return 1
@@ -81,6 +84,52 @@ enum TransferCommands {
             if report.interrupted { return 130 }
             return report.failed.isEmpty ? 0 : 1
         }
+    }
+
+    /// `transfer complete`: the sending side's record that the app group moved, its tokens retired.
+    static func complete(_ arguments: ParsedArguments, environment: [String: String]) throws -> Int32 {
+        let recipient = try arguments.required("recipient-team")
+        let configuration = try BrokerConfiguration.load(environment: environment, requireApple: true)
+        guard let settings = configuration.apple else { return 2 }
+        let clientID = arguments.options["client-id"] ?? settings.clientIDs[0]
+        guard settings.clientIDs.contains(clientID) else {
+            throw arguments.usageError("--client-id must be one of APPLE_CLIENT_IDS")
+        }
+        let transferredAt = try date(arguments, "transferred-at") ?? Date()
+        // The Services IDs move with their primary App ID (TN3159): the whole group goes.
+        let group = settings.appGroups.group(of: clientID)
+        return try BrokerCommand.withDatabase(environment) { database in
+            let logger = Logger(label: "transfer", sink: LogSink(level: .warning, descriptor: 2))
+            let apple = AppleClient(
+                baseURL: settings.baseURL, transport: CurlTransport(),
+                secrets: ClientSecretProvider(
+                    teamID: settings.teamID, keyID: settings.keyID, keyPath: settings.privateKeyPath,
+                    keyIDPath: settings.keyIDPath),
+                timeout: .milliseconds(settings.timeoutMilliseconds), metrics: MetricsRegistry(), logger: logger)
+            let transfer = TeamTransfer(pool: database.pool, apple: apple, teamID: settings.teamID, clientID: clientID, rate: 0)
+            do {
+                let retired = try transfer.complete(
+                    clientIDs: group.clientIDs, recipientTeam: recipient, transferredAt: transferredAt)
+                print("moved to \(recipient): \(group.clientIDs.joined(separator: ", "))")
+                print("tokens retired: \(retired)")
+                return 0
+            } catch let error as TeamTransfer.TransferError {
+                BrokerCommand.printError("error: \(error)")
+                return 1
+            }
+        }
+    }
+
+    /// An option holding a date (`2026-12-01`, midnight UTC) or an RFC 3339 time.
+    static func date(_ arguments: ParsedArguments, _ name: String) throws -> Date? {
+        guard let text = arguments.options[name] else { return nil }
+        let full = ISO8601DateFormatter()
+        let day = ISO8601DateFormatter()
+        day.formatOptions = [.withFullDate]
+        guard let date = full.date(from: text) ?? day.date(from: text), date.timeIntervalSinceNow < 86_400 else {
+            throw arguments.usageError("--\(name) takes a date (2026-12-01) or an RFC 3339 time, not in the future")
+        }
+        return date
     }
 
     /// The report: counts, then failures grouped by reason with the users they hit.

@@ -16,7 +16,7 @@ private struct KeysInMemory: AppleKeyProvider {
     }
 }
 
-@Suite("Identity-token rules", .enabled(if: TestData.isAvailable, Comment(rawValue: TestData.skipMessage)))
+@Suite("Identity-token rules", .enabled(if: TestData.shouldRun, Comment(rawValue: TestData.skipMessage)))
 struct IdentityTokenRuleTests {
     @Test("the 26 Apple token cases get their recommended verdicts from the validator alone")
     func appleCases() throws {

@@ -9,7 +9,7 @@ import Testing
 
 /// The 26 Apple-shaped identity tokens of ../shared/testdata/apple, each with a recommended
 /// verdict that several popular libraries get wrong, sent through `POST /v1/apple/login`.
-@Suite("Apple token cases", .offPool, .enabled(if: TestData.isAvailable, Comment(rawValue: TestData.skipMessage)))
+@Suite("Apple token cases", .offPool, .enabled(if: TestData.shouldRun, Comment(rawValue: TestData.skipMessage)))
 struct AppleTokenCaseTests {
     @Test("every recommended verdict holds through the login API; policy cases get 200 or 4xx, never 5xx")
     func verdicts() throws {

@@ -96,6 +96,16 @@ struct CommandLineTests {
         #expect(serve.status == 2)
         #expect(serve.stderr.contains("APPLE_CLIENT_IDS:"))
         #expect(serve.stderr.contains("TOKEN_ENCRYPTION_KEY:"))
+        // Two client ids and no APPLE_APP_GROUPS: the broker does not guess their grouping at
+        // Apple (protocol reference §12.6); it refuses to start and names the variable.
+        var ungrouped = environment
+        ungrouped["APPLE_APP_GROUPS"] = nil
+        // A second problem keeps a build that would start anyway from serving forever here.
+        ungrouped["BROKER_DB_POOL_SIZE"] = "0"
+        let refused = try BrokerExecutable.run(["serve"], environment: ungrouped)
+        #expect(refused.status == 2)
+        #expect(refused.stderr.contains("APPLE_APP_GROUPS: missing"), "\(refused.stderr)")
+        #expect(refused.stderr.contains("APPLE_APP_GROUPS='com.example.app=com.example.web'"), "\(refused.stderr)")
     }
 
     @Test("every command refuses an option it does not know: exit 2, which option, the command's usage line")
@@ -229,7 +239,10 @@ struct EmbeddedShutdownTests {
         let process = try ChildProcess.start(
             BrokerExecutable.path, ["serve"] + arguments, environment: environment, output: .file(log))
         let client = CurlTransport()
-        for _ in 0..<600 {
+        // A deadline, not a count of tries: initdb and the migrations take what the machine gives
+        // them (over 30 s when make test's lanes share two cores with other work).
+        let deadline = ContinuousClock.now + .seconds(180)
+        while ContinuousClock.now < deadline {
             if (try? client.send(.init(url: "http://127.0.0.1:\(port)/readyz", timeout: .seconds(1))))?.status == 200 {
                 return (process, port)
             }

@@ -72,18 +72,20 @@ struct ClientLibraryTests {
         try waitUntil { !receiver.deliveries.isEmpty }
         let delivery = try #require(receiver.deliveries.first)
         let verifier = try #require(WebhookVerifier(secret: secret))
-        let verified = try verifier.verify(body: delivery.body, header: { delivery.headers[$0.lowercased()] })
+        let verified = try verifier.verify(
+            body: delivery.body, header: { delivery.headers[$0.lowercased()] }, now: delivery.receivedAt)
         #expect(verified.type == "user.created")
         #expect(verified.data["user_id"]?.stringValue == login.userID)
         #expect(page.events.map(\.id).contains(verified.eventID), "the delivery names the feed's event")
         var tampered = delivery.body
         tampered[tampered.count - 2] ^= 1
         #expect(throws: WebhookVerifier.Failure.badSignature) {
-            try verifier.verify(body: tampered, header: { delivery.headers[$0.lowercased()] })
+            try verifier.verify(body: tampered, header: { delivery.headers[$0.lowercased()] }, now: delivery.receivedAt)
         }
         #expect(throws: WebhookVerifier.Failure.staleTimestamp) {
             try verifier.verify(
-                body: delivery.body, header: { delivery.headers[$0.lowercased()] }, now: Date().addingTimeInterval(3600))
+                body: delivery.body, header: { delivery.headers[$0.lowercased()] },
+                now: delivery.receivedAt.addingTimeInterval(3600))
         }
 
         let accepted = try await client.requestDeletion(

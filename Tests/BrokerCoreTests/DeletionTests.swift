@@ -46,7 +46,10 @@ struct DeletionTests {
         "tokens for two client ids are revoked with the right client id each, then the user is purged without a trace of personal data"
     )
     func twoClients() throws {
-        let broker = try TestBroker(roles: [.api, .deletion], extra: Self.fast)
+        // Two apps that stand alone at Apple: each is an authorization of its own to end (§12.3).
+        let broker = try TestBroker(
+            roles: [.api, .deletion],
+            extra: Self.fast.merging(["APPLE_APP_GROUPS": "\(TestBroker.clientID);\(TestBroker.webClientID)"]) { $1 })
         let (userID, sub) = try user(broker, clients: [TestBroker.clientID, TestBroker.webClientID])
         #expect(try broker.count("SELECT count(*) FROM apple_tokens WHERE user_id = \(userID)") == 2)
         let tokens = broker.simulator.revocations  // none yet
@@ -71,8 +74,9 @@ struct DeletionTests {
         #expect(again.json["created"] as? Bool == false)
 
         try waitForDeletions(broker)
-        // Per client id the refresh token, then the login's access token (still valid), which
-        // revoking the refresh token already ended: revoking ends the grant (§10.3).
+        // Per client id (each its own app group) the refresh token, once a refresh showed it alive,
+        // then the access token that refresh brought, which revoking the refresh token already
+        // ended: revoking ends the grant (§10.3).
         let revocations = broker.simulator.revocations
         #expect(revocations.count == 4)
         #expect(Set(revocations.map(\.clientID)) == [TestBroker.clientID, TestBroker.webClientID])
@@ -89,6 +93,12 @@ struct DeletionTests {
         #expect(created.count == 24 && created.hasSuffix("Z"), "RFC 3339 with milliseconds: \(created)")
         let steps = try #require(record.json["steps"] as? [[String: Any]])
         #expect(steps.filter { $0["step"] as? String == "revoke" && $0["outcome"] as? String == "revoked" }.count == 2)
+        #expect(steps.filter { $0["step"] as? String == "check_token" && $0["outcome"] as? String == "alive" }.count == 2)
+        #expect(record.json["apple_revocation"] as? String == "revoked")
+        let groups = try #require(record.json["app_groups"] as? [[String: Any]])
+        #expect(
+            groups.map { "\($0["app_id"] ?? "") \($0["apple_revocation"] ?? "")" }.sorted()
+                == ["\(TestBroker.clientID) revoked", "\(TestBroker.webClientID) revoked"])
         #expect(steps.contains { $0["step"] as? String == "purge" })
 
         for table in ["users", "apple_identities", "apple_tokens"] {
@@ -187,6 +197,9 @@ struct DeletionTests {
         ).map { "\(try $0.decode(String.self, 0)):\(try $0.decode(String.self, 1))" }
         #expect(steps == ["revoke_skipped:skipped", "purge:done"])
         #expect(broker.simulator.revocations.isEmpty)
+        #expect(
+            try broker.pool.query("SELECT apple_revocation FROM deletion_requests").single().decode(String.self, 0)
+                == "skipped_apple_initiated")
         #expect(try broker.count("SELECT count(*) FROM users") == 0)
     }
 

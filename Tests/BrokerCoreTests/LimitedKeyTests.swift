@@ -126,8 +126,8 @@ struct LimitedKeyTests {
         "with the default app grouping a limited key reaches exactly its client ids, and a shared user's grants and account stay the other app's too"
     )
     func exactReachAndSharedUsers() throws {
-        // No APPLE_APP_GROUPS: both apps are one group (com.example.app its primary), which
-        // widened a key limited to com.example.web to both apps.
+        // Both apps one group (com.example.app its primary, the tests' default APPLE_APP_GROUPS),
+        // which widened a key limited to com.example.web to both apps.
         let broker = try TestBroker(roles: [.api, .dispatch], extra: ["BROKER_DISPATCH_INTERVAL_MS": "50"])
         let store = APIKeyStore(pool: broker.pool)
         let all: Set<Scope> = [.login, .read, .compliance, .events]

@@ -33,7 +33,7 @@ struct ConfigurationTests {
         let configuration = try BrokerConfiguration.load(
             environment: [
                 "APPLE_TEAM_ID": "TEAMID1234", "APPLE_KEY_ID": "KEYID12345", "APPLE_PRIVATE_KEY_PATH": key,
-                "APPLE_CLIENT_IDS": "com.example.app, com.example.web",
+                "APPLE_CLIENT_IDS": "com.example.app, com.example.web", "APPLE_APP_GROUPS": "com.example.app=com.example.web",
                 "TOKEN_ENCRYPTION_KEY": "k2:" + String(repeating: "A", count: 43) + "=,k1:" + String(repeating: "B", count: 43)
                     + "=",
             ],
@@ -61,7 +61,9 @@ struct ConfigurationTests {
         #expect(longer.dispatch.leaseSeconds == 180)
     }
 
-    @Test("APPLE_APP_GROUPS: unset one group of every client id; primary=member lists; loners; problems named")
+    @Test(
+        "APPLE_APP_GROUPS: required with several client ids (the broker refuses to guess); primary=member lists; loners; problems named"
+    )
     func appGroups() throws {
         let key = try TestKeys.privateKeyFile()
         let base = [
@@ -69,9 +71,22 @@ struct ConfigurationTests {
             "APPLE_CLIENT_IDS": "com.example.app,com.example.web,com.example.mac,com.other.app",
             "TOKEN_ENCRYPTION_KEY": String(repeating: "A", count: 43) + "=",
         ]
-        let unset = try #require(try BrokerConfiguration.load(environment: base, requireApple: true).apple?.appGroups)
-        #expect(unset.groups.count == 1)
-        #expect(unset.group(of: "com.other.app").primary == "com.example.app")
+        // Unset with four client ids: no guess (lumping them made one app's consent-revoked end
+        // the others', protocol reference §12.6); the message names the variable and an example.
+        let unset = #expect(throws: BrokerConfiguration.Invalid.self) {
+            try BrokerConfiguration.load(environment: base, requireApple: true)
+        }
+        #expect(unset?.problems.count == 1)
+        let message = unset?.problems.first ?? ""
+        #expect(message.hasPrefix("APPLE_APP_GROUPS: missing"), "\(message)")
+        #expect(message.contains("APPLE_APP_GROUPS='com.example.app=com.example.web;com.example.mac'"), "\(message)")
+        // One client id needs no grouping: it is its own group.
+        let lone = try #require(
+            try BrokerConfiguration.load(
+                environment: base.merging(["APPLE_CLIENT_IDS": "com.example.app"]) { $1 }, requireApple: true
+            )
+            .apple?.appGroups)
+        #expect(lone.groups.map(\.clientIDs) == [["com.example.app"]])
 
         let grouped = try #require(
             try BrokerConfiguration.load(
@@ -116,7 +131,7 @@ struct ConfigurationTests {
         let key = try TestKeys.privateKeyFile()
         let base = [
             "APPLE_TEAM_ID": "TEAMID1234", "APPLE_KEY_ID": "KEYID12345", "APPLE_PRIVATE_KEY_PATH": key,
-            "APPLE_CLIENT_IDS": "com.example.app,com.example.web",
+            "APPLE_CLIENT_IDS": "com.example.app,com.example.web", "APPLE_APP_GROUPS": "com.example.app=com.example.web",
             "TOKEN_ENCRYPTION_KEY": String(repeating: "A", count: 43) + "=",
         ]
         let configured = try BrokerConfiguration.load(

@@ -56,6 +56,7 @@ struct StateTests {
         expectColumn("source", Self.names(DeletionSource.self))
         expectColumn("state", Self.names(DeletionState.self))
         expectColumn("apple_revocation", Self.names(AppleRevocation.self))
+        expectColumn("revocation", Self.names(AppGroupRevocation.self))
         expectColumn("state", Self.names(DeliveryState.self))
 
         let schemas = ["components", "schemas"]
@@ -68,6 +69,7 @@ struct StateTests {
         #expect(try Self.apiNames(schemas + ["DeletionSource"]) == Self.names(DeletionSource.self))
         #expect(try Self.apiNames(schemas + ["DeletionState"]) == Self.names(DeletionState.self))
         #expect(try Self.apiNames(schemas + ["AppleRevocation"]) == Self.names(AppleRevocation.self))
+        #expect(try Self.apiNames(schemas + ["AppGroupRevocation"]) == Self.names(AppGroupRevocation.self))
         #expect(try Self.apiNames(schemas + ["DeliveryState"]) == Self.names(DeliveryState.self))
         #expect(
             try Self.apiNames(schemas + ["NotificationResult", "properties", "status"])

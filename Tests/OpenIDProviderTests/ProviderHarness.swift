@@ -36,6 +36,7 @@ final class ProviderHarness: Sendable {
             "BROKER_LOG_LEVEL": "warning", "BROKER_HTTP_THREADS": "4", "BROKER_ROLES": roles,
             "APPLE_TEAM_ID": Self.teamID, "APPLE_KEY_ID": "KEYID12345", "APPLE_PRIVATE_KEY_PATH": keyPath,
             "APPLE_CLIENT_IDS": "com.example.app,\(Self.appleClientID)", "APPLE_BASE_URL": simulator.baseURL,
+            "APPLE_APP_GROUPS": "com.example.app=\(Self.appleClientID)",
             "TOKEN_ENCRYPTION_KEY": Data(SecureRandom.bytes(32)).base64EncodedString(),
             "BROKER_WEBHOOK_ALLOW_PRIVATE_NETWORKS": "true", "BROKER_PUBLIC_URL": Self.publicURL,
             "OIDC_ISSUER": Self.issuer, "OIDC_APPLE_CLIENT_ID": Self.appleClientID,

@@ -88,7 +88,7 @@ struct BrokerParts: Sendable {
             interval: .seconds(configuration.deletion.intervalSeconds), logger: logger,
             step: DeletionJob(
                 store: deletionStore, apple: apple, tokenKeys: tokenKeys, settings: configuration.deletion,
-                validator: validator, metrics: metrics, logger: logger.labelled("deletion-job")
+                groups: appleSettings.appGroups, validator: validator, metrics: metrics, logger: logger.labelled("deletion-job")
             ).step)
     }
 
@@ -158,7 +158,8 @@ struct BrokerParts: Sendable {
         let housekeeping = Housekeeping(
             pool: pool, eventRetentionSeconds: configuration.dispatch.retentionSeconds,
             deadLetterRetentionSeconds: configuration.dispatch.deadLetterRetentionSeconds,
-            notificationRetentionSeconds: configuration.dispatch.notificationRetentionSeconds)
+            notificationRetentionSeconds: configuration.dispatch.notificationRetentionSeconds,
+            dormantUserRetention: configuration.deletion.dormantUserRetention)
         return WorkerGroup(name: "housekeeping", lanes: 1, interval: .seconds(300), logger: logger, step: housekeeping.step)
     }
 

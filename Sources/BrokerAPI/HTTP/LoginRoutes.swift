@@ -40,7 +40,7 @@ enum LoginRoutes {
                 let id = try userID(request)
                 guard try users.isVisible(id, to: key) else { throw BrokerError.userNotFound }
                 let clientID = request.query["client_id"]
-                if let clientID, clientID.isEmpty || clientID.utf8.count > 255 {
+                if let clientID, !isClientID(clientID) {
                     throw BrokerError(.invalidClientID, "client_id must be a bundle ID or Services ID")
                 }
                 return .json(
@@ -49,6 +49,21 @@ enum LoginRoutes {
                         "state": .string(try users.credentialState(id, clientID: clientID, for: key).rawValue),
                     ]))
             })
+    }
+
+    /// A bundle ID or Services ID as Apple allows them: ASCII letters, digits, hyphens and periods
+    /// (CFBundleIdentifier's rule, which Services IDs follow), 1 to 255 of them. docs/openapi.json
+    /// states exactly this (`^[A-Za-z0-9.-]{1,255}$`), so a schema-valid client id is never refused.
+    static func isClientID(_ text: String) -> Bool {
+        (1...255).contains(text.utf8.count)
+            && text.utf8.allSatisfy { byte in
+                switch byte {
+                case UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "a")...UInt8(ascii: "z"),
+                    UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "."), UInt8(ascii: "-"):
+                    true
+                default: false
+                }
+            }
     }
 
     static func userID(_ request: HTTPRequest) throws -> UUID {

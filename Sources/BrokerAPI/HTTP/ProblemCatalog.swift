@@ -37,6 +37,7 @@ public enum ProblemCatalog {
         case .userDeletionPending: (409, "Deletion pending")
         case .deletionNotFound: (404, "Deletion not found")
         case .deletionNotFailed: (409, "Not a failed deletion")
+        case .deletionCodeRefused: (409, "Deletion cannot take the code")
         case .subscriptionNotFound: (404, "Subscription not found")
         case .deliveryNotFailed: (409, "Not a failed delivery")
         case .webhookSubscriptionLimit: (409, "Webhook subscription limit reached")

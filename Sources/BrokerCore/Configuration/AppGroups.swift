@@ -9,9 +9,12 @@ import Foundation
 /// group's grant and refresh tokens alone.
 ///
 /// `APPLE_APP_GROUPS`: `primary=member,member;primary2` (for example
-/// `com.example.app=com.example.web,com.example.mac;com.other.app`). Unset, every client id of
-/// `APPLE_CLIENT_IDS` forms one group whose primary is the first (one app and its web
-/// Services ID). A client id in no group is a group of its own.
+/// `com.example.app=com.example.web,com.example.mac;com.other.app`). A client id in no group is
+/// a group of its own. With more than one client id in `APPLE_CLIENT_IDS` it is required: apps
+/// of one team are not one app group by default (protocol reference §12.6), and guessing
+/// either way is wrong for someone. Lumping them together made one app's `consent-revoked`
+/// revoke the others; splitting them would leave a grouped Services ID's sessions alive after
+/// the group's revocation. So the broker refuses to start and names the variable.
 public struct AppGroups: Sendable, Equatable {
     /// One primary App ID and the client ids grouped under it.
     public struct Group: Sendable, Hashable {
@@ -33,10 +36,11 @@ public struct AppGroups: Sendable, Equatable {
         indexByClientID = index
     }
 
-    /// All client ids in one group, the first one primary.
-    public static func single(_ clientIDs: [String]) -> AppGroups {
-        guard let first = clientIDs.first else { return AppGroups(groups: []) }
-        return AppGroups(groups: [Group(primary: first, clientIDs: [first] + clientIDs.dropFirst().filter { $0 != first })])
+    /// Each client id a group of its own.
+    public static func separate(_ clientIDs: [String]) -> AppGroups {
+        var seen = Set<String>()
+        return AppGroups(
+            groups: clientIDs.filter { seen.insert($0).inserted }.map { Group(primary: $0, clientIDs: [$0]) })
     }
 
     /// The group of a client id; an unknown one is a group of its own.
@@ -50,7 +54,10 @@ public struct AppGroups: Sendable, Equatable {
     /// Parses `APPLE_APP_GROUPS` against `APPLE_CLIENT_IDS`.
     /// - Returns: the groups, or the problems found (each naming the variable).
     static func parse(_ text: String?, clientIDs: [String]) -> Result<AppGroups, Problems> {
-        guard let text else { return .success(.single(clientIDs)) }
+        guard let text else {
+            guard Set(clientIDs).count > 1 else { return .success(.separate(clientIDs)) }
+            return .failure(Problems(messages: [Self.missingMessage(clientIDs)]))
+        }
         var problems: [String] = []
         var groups: [Group] = []
         var seen = Set<String>()
@@ -87,6 +94,16 @@ public struct AppGroups: Sendable, Equatable {
             groups.append(Group(primary: clientID, clientIDs: [clientID]))
         }
         return .success(AppGroups(groups: groups))
+    }
+
+    /// Why the broker will not guess the groups of several client ids.
+    static func missingMessage(_ clientIDs: [String]) -> String {
+        let example = clientIDs.count == 2 ? "\(clientIDs[0])=\(clientIDs[1])" : "\(clientIDs[0])=\(clientIDs[1]);\(clientIDs[2])"
+        return "APPLE_APP_GROUPS: missing; APPLE_CLIENT_IDS names \(clientIDs.count) client ids, and the broker does not guess"
+            + " which of them share one authorization at Apple (a primary App ID and the IDs grouped under it in"
+            + " Certificates, Identifiers & Profiles; consent is revoked per group). Set it as primary=member,member;other,"
+            + " e.g. APPLE_APP_GROUPS='\(example)', or '\(clientIDs.joined(separator: ";"))' when every app stands alone"
+            + " (docs/configuration.md)"
     }
 
     /// What is wrong with an `APPLE_APP_GROUPS` value.

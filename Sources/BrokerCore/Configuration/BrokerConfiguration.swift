@@ -256,6 +256,9 @@ public struct BrokerConfiguration: Sendable {
         public var leaseSeconds = 300
         /// `BROKER_DELETION_INTERVAL_SECONDS`: how often the job polls besides being woken.
         public var intervalSeconds = 5
+        /// `BROKER_DORMANT_USER_RETENTION_SECONDS`: a user whose every Apple token has been dead
+        /// this long, with no sign-in since, is deleted (`DormantUsers`); nil (0) keeps them.
+        public var dormantUserRetention: Duration? = .seconds(365 * 86_400)
     }
 
     /// The daily re-validation of stored refresh tokens (`BROKER_SWEEP_*`, `BROKER_REFRESH_VALIDATION_SECONDS`).
@@ -414,6 +417,13 @@ public struct BrokerConfiguration: Sendable {
             reader.integer("BROKER_DELETION_RETRY_MAX_SECONDS", in: 1...86_400) ?? deletion.retryMaximumSeconds
         deletion.leaseSeconds = reader.integer("BROKER_DELETION_LEASE_SECONDS", in: 1...86_400) ?? deletion.leaseSeconds
         deletion.intervalSeconds = reader.integer("BROKER_DELETION_INTERVAL_SECONDS", in: 1...3600) ?? deletion.intervalSeconds
+        if let retention = reader.integer("BROKER_DORMANT_USER_RETENTION_SECONDS", in: 0...(3_650 * 86_400)) {
+            if retention > 0 && retention < 86_400 {
+                reader.problem("BROKER_DORMANT_USER_RETENTION_SECONDS: 0 (keep them) or at least 86400 (a day), got \(retention)")
+            } else {
+                deletion.dormantUserRetention = retention == 0 ? nil : .seconds(retention)
+            }
+        }
         configuration.deletion = deletion
         var dispatch = DispatchSettings()
         dispatch.concurrency = reader.integer("BROKER_DISPATCH_CONCURRENCY", in: 1...256) ?? dispatch.concurrency
@@ -477,8 +487,8 @@ public struct AppleConfiguration: Sendable {
     public var privateKeyPath: String
     /// `APPLE_CLIENT_IDS`: bundle IDs and Services IDs accepted as `aud`.
     public var clientIDs: [String]
-    /// `APPLE_APP_GROUPS`: which client ids share one authorization at Apple (see `AppGroups`);
-    /// by default all of `clientIDs`, as given to `init`.
+    /// `APPLE_APP_GROUPS`: which client ids share one authorization at Apple (see `AppGroups`;
+    /// required with more than one client id); as given to `init`, each client id its own group.
     public var appGroups: AppGroups
     /// `APPLE_BASE_URL`: where Apple's endpoints are (a simulator in tests). The expected
     /// issuer stays `https://appleid.apple.com` whatever this says.
@@ -502,7 +512,7 @@ public struct AppleConfiguration: Sendable {
         self.keyID = keyID
         self.privateKeyPath = privateKeyPath
         self.clientIDs = clientIDs
-        self.appGroups = .single(clientIDs)
+        self.appGroups = .separate(clientIDs)
         self.baseURL = baseURL
     }
 
@@ -544,7 +554,7 @@ public struct AppleConfiguration: Sendable {
         let refresh = reader.integer("APPLE_JWKS_REFRESH_SECONDS", in: 10...86_400)
         let timeout = reader.integer("APPLE_TIMEOUT_MS", in: 100...120_000)
         let attempts = reader.integer("APPLE_MAX_ATTEMPTS", in: 1...10)
-        var appGroups = AppGroups.single(clientIDs)
+        var appGroups = AppGroups.separate(clientIDs)
         switch AppGroups.parse(reader.string("APPLE_APP_GROUPS"), clientIDs: clientIDs) {
         case .success(let groups): appGroups = groups
         case .failure(let problems): problems.messages.forEach { reader.problem($0) }

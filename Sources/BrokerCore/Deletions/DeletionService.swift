@@ -12,8 +12,9 @@ package struct DeletionService: Sendable {
     /// refuses requests carrying one.
     package var codes: CodeIntake?
 
-    /// Exchanges a new request's code at once (deletion id, user id), before the job is woken:
-    /// Apple's codes live five minutes, the queue may be slower. nil: the job does it.
+    /// Exchanges a handed-over code at once (deletion id, user id), before the job is woken, for
+    /// a new request and an open one alike: Apple's codes live five minutes, the queue may be
+    /// slower. nil: the job does it.
     package var exchangeCode: (@Sendable (UUID, UUID) throws -> Void)?
 
     package init(
@@ -193,11 +194,21 @@ package struct DeletionService: Sendable {
                     let opened = try store.request(
                         userID: userID, source: source, reason: request.reason, requestedBy: request.requestedBy, code: code)
                 else { continue }  // Purged between the two queries: resolve again.
-                if opened.created, code != nil, let exchangeCode {
-                    // A failure here (the database) leaves the code to the job.
+                if let state = opened.codeRefusedIn {
+                    // Never 202 with the code dropped: the caller learns it was not used, and why.
+                    throw BrokerError(
+                        .deletionCodeRefused,
+                        state == .failed
+                            ? "this user's deletion failed and waits for a retry (POST /v1/deletions/{id}/retry); the code was"
+                                + " not used: send it again once the deletion is retried, within its five minutes"
+                            : "this user's deletion has finished revoking at Apple; the code was not used",
+                        extensions: ["deletion_id": opened.id.lowercasedString, "state": state.rawValue])
+                }
+                if code != nil, let exchangeCode {
+                    // At once, for a request already open too. A failure here (the database) leaves the code to the job.
                     try? exchangeCode(opened.id, userID)
                 }
-                if opened.created { wake() }
+                if opened.created || code != nil { wake() }
                 let state = try store.record(opened.id)?.state ?? .requested
                 return (opened.id, state, opened.created)
             }

@@ -21,8 +21,30 @@ public enum AppleRevocation: String, Sendable, CaseIterable, PostgresDecodable, 
     case revoked
     case alreadyInvalid = "already_invalid"
     case skippedAppleInitiated = "skipped_apple_initiated"
-    /// Nothing could be revoked: the user must stop using Sign in with Apple for the app in Settings (TN3194).
+    /// For at least one app group the user used no live token was left to revoke: the user must
+    /// stop using Sign in with Apple for it in Settings (TN3194); `appGroups` says which.
     case manualRequired = "manual_required"
+
+    /// What a deletion's app groups came to together: manual while any group needs the user,
+    /// revoked while any group's live token was revoked, else already invalid (nothing to end).
+    static func summing(_ groups: [AppGroupRevocation]) -> AppleRevocation {
+        if groups.isEmpty || groups.contains(.manualRequired) { return .manualRequired }
+        if groups.contains(.revoked) { return .revoked }
+        return .alreadyInvalid
+    }
+}
+
+/// What a deletion came to at Apple for one app group the user used (`deletion_app_groups`,
+/// protocol reference §12.3: revoking ends the authorization of one primary App ID only).
+public enum AppGroupRevocation: String, Sendable, CaseIterable, PostgresDecodable, PostgresEncodable {
+    /// A token Apple had just refreshed (so alive) was revoked: the only 200 that proves it.
+    case revoked
+    /// Apple had said the user stopped using the group (consent revoked): nothing to end.
+    case alreadyInvalid = "already_invalid"
+    /// No live token: the user must stop using Sign in with Apple for the group (TN3194).
+    case manualRequired = "manual_required"
+    /// The group moved to another team (`transfer complete`): not this team's to end.
+    case transferred
 }
 
 /// A step of a deletion's record (`deletion_steps.step`); `purge` is written by `broker_purge_user`.
@@ -33,6 +55,9 @@ public enum DeletionStep: String, Sendable, CaseIterable, PostgresDecodable, Pos
     case revokeSkipped = "revoke_skipped"
     case nothingToRevoke = "nothing_to_revoke"
     case purge
+    /// A refresh before the revoke: only a token Apple still refreshes is alive, and only its
+    /// revocation ends anything (protocol reference §12.3).
+    case checkToken = "check_token"
 }
 
 /// What a step came to (`deletion_steps.outcome`).
@@ -59,9 +84,15 @@ public enum DeletionStepOutcome: String, Sendable, CaseIterable, PostgresDecodab
     case answerLost = "answer_lost"
     /// The purge ran (`broker_purge_user`).
     case done
+    /// The check: Apple refreshed the token (it is alive, its revocation will prove something),
+    /// or called it dead (`invalid_grant`, or worded as a revocation): nothing to revoke with it.
+    case alive
+    case tokenDead = "token_dead"
+    /// Apple answered the code's exchange 429: it did nothing, the code is tried again.
+    case throttled
 
-    /// Whether the token the step was about is dead at Apple now.
-    var revokedTheToken: Bool { self == .revoked || self == .alreadyInvalid }
+    /// Whether the token the step was about is done with: revoked, or dead at Apple.
+    var endsTheToken: Bool { self == .revoked || self == .alreadyInvalid || self == .tokenDead }
 }
 
 /// A deletion request as the compliance API shows it.
@@ -90,6 +121,25 @@ public struct DeletionRecord: Sendable {
     public var appleRevocation: AppleRevocation?
     /// What happened so far; read for one request (`GET /v1/deletions/{id}`), nil in lists.
     public var steps: [Step]?
+    /// What it came to per app group, once decided; read for one request, nil in lists.
+    public var appGroups: [AppGroup]?
+
+    /// One app group's outcome and, when the user must act, its TN3194 follow-up.
+    public struct AppGroup: Sendable {
+        /// The group's primary App ID.
+        public var appID: String
+        public var clientIDs: [String]
+        public var revocation: AppGroupRevocation
+        /// When the follow-up of a `manualRequired` group closed, and by what:
+        /// `consent-revoked`, `account-delete`, or `retention` (a dormant user, nobody to ask).
+        public var followUpClosedAt: Date?
+        public var followUpClosedBy: String?
+
+        /// `open`, `closed`, or nil when the group needs no follow-up.
+        public var followUp: String? {
+            revocation == .manualRequired ? (followUpClosedAt == nil ? "open" : "closed") : nil
+        }
+    }
 
     public var json: JSONValue {
         func time(_ date: Date?) -> JSONValue { date.map { .string(RFC3339.string(from: $0)) } ?? .null }
@@ -102,6 +152,18 @@ public struct DeletionRecord: Sendable {
             "next_attempt_at": state == .done || state == .failed ? .null : time(nextAttemptAt),
             "apple_revocation": appleRevocation.map { .string($0.rawValue) } ?? .null,
         ]
+        if let appGroups {
+            fields["app_groups"] = .array(
+                appGroups.map { group in
+                    .object([
+                        "app_id": .string(group.appID), "client_ids": .array(group.clientIDs.map(JSONValue.string)),
+                        "apple_revocation": .string(group.revocation.rawValue),
+                        "follow_up": group.followUp.map(JSONValue.string) ?? .null,
+                        "follow_up_closed_at": time(group.followUpClosedAt),
+                        "follow_up_closed_by": group.followUpClosedBy.map(JSONValue.string) ?? .null,
+                    ])
+                })
+        }
         if let steps {
             fields["steps"] = .array(
                 steps.map { step in
@@ -198,12 +260,21 @@ package struct DeletionStore: Sendable {
         package static func associatedData(userID: UUID) -> [UInt8] { Array("deletion_code|\(userID.lowercasedString)".utf8) }
     }
 
+    /// What `request` did: the request, whether it is new, and, when a code came with it,
+    /// whether it was attached. A code is attached only while the request still revokes
+    /// (`requested`, `revoking`): not to a failed one (it waits for a retry) nor to one past its
+    /// revocation (`purging`, `done`); then `codeRefusedIn` is the request's state.
+    package struct Opened: Sendable {
+        package var id: UUID
+        package var created: Bool
+        package var codeRefusedIn: DeletionState?
+    }
+
     /// Opens the user's deletion request, or returns the one they have (open or failed: a
     /// failed one is re-driven by `retry`, never reopened beside it); nil when the user vanished meanwhile.
     /// A code is attached in the same transaction, so no worker can claim the request without it.
     package func request(userID: UUID, source: DeletionSource, reason: String, requestedBy: String, code: SealedCode? = nil)
-        throws
-        -> (id: UUID, created: Bool)?
+        throws -> Opened?
     {
         try pool.withTransaction { connection in
             guard
@@ -212,15 +283,20 @@ package struct DeletionStore: Sendable {
                 ).first
             else { return nil }
             let id = try row.decode(UUID.self, "r_deletion_id")
+            var opened = Opened(id: id, created: try row.decode(Bool.self, "r_created"), codeRefusedIn: nil)
             if let code {
-                try connection.query(
+                let attached = try connection.query(
                     """
                     UPDATE deletion_requests SET authorization_code = \(code.sealed), code_key_id = \(code.keyID),
                         code_client_id = \(code.clientID), code_redirect_uri = \(code.redirectURI)
                     WHERE id = \(id) AND state IN ('requested', 'revoking')
                     """)
+                if attached.affectedRows == 0 {
+                    opened.codeRefusedIn = try connection.query("SELECT state FROM deletion_requests WHERE id = \(id)")
+                        .single().decode(DeletionState.self, "state")
+                }
             }
-            return (id, try row.decode(Bool.self, "r_created"))
+            return opened
         }
     }
 
@@ -243,7 +319,27 @@ package struct DeletionStore: Sendable {
                 outcome: try step.decode(DeletionStepOutcome.self, "outcome"), detail: try step.decode(String?.self, "detail"),
                 at: try step.decode(Date.self, "at"))
         }
+        record.appGroups = try appGroups(id)
         return record
+    }
+
+    /// The deletion's outcome per app group (none until decided, nor for a deletion the previous
+    /// release decided).
+    package func appGroups(_ id: UUID) throws -> [DeletionRecord.AppGroup] {
+        try pool.query(
+            """
+            SELECT app_id, array_to_string(client_ids, ',') AS client_ids, revocation, follow_up_closed_at,
+                   follow_up_closed_by
+            FROM deletion_app_groups WHERE deletion_id = \(id) ORDER BY app_id
+            """
+        ).map { row in
+            DeletionRecord.AppGroup(
+                appID: try row.decode(String.self, "app_id"),
+                clientIDs: try row.decode(String.self, "client_ids").split(separator: ",").map(String.init),
+                revocation: try row.decode(AppGroupRevocation.self, "revocation"),
+                followUpClosedAt: try row.decode(Date?.self, "follow_up_closed_at"),
+                followUpClosedBy: try row.decode(String?.self, "follow_up_closed_by"))
+        }
     }
 
     /// Requests, newest first, optionally in one state.
@@ -299,6 +395,7 @@ package struct DeletionStore: Sendable {
         package var source: DeletionSource
         package var state: DeletionState
         package var attempts: Int
+        package var requestedBy: String
     }
 
     /// Claims due requests (`FOR UPDATE SKIP LOCKED`, so workers never share one), leases
@@ -316,13 +413,14 @@ package struct DeletionStore: Sendable {
                 SELECT id FROM deletion_requests
                 WHERE state IN ('requested', 'revoking', 'purging') AND next_attempt_at <= now()
                 ORDER BY next_attempt_at LIMIT \(limit) FOR UPDATE SKIP LOCKED)
-            RETURNING d.id, d.user_id, d.source, d.state, d.attempts
+            RETURNING d.id, d.user_id, d.source, d.state, d.attempts, d.requested_by
             """
         ).map { row in
             Claimed(
                 id: try row.decode(UUID.self, "id"), userID: try row.decode(UUID.self, "user_id"),
                 source: try row.decode(DeletionSource.self, "source"),
-                state: try row.decode(DeletionState.self, "state"), attempts: try row.decode(Int.self, "attempts"))
+                state: try row.decode(DeletionState.self, "state"), attempts: try row.decode(Int.self, "attempts"),
+                requestedBy: try row.decode(String.self, "requested_by"))
         }
     }
 
@@ -333,42 +431,155 @@ package struct DeletionStore: Sendable {
         package var keyID: String
         package var teamID: String
         package var sub: String
-        /// The code exchange's access token, while it is valid and not yet revoked.
-        package var access: (sealed: [UInt8], keyID: String)?
-        /// The refresh token was revoked already (only the access token is left).
-        package var refreshRevoked: Bool
     }
 
-    /// The user's tokens not yet revoked.
+    /// The user's refresh tokens of this team not yet revoked nor found dead, newest first.
     package func liveTokens(of userID: UUID) throws -> [StoredToken] {
         try pool.query(
             """
-            SELECT t.id, t.client_id, t.refresh_token, t.key_id, i.team_id, i.sub,
-                   CASE WHEN t.access_expires_at > now() THEN t.access_token END AS access_token, t.access_key_id,
-                   t.revoked_at IS NOT NULL AS refresh_revoked
+            SELECT t.id, t.client_id, t.refresh_token, t.key_id, i.team_id, i.sub
             FROM apple_tokens t JOIN apple_identities i ON i.id = t.identity_id
-            WHERE t.user_id = \(userID) AND i.team_id = \(teamID)
-              AND (t.revoked_at IS NULL OR (t.access_token IS NOT NULL AND t.access_expires_at > now()))
-            ORDER BY t.obtained_at
+            WHERE t.user_id = \(userID) AND i.team_id = \(teamID) AND t.revoked_at IS NULL
+            ORDER BY t.obtained_at DESC
             """
         ).map { row in
-            let access = try row.decode([UInt8]?.self, "access_token")
-            let accessKeyID = try row.decode(String?.self, "access_key_id")
-            return StoredToken(
+            StoredToken(
                 id: try row.decode(UUID.self, "id"), clientID: try row.decode(String.self, "client_id"),
                 sealed: try row.decode([UInt8].self, "refresh_token"),
                 keyID: try row.decode(String.self, "key_id"), teamID: try row.decode(String.self, "team_id"),
-                sub: try row.decode(String.self, "sub"),
-                access: access.flatMap { sealed in accessKeyID.map { (sealed, $0) } },
-                refreshRevoked: try row.decode(Bool.self, "refresh_revoked"))
+                sub: try row.decode(String.self, "sub"))
+        }
+    }
+
+    /// The client ids the user is in, exactly (`broker_user_apps`): its identities' last client
+    /// ids and the client ids holding a token for it. Their app groups are what a deletion decides.
+    package func appsUsed(by userID: UUID) throws -> [String] {
+        try pool.query("SELECT unnest(broker_user_apps(\(userID))) AS client_id ORDER BY 1")
+            .map { try $0.decode(String.self, "client_id") }
+    }
+
+    /// The client ids that moved from this team to another (`transfer complete`).
+    package func transferredClientIDs() throws -> Set<String> {
+        Set(
+            try pool.query("SELECT client_id FROM transferred_apps WHERE team_id = \(teamID)")
+                .map { try $0.decode(String.self, "client_id") })
+    }
+
+    /// The app groups (primary App IDs) whose consent Apple said this team's user revoked, with
+    /// no sign-in since (a sign-in restores it).
+    package func revokedConsents(of userID: UUID) throws -> Set<String> {
+        Set(
+            try pool.query(
+                """
+                SELECT g.app_id FROM apple_grants g JOIN apple_identities i ON i.id = g.identity_id
+                WHERE g.user_id = \(userID) AND i.team_id = \(teamID) AND g.consent = 'revoked'
+                """
+            ).map { try $0.decode(String.self, "app_id") })
+    }
+
+    /// The user's latest sign-in per client id as the broker knows it: an identity's last login
+    /// with its client id, a token's code exchange.
+    package func lastSignIns(of userID: UUID) throws -> [String: Date] {
+        var latest: [String: Date] = [:]
+        for row in try pool.query(
+            """
+            SELECT client_id, max(at) AS at FROM (
+                SELECT client_id, last_login_at AS at FROM apple_identities WHERE user_id = \(userID) AND team_id = \(teamID)
+                UNION ALL
+                SELECT t.client_id, t.obtained_at FROM apple_tokens t JOIN apple_identities i ON i.id = t.identity_id
+                WHERE t.user_id = \(userID) AND i.team_id = \(teamID)
+            ) AS sign_ins WHERE at IS NOT NULL GROUP BY client_id
+            """)
+        {
+            latest[try row.decode(String.self, "client_id")] = try row.decode(Date.self, "at")
+        }
+        return latest
+    }
+
+    /// The client ids this request's revoke steps revoked a live token of.
+    package func revokedClientIDs(_ id: UUID) throws -> Set<String> {
+        Set(
+            try pool.query(
+                """
+                SELECT DISTINCT client_id FROM deletion_steps
+                WHERE deletion_id = \(id) AND step = 'revoke' AND outcome = 'revoked' AND client_id IS NOT NULL
+                """
+            ).map { try $0.decode(String.self, "client_id") })
+    }
+
+    /// Whether the request has a step of this kind for this client id.
+    package func hasStep(_ id: UUID, named step: DeletionStep, clientID: String) throws -> Bool {
+        try !pool.query(
+            "SELECT 1 FROM deletion_steps WHERE deletion_id = \(id) AND step = \(step) AND client_id = \(clientID) LIMIT 1"
+        ).isEmpty
+    }
+
+    /// One app group's decision, for `decide`.
+    package struct GroupDecision: Sendable {
+        package var group: AppGroups.Group
+        package var revocation: AppGroupRevocation
+        /// The group's last sign-in the broker knew of: an older consent-revoked is stale.
+        package var authorizedAt: Date?
+    }
+
+    /// Ends the revoke phase: what it came to per app group and in all (`apple_revocation`), and
+    /// the TN3194 follow-ups of the groups left to the user, closed at once when the inbox already
+    /// holds their closure (later ones close as they arrive: `broker_close_follow_ups`). One
+    /// transaction; false, and nothing written, when the phase cannot end yet: a handed-over
+    /// code arrived meanwhile or is being exchanged (what it yields must be revoked first).
+    /// - Parameters:
+    ///   - subHash: the keyed hash of the user's sub in this team, which closing notifications carry.
+    ///   - noFollowUp: a dormant user's deletion: nobody to ask, the follow-ups close as `retention`.
+    ///   - appleInitiated: Apple deleted the account: nothing was decided, nothing is left to do.
+    package func decide(
+        _ id: UUID, groups: [GroupDecision], subHash: String?, noFollowUp: Bool, appleInitiated: Bool = false
+    ) throws -> AppleRevocation? {
+        let overall = appleInitiated ? .skippedAppleInitiated : AppleRevocation.summing(groups.map(\.revocation))
+        return try pool.withTransaction { connection -> AppleRevocation? in
+            let ended = try connection.query(
+                """
+                UPDATE deletion_requests SET state = 'purging', apple_revocation = \(overall), updated_at = now()
+                WHERE id = \(id) AND state = 'revoking' AND authorization_code IS NULL
+                  AND (code_exchange_until IS NULL OR code_exchange_until < now())
+                """)
+            guard ended.affectedRows == 1 else { return nil }
+            for decision in groups {
+                let manual = decision.revocation == .manualRequired
+                try connection.query(
+                    """
+                    INSERT INTO deletion_app_groups (deletion_id, app_id, client_ids, revocation, sub_hash, authorized_at,
+                                                     follow_up_closed_at, follow_up_closed_by)
+                    VALUES (\(id), \(decision.group.primary), \(PostgresTextArray(decision.group.clientIDs))::text[],
+                            \(decision.revocation), \(manual ? subHash : nil), \(decision.authorizedAt),
+                            CASE WHEN \(manual && noFollowUp) THEN now() END, CASE WHEN \(manual && noFollowUp) THEN 'retention' END)
+                    ON CONFLICT (deletion_id, app_id) DO NOTHING
+                    """)
+            }
+            // Apple may have said it already: the user stopped using the group, or deleted the account.
+            try connection.query(
+                """
+                WITH closing AS (
+                    SELECT DISTINCT ON (g.app_id) g.app_id, n.received_at,
+                           CASE WHEN n.event_type = 'consent-revoked' THEN 'consent-revoked' ELSE 'account-delete' END AS kind
+                    FROM deletion_app_groups g JOIN apple_notifications n ON n.sub_hash = g.sub_hash
+                    WHERE g.deletion_id = \(id) AND g.revocation = 'manual_required' AND g.follow_up_closed_at IS NULL
+                      AND (n.event_type IN ('account-delete', 'account-deleted')
+                           OR (n.event_type = 'consent-revoked' AND n.client_id = ANY (g.client_ids)
+                               AND (g.authorized_at IS NULL
+                                    OR coalesce(n.event_time, n.received_at) + interval '1 second' > g.authorized_at)))
+                    ORDER BY g.app_id, n.received_at)
+                UPDATE deletion_app_groups g SET follow_up_closed_at = closing.received_at, follow_up_closed_by = closing.kind
+                FROM closing WHERE g.deletion_id = \(id) AND g.app_id = closing.app_id
+                """)
+            return overall
         }
     }
 
     /// Takes the request's code: returns it and clears it in one statement, so that of two
     /// takers (the API request, the job) only one ever sends it to Apple. With `leaseSeconds`
-    /// (the API request), only from a request no job has claimed yet, which is then held
-    /// back from the job for that long, until `releaseLease`: the job must not revoke before
-    /// the exchange has stored what it yields.
+    /// (the API request), the exchange is marked under way for that long, until `releaseLease`:
+    /// the job does not end the revoke phase before the exchange has stored what it yields,
+    /// and a request no job has claimed yet is held back from the job meanwhile.
     package func takeCode(_ id: UUID, leaseSeconds: Int? = nil) throws -> SealedCode? {
         let lease = leaseSeconds.map { String($0) + " seconds" }
         guard
@@ -376,11 +587,13 @@ package struct DeletionStore: Sendable {
                 """
                 WITH taken AS (
                     SELECT id, authorization_code, code_key_id, code_client_id, code_redirect_uri FROM deletion_requests
-                    WHERE id = \(id) AND authorization_code IS NOT NULL AND (\(lease)::interval IS NULL OR state = 'requested')
+                    WHERE id = \(id) AND authorization_code IS NOT NULL AND state IN ('requested', 'revoking')
                     FOR UPDATE)
                 UPDATE deletion_requests d
                 SET authorization_code = NULL, code_key_id = NULL, code_client_id = NULL, code_redirect_uri = NULL,
-                    next_attempt_at = COALESCE(now() + \(lease)::interval, d.next_attempt_at)
+                    code_exchange_until = now() + \(lease)::interval,
+                    next_attempt_at = CASE WHEN d.state = 'requested' THEN COALESCE(now() + \(lease)::interval, d.next_attempt_at)
+                                           ELSE d.next_attempt_at END
                 FROM taken WHERE d.id = taken.id
                 RETURNING taken.authorization_code, taken.code_key_id, taken.code_client_id, taken.code_redirect_uri
                 """
@@ -392,9 +605,32 @@ package struct DeletionStore: Sendable {
             redirectURI: try row.decode(String?.self, "code_redirect_uri"))
     }
 
-    /// Hands a request held by `takeCode(_:leaseSeconds:)` back to the job.
+    /// Ends the exchange `takeCode(_:leaseSeconds:)` marked, and hands a request it held back to
+    /// the job at once, unless its code went back to it to be tried later (`putCodeBack`). A
+    /// request a job works on keeps that job's lease.
     package func releaseLease(_ id: UUID) throws {
-        try pool.query("UPDATE deletion_requests SET next_attempt_at = now() WHERE id = \(id) AND state = 'requested'")
+        try pool.query(
+            """
+            UPDATE deletion_requests SET code_exchange_until = NULL,
+                next_attempt_at = CASE WHEN state = 'requested' AND authorization_code IS NULL THEN now() ELSE next_attempt_at END
+            WHERE id = \(id)
+            """)
+    }
+
+    /// Gives a taken code back to its request, to be sent again no sooner than `afterSeconds`:
+    /// Apple answered 429 and did nothing with it (unlike a lost answer, after which the code may
+    /// be used up). Only while the request still revokes; false otherwise.
+    package func putCodeBack(_ id: UUID, _ code: SealedCode, afterSeconds: Int) throws -> Bool {
+        try pool.query(
+            """
+            UPDATE deletion_requests SET authorization_code = \(code.sealed), code_key_id = \(code.keyID),
+                code_client_id = \(code.clientID), code_redirect_uri = \(code.redirectURI),
+                -- A job's lease on a revoking request is never shortened (two lanes would share it).
+                next_attempt_at = CASE WHEN state = 'requested' THEN now() ELSE next_attempt_at END
+                    + \(String(afterSeconds) + " seconds")::interval
+            WHERE id = \(id) AND authorization_code IS NULL AND state IN ('requested', 'revoking')
+            """
+        ).affectedRows == 1
     }
 
     /// The identities of the user in this team: sub, client id used last, identity id.
@@ -438,7 +674,7 @@ package struct DeletionStore: Sendable {
         accessTokenOf: UUID? = nil
     ) throws {
         try pool.withTransaction { connection in
-            let succeeded = outcome.revokedTheToken
+            let succeeded = outcome.endsTheToken
             if let tokenID, succeeded {
                 try connection.query("UPDATE apple_tokens SET revoked_at = now() WHERE id = \(tokenID)")
             }
@@ -461,26 +697,6 @@ package struct DeletionStore: Sendable {
         }
     }
 
-    /// Ends the revoke phase with what it came to at Apple.
-    package func startPurging(_ id: UUID, appleRevocation: AppleRevocation) throws {
-        try pool.query(
-            """
-            UPDATE deletion_requests SET state = 'purging', apple_revocation = \(appleRevocation), updated_at = now()
-            WHERE id = \(id) AND state = 'revoking'
-            """)
-    }
-
-    /// What the revoke steps recorded came to (the request's `apple_revocation`).
-    package func appleRevocation(_ id: UUID, source: DeletionSource) throws -> AppleRevocation {
-        if source == .apple { return .skippedAppleInitiated }
-        let outcomes = Set(
-            try pool.query("SELECT outcome FROM deletion_steps WHERE deletion_id = \(id) AND step = 'revoke'")
-                .map { try $0.decode(DeletionStepOutcome.self, "outcome") })
-        if outcomes.contains(.revoked) { return .revoked }
-        if outcomes.contains(.alreadyInvalid) { return .alreadyInvalid }
-        return .manualRequired
-    }
-
     /// Runs the purge transaction; false when another worker already finished it.
     package func purge(_ id: UUID) throws -> Bool {
         guard let hasher else { preconditionFailure("a purge needs the subject hasher (TOKEN_ENCRYPTION_KEY)") }
@@ -499,10 +715,10 @@ package struct DeletionStore: Sendable {
                 "DELETE FROM transfer_staged WHERE user_id = (SELECT user_id FROM deletion_requests WHERE id = \(id))")
             return try connection.query(
                 """
-                SELECT broker_purge_user(\(id), \(PostgresTextArray(identities.map(\.0))),
+                SELECT broker_purge_user_v2(\(id), \(PostgresTextArray(identities.map(\.0))),
                     \(PostgresTextArray(identities.map { hasher.hash(teamID: $0.0, sub: $0.1) })))
                 """
-            ).single().decode(Bool.self, "broker_purge_user")
+            ).single().decode(Bool.self, "broker_purge_user_v2")
         }
     }
 

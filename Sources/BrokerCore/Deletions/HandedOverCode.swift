@@ -8,9 +8,11 @@ import PostgresClient
 /// names the user being deleted, and keeps the tokens it yields for the revoke.
 ///
 /// Apple's codes live five minutes, so the compliance API runs this in the request, before
-/// it answers (a queue can be slower than that); the deletion job runs it too, for a code the
-/// request could not get to. The code is taken from the request atomically first: it goes
-/// to Apple at most once (protocol reference §11.4), also when its answer is lost.
+/// it answers (a queue can be slower than that), also when the code reaches a request that is
+/// already open; the deletion job runs it too, for a code the request could not get to. The
+/// code is taken from the request atomically first: it goes to Apple at most once (protocol
+/// reference §11.4) when its answer is lost. A 429 is no lost answer: Apple did nothing with
+/// the code, which goes back to the request and is tried again after `Retry-After`.
 package struct HandedOverCode: Sendable {
     let store: DeletionStore
     let apple: AppleClient
@@ -24,10 +26,18 @@ package struct HandedOverCode: Sendable {
         self.validator = validator
     }
 
+    /// Apple throttled the exchange (429): the code went back to the request, for another try
+    /// after `retryAfter` seconds.
+    package struct Throttled: Error {
+        package let retryAfter: Int
+    }
+
     /// Every outcome is a `code_exchange` step: `exchanged`, `code_invalid`, `answer_lost`,
-    /// `wrong_user`, `id_token_invalid`, `undecryptable`, `no_identity`.
-    /// - Parameter inRequest: called by the API: only while no job has claimed the request,
-    ///   which is held back from the job until the exchange is over.
+    /// `throttled`, `wrong_user`, `id_token_invalid`, `undecryptable`, `no_identity`.
+    /// - Parameter inRequest: called by the API: the exchange is marked under way until it is
+    ///   over, so the job does not end the revoke phase without what it yields (and a request
+    ///   no job has claimed yet is held back from the job).
+    /// - Throws: `Throttled` when Apple answered 429 (the code is back on the request).
     package func exchange(deletionID: UUID, userID: UUID, inRequest: Bool = false) throws {
         guard let code = try store.takeCode(deletionID, leaseSeconds: inRequest ? 60 : nil) else { return }
         defer { if inRequest { try? store.releaseLease(deletionID) } }
@@ -46,6 +56,15 @@ package struct HandedOverCode: Sendable {
         do {
             tokens = try apple.exchangeCode(
                 String(decoding: plain, as: UTF8.self), clientID: clientID, redirectURI: code.redirectURI)
+        } catch let error as AppleAPIError where error.isTooManyRequests {
+            // Throttled, not lost: Apple refused the call before using the code.
+            let retryAfter = max(error.retryAfter ?? 1, 1)
+            if try store.putCodeBack(deletionID, code, afterSeconds: retryAfter) {
+                try step(
+                    .throttled, "Apple answered 429: the code was not used; tried again in \(retryAfter) s", clientID: clientID)
+                throw Throttled(retryAfter: retryAfter)
+            }
+            return try step(.codeInvalid, "Apple answered 429 and the deletion moved on meanwhile", clientID: clientID)
         } catch AppleAPIError.unavailable(let reason, _) {
             // Sent once and no answer: Apple may have used it up; it is not sent again.
             return try step(.answerLost, reason, clientID: clientID)

@@ -38,6 +38,9 @@ public struct BrokerError: Error, Sendable, Equatable, CustomStringConvertible {
         case userDeletionPending = "user_deletion_pending"
         case deletionNotFound = "deletion_not_found"
         case deletionNotFailed = "deletion_not_failed"
+        /// A handed-over code for a deletion that cannot use it (failed: retry it first; past
+        /// its revocation): refused unsent, so it stays good for its five minutes.
+        case deletionCodeRefused = "deletion_code_refused"
         case subscriptionNotFound = "subscription_not_found"
         case deliveryNotFailed = "delivery_not_failed"
         case webhookSubscriptionLimit = "webhook_subscription_limit"

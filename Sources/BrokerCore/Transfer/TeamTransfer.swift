@@ -163,20 +163,23 @@ package struct TeamTransfer: Sendable {
     /// Writes down the lines of `path` (transfer_sub → user id) without calling Apple; returns
     /// how many. Run on the recipient as soon as the file arrives: from then on a login
     /// carrying one of them joins the sender's user id (protocol reference §11.6), also before
-    /// the transfer completes and the import can ask Apple.
-    package func stageFile(_ path: String) throws -> Int {
+    /// the transfer completes and the import can ask Apple. The lines live until a day after
+    /// the 60 days that follow the transfer (`transferredAt` when known; see `pruneStaged`).
+    package func stageFile(_ path: String, transferredAt: Date? = nil) throws -> Int {
         let (lines, _) = try Self.read(path, tolerateTornTail: false)
-        try store.stage(lines)
+        try store.stage(lines, transferredAt: transferredAt)
         return lines.count
     }
 
     /// Links every line of `path` not yet linked to its user under this team (staging them
-    /// all first, as `stageFile`).
-    package func importFile(_ path: String, progress: (Report) -> Void) throws -> Report {
+    /// all first, as `stageFile`). Apple answering for one of them shows the transfer has
+    /// completed: unless `transferredAt` says when, the lines' window runs from then.
+    package func importFile(_ path: String, transferredAt: Date? = nil, progress: (Report) -> Void) throws -> Report {
         let (lines, _) = try Self.read(path, tolerateTornTail: false)
         // Every line first, before any call to Apple (paced, hours for a large team): a login
         // carrying one of these transfer_subs meanwhile joins the sender's user id, not a new user.
-        try store.stage(lines)
+        try store.stage(lines, transferredAt: transferredAt)
+        var transferDated = transferredAt != nil
         var report = Report()
         report.total = lines.count
         var token = MigrationToken(apple: apple, clientID: clientID)
@@ -202,6 +205,10 @@ package struct TeamTransfer: Sendable {
                 report.failed.append((user, "Apple's answer had no sub"))
                 continue
             }
+            if !transferDated {
+                try store.markTransferred(lines)
+                transferDated = true
+            }
             if let reason = try store.link(
                 line, sub: sub, clientID: clientID, email: answer["email"]?.stringValue,
                 isPrivateEmail: answer["is_private_email"]?.lenientBoolValue ?? false)
@@ -213,6 +220,20 @@ package struct TeamTransfer: Sendable {
             progress(report)
         }
         return report
+    }
+
+    // MARK: Complete (sending side)
+
+    /// The transfer completed: `clientIDs` (the transferred app group) now belong to
+    /// `recipientTeam`. Retires this team's tokens for them, which it can neither refresh nor
+    /// revoke any more (TN3159), so a sender that keeps the broker for its other apps stops
+    /// validating them; returns how many were retired. Calls nothing at Apple.
+    package func complete(clientIDs: [String], recipientTeam: String, transferredAt: Date) throws -> Int {
+        guard recipientTeam.count == 10, recipientTeam.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber) }) else {
+            throw TransferError(description: "--recipient-team must be a 10-character Team ID")
+        }
+        guard recipientTeam != teamID else { throw TransferError(description: "the recipient team is this team (\(teamID))") }
+        return try store.complete(clientIDs: clientIDs, recipientTeam: recipientTeam, transferredAt: transferredAt)
     }
 
     // MARK: Helpers

@@ -45,16 +45,32 @@ struct TeamTransferStore: Sendable {
     }
 
     /// Writes down each line's transfer_sub → user id for logins that come before the import
-    /// reaches them (`LoginStore`), 500 a statement.
-    func stage(_ lines: [TeamTransfer.Line]) throws {
+    /// reaches them (`LoginStore`), 500 a statement, with when the transfer completed when the
+    /// operator says so (a date given replaces one recorded before).
+    func stage(_ lines: [TeamTransfer.Line], transferredAt: Date? = nil) throws {
         for start in stride(from: 0, to: lines.count, by: 500) {
             let page = lines[start..<min(start + 500, lines.count)]
             try pool.query(
                 """
-                INSERT INTO transfer_staged (team_id, transfer_sub, user_id)
-                SELECT \(teamID), s, u::uuid FROM unnest(\(PostgresTextArray(page.map(\.transferSub)))::text[],
+                INSERT INTO transfer_staged (team_id, transfer_sub, user_id, transferred_at)
+                SELECT \(teamID), s, u::uuid, \(transferredAt) FROM unnest(\(PostgresTextArray(page.map(\.transferSub)))::text[],
                     \(PostgresTextArray(page.map(\.userID.lowercasedString)))::text[]) AS l(s, u)
-                ON CONFLICT (team_id, transfer_sub) DO NOTHING
+                ON CONFLICT (team_id, transfer_sub) DO UPDATE SET transferred_at = EXCLUDED.transferred_at
+                    WHERE EXCLUDED.transferred_at IS NOT NULL
+                """)
+        }
+    }
+
+    /// The transfer of these lines has completed by now (Apple answered the recipient for one of
+    /// them): their window runs from now unless a date was recorded already.
+    func markTransferred(_ lines: [TeamTransfer.Line]) throws {
+        for start in stride(from: 0, to: lines.count, by: 500) {
+            let page = lines[start..<min(start + 500, lines.count)]
+            try pool.query(
+                """
+                UPDATE transfer_staged SET transferred_at = now()
+                WHERE team_id = \(teamID) AND transfer_sub = ANY (\(PostgresTextArray(page.map(\.transferSub)))::text[])
+                  AND transferred_at IS NULL
                 """)
         }
     }
@@ -66,9 +82,43 @@ struct TeamTransferStore: Sendable {
         ).first.map { try $0.decode(UUID.self, "user_id") }
     }
 
-    /// Staged lines outlive Apple's 60-day window by a day, then go.
+    /// Staged lines outlive Apple's 60-day window by a day, then go. The window starts with the
+    /// transfer, not with the staging, which TN3159 has come before it (transfer identifiers are
+    /// made before the transfer is initiated): counted from `transferred_at` when known (the
+    /// import's first answer from Apple, or `--transferred-at`), else from the latest the
+    /// transfer can complete for a file staged once the transfer was initiated: the recipient
+    /// has 60 days to accept it and Apple up to two business days to carry it out (App Store
+    /// Connect Help, "Accept an app transfer"), so 64 days after staging.
     static func pruneStaged(_ pool: PostgresPool) throws {
-        try pool.query("DELETE FROM transfer_staged WHERE staged_at < now() - interval '61 days'")
+        try pool.query(
+            """
+            DELETE FROM transfer_staged
+            WHERE coalesce(transferred_at, staged_at + interval '64 days') < now() - interval '61 days'
+            """)
+    }
+
+    /// The sending side, once the transfer completed: records which of this team's client ids
+    /// moved to `recipientTeam`, and retires this team's refresh tokens for them, which its
+    /// credentials can neither refresh nor revoke now (TN3159; protocol reference §10.8), so the
+    /// sweep stops validating them (their `invalid_client` would pause every other app) and
+    /// deletions decide their group as `transferred`. One transaction; returns the tokens retired.
+    func complete(clientIDs: [String], recipientTeam: String, transferredAt: Date) throws -> Int {
+        try pool.withTransaction { connection in
+            try connection.query(
+                """
+                INSERT INTO transferred_apps (team_id, client_id, recipient_team, transferred_at)
+                SELECT \(teamID), c, \(recipientTeam), \(transferredAt) FROM unnest(\(PostgresTextArray(clientIDs))::text[]) AS c
+                ON CONFLICT (team_id, client_id) DO UPDATE SET recipient_team = EXCLUDED.recipient_team,
+                    transferred_at = EXCLUDED.transferred_at
+                """)
+            return try connection.query(
+                """
+                UPDATE apple_tokens SET revoked_at = now(), revoked_reason = 'team_transfer'
+                WHERE revoked_at IS NULL AND client_id = ANY (\(PostgresTextArray(clientIDs))::text[])
+                  AND identity_id IN (SELECT id FROM apple_identities WHERE team_id = \(teamID))
+                """
+            ).affectedRows
+        }
     }
 
     /// The user already linked under this team by `transferSub`, if any.

@@ -97,6 +97,7 @@ struct DeletionPages {
             <dt>Next attempt</dt><dd>\(record.state == .done || record.state == .failed ? "none" : RFC3339Date.string(record.nextAttemptAt))</dd>
             <dt>Completed</dt><dd>\(record.completedAt.map(RFC3339Date.string) ?? "not yet")</dd></dl>
             \(actions.isEmpty ? HTML.empty : "<ul>\(actions)</ul>")
+            \(record.appGroups?.isEmpty == false ? groupTable(record) : HTML.empty)
             \(HTML.table(caption: "Timeline: each step, and the revocation outcome per client id", headers: ["At", "Step", "Client id", "Outcome"], rows: steps))
             \(extendForm)
             """)
@@ -295,6 +296,16 @@ struct DeletionPages {
         members["follow_up"] = .string(
             followUp.required ? (followUp.closedAt == nil ? "manual_revocation_required" : "manual_revocation_closed") : "none")
         members["follow_up_closed_at"] = time(followUp.closedAt)
+        members["app_groups"] = .array(
+            (record.appGroups ?? []).map { group in
+                .object([
+                    "app_id": .string(group.appID), "client_ids": .array(group.clientIDs.map(JSONValue.string)),
+                    "apple_revocation": .string(group.revocation.rawValue),
+                    "follow_up": group.followUp.map(JSONValue.string) ?? .null,
+                    "follow_up_closed_at": time(group.followUpClosedAt),
+                    "follow_up_closed_by": group.followUpClosedBy.map(JSONValue.string) ?? .null,
+                ])
+            })
         members["timeline"] = .array(timeline)
         members["revocations"] = .array(revocations)
         members["user_deleted_deliveries"] = .array(sent)
@@ -333,7 +344,9 @@ struct DeletionPages {
         } else if let closed = followUp.closedAt {
             followUpWords = "manual revocation (TN3194): closed, the user revoked at Apple (\(RFC3339Date.string(closed)))"
         } else {
-            followUpWords = "manual revocation required (TN3194): open"
+            let open = (record.appGroups ?? []).filter { $0.followUp == "open" }.map(\.appID)
+            followUpWords =
+                "manual revocation required (TN3194): open" + (open.isEmpty ? "" : " for " + open.joined(separator: ", "))
         }
         let checklist: HTML = """
             <ul><li>Account data purged: \(purged.map { "yes, " + RFC3339Date.string($0) } ?? "no, not yet")</li>
@@ -352,16 +365,35 @@ struct DeletionPages {
             <dt>Purged</dt><dd>\(purged.map(RFC3339Date.string) ?? "not yet")</dd>
             <dt>Follow-up</dt><dd>\(followUpWords)</dd></dl>
             \(checklist)
+            \(groupTable(record))
             \(HTML.table(caption: "Revocation per client id", headers: ["Client id", "Step", "Outcome", "At"], rows: revocations))
             \(HTML.table(caption: "user.deleted deliveries per subscription (Art. 19)", headers: ["Subscription", "State", "Attempts", "Delivered"], rows: sent))
             """)
     }
 
-    /// Whether the deletion needs the user to revoke at Apple (TN3194), and when a later
-    /// notification for the same sub closed that follow-up.
+    /// Whether the deletion needs the user to act at Apple (TN3194) for some app group, and when
+    /// the last of those follow-ups closed (nil while one is open). A deletion the previous
+    /// release decided has no groups: its closure is read from the inbox, as it was.
     private func followUp(_ record: DeletionRecord) throws -> (required: Bool, closedAt: Date?) {
         guard record.appleRevocation == .manualRequired else { return (false, nil) }
-        return (true, record.state == .done ? try store.followUpClosedAt(deletionID: record.id) : nil)
+        let manual = (record.appGroups ?? []).filter { $0.revocation == .manualRequired }
+        if !manual.isEmpty {
+            return (true, manual.contains { $0.followUpClosedAt == nil } ? nil : manual.compactMap(\.followUpClosedAt).max())
+        }
+        return (true, record.state == .done ? try store.legacyFollowUpClosedAt(deletionID: record.id) : nil)
+    }
+
+    /// The deletion's outcome per app group, as a table for people.
+    private func groupTable(_ record: DeletionRecord) -> HTML {
+        let rows: [[HTML]] = (record.appGroups ?? []).map { group in
+            [
+                "\(group.appID)", "\(group.clientIDs.joined(separator: ", "))", "\(DeletionWords.group(group.revocation))",
+                "\(DeletionWords.followUp(group))",
+            ]
+        }
+        return HTML.table(
+            caption: "Revocation per app group (revoking ends one app group's authorization only)",
+            headers: ["App group", "Client ids", "At Apple", "Follow-up (TN3194)"], rows: rows)
     }
 
     private func record(_ request: ConsoleRequest) throws -> DeletionRecord {

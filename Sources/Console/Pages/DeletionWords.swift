@@ -22,8 +22,9 @@ enum DeletionWords {
         case .revoke: "Revoke the refresh token at Apple"
         case .revokeAccessToken: "Revoke the access token at Apple"
         case .revokeSkipped: "Revocation skipped (Apple deleted the account itself)"
-        case .nothingToRevoke: "No token to revoke"
+        case .nothingToRevoke: "No live token for this app group"
         case .purge: "Purge the account data"
+        case .checkToken: "Check the refresh token at Apple (a refresh)"
         }
     }
 
@@ -44,17 +45,50 @@ enum DeletionWords {
         case .noIdentity: "no identity"
         case .answerLost: "Apple's answer lost (code not sent again)"
         case .done: "done"
+        case .alive: "alive: Apple refreshed it, so its revocation counts"
+        case .tokenDead: "dead at Apple (a password change or a revocation): revoking it would end nothing"
+        case .throttled: "Apple answered 429: the code was not used, tried again"
         }
     }
 
+    /// What a deletion came to at Apple in all; `group` says it per app group.
     static func revocation(_ revocation: AppleRevocation?) -> String {
         switch revocation {
         case nil: "not yet known"
-        case .revoked: "every token revoked at Apple"
-        case .alreadyInvalid: "tokens were already invalid at Apple"
+        case .revoked: "revoked at Apple for every app group the user used (a live token's revocation each)"
+        case .alreadyInvalid: "nothing to end at Apple: the user had already stopped using every app group"
         case .skippedAppleInitiated: "not needed: the user deleted the account at Apple"
-        case .manualRequired: "manual: no token to revoke, the user must stop using Sign in with Apple in Settings (TN3194)"
+        case .manualRequired:
+            "manual for at least one app group: no live token to revoke there, the user must stop using Sign in with Apple"
+                + " for it in Settings (TN3194); see each app group"
         }
+    }
+
+    /// What a deletion came to at Apple for one app group.
+    static func group(_ revocation: AppGroupRevocation) -> String {
+        switch revocation {
+        case .revoked: "revoked at Apple (a token Apple had just refreshed, then revoked)"
+        case .alreadyInvalid: "nothing to end: Apple said the user stopped using this app group"
+        case .manualRequired:
+            "manual: no live token; the user must stop using Sign in with Apple for this app in Settings (TN3194)"
+        case .transferred: "not this team's: the app moved to another team"
+        }
+    }
+
+    /// A group's TN3194 follow-up, for people.
+    static func followUp(_ group: DeletionRecord.AppGroup) -> String {
+        guard group.revocation == .manualRequired else { return "none" }
+        guard let closed = group.followUpClosedAt else {
+            return "open: ask the user to stop using Sign in with Apple for the app"
+        }
+        let by =
+            switch group.followUpClosedBy {
+            case "consent-revoked": "the user stopped using the app at Apple (consent-revoked)"
+            case "account-delete": "the user deleted the Apple Account (account-delete)"
+            case "retention": "a dormant user's deletion: nobody to ask"
+            default: "closed"
+            }
+        return "closed \(RFC3339Date.string(closed)): \(by)"
     }
 
     /// The answer is due one month after receipt (Art. 12(3) GDPR), later when extended.

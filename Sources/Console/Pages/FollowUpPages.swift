@@ -20,10 +20,17 @@ struct FollowUpPages {
         let late = try store.notificationsAfterDeletion()
         func link(_ id: UUID) -> HTML { "<a href=\"/deletions/\(id.lowercasedString)\">\(id.lowercasedString)</a>" }
         let manualRows: [[HTML]] = manual.map { item in
-            [
-                link(item.deletionID), "\(item.completedAt.map(RFC3339Date.string) ?? "")",
-                item.closedAt.map { "closed: the user revoked at Apple (\(RFC3339Date.string($0)))" }
-                    ?? "<strong>open</strong>: ask the user to stop using Sign in with Apple for the app",
+            let closed: HTML? = item.closedAt.map { at in
+                switch item.closedBy {
+                case "retention": "closed: a dormant user's deletion, nobody to ask (\(RFC3339Date.string(at)))"
+                case "account-delete": "closed: the user deleted the Apple Account (\(RFC3339Date.string(at)))"
+                default: "closed: the user revoked at Apple (\(RFC3339Date.string(at)))"
+                }
+            }
+            return [
+                link(item.deletionID), "\(item.appID ?? "(every app: decided by an earlier release)")",
+                "\(item.completedAt.map(RFC3339Date.string) ?? "")",
+                closed ?? "<strong>open</strong>: ask the user to stop using Sign in with Apple for this app",
             ]
         }
         let failedRows: [[HTML]] = failed.map { item in
@@ -36,11 +43,14 @@ struct FollowUpPages {
             "Follow-ups", session: request.session,
             """
             <h2>Manual revocation required (TN3194)</h2>
-            <p>The broker held no token Apple could revoke for these deletions. Until the user stops using Sign in with
-            Apple for the app, a new sign-in skips the name and e-mail sheet. Wording to send:</p>
+            <p>For each of these deletions and app groups the broker held no live token Apple could revoke (none stored, or
+            each one dead: a password change kills a refresh token and leaves the authorization). Revoking ends one app
+            group’s authorization only, so each group is its own follow-up. Until the user stops using Sign in with Apple
+            for the app, a new sign-in skips the name and e-mail sheet. Wording to send:</p>
             <blockquote>\(Self.manualWording)</blockquote>
-            <p class="hint">A follow-up closes by itself when Apple later sends consent-revoked or account-delete for the same user.</p>
-            \(HTML.table(caption: "\(manual.filter { $0.closedAt == nil }.count) open of \(manual.count)", headers: ["Deletion", "Completed", "Follow-up"], rows: manualRows))
+            <p class="hint">A follow-up closes by itself, for good, when Apple later sends consent-revoked for the same user
+            and app group (newer than the user's last sign-in) or account-delete for the user.</p>
+            \(HTML.table(caption: "\(manual.filter { $0.closedAt == nil }.count) open of \(manual.count)", headers: ["Deletion", "App group", "Completed", "Follow-up"], rows: manualRows))
             <h2>Failed revocations</h2>
             \(HTML.table(caption: "Failed deletions whose last revocation did not succeed", headers: ["Deletion", "Client id", "Outcome", "At"], rows: failedRows))
             <h2>Notifications after a deletion</h2>

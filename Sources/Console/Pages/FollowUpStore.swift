@@ -5,36 +5,52 @@ import PostgresClient
 extension ConsoleStore {
     struct ManualRevocation {
         var deletionID: UUID
+        /// The app group left to the user (its primary App ID); nil for a deletion the previous
+        /// release decided, which knew no groups.
+        var appID: String?
         var completedAt: Date?
-        /// When a later `consent-revoked` or `account-delete` for the same keyed sub hash
-        /// arrived: the user stopped using Sign in with Apple, the follow-up is closed.
+        /// When Apple said the user stopped using the group (`consent-revoked`) or deleted the
+        /// account (`account-delete`), or the deletion was a dormant user's: closed for good.
         var closedAt: Date?
+        var closedBy: String?
     }
 
-    /// Completed deletions Apple had no token for (TN3194): the user must revoke in Settings.
-    /// Both hashes are `SubjectHasher`'s keyed HMAC of the sub (tombstones at the purge, the
-    /// inbox at receipt, unknown subjects included), so equal hashes mean the same sub.
+    /// TN3194 follow-ups: each app group a completed deletion had no live token for, whose user
+    /// must stop using Sign in with Apple for it in Settings. Their closure is recorded when
+    /// the closing notification arrives (`deletion_app_groups`, broker_close_follow_ups), so
+    /// pruning the inbox never reopens one. A deletion the previous release decided has no
+    /// groups: its closure is still read from the inbox (any consent-revoked or account-delete
+    /// for the same keyed sub hash, as that release did).
     func manualRevocations() throws -> [ManualRevocation] {
         try pool.query(
             """
-            SELECT d.id, d.completed_at,
-                   (SELECT min(n.received_at) FROM apple_notifications n JOIN tombstones t ON t.sub_hash = n.sub_hash
-                    WHERE t.deletion_id = d.id AND n.event_type IN ('consent-revoked', 'account-delete')
-                      AND n.received_at >= d.created_at) AS closed_at
-            FROM deletion_requests d
-            WHERE d.apple_revocation = 'manual_required' AND d.state = 'done'
-            ORDER BY d.completed_at DESC NULLS LAST LIMIT 200
+            SELECT * FROM (
+                SELECT d.id, g.app_id, d.completed_at, g.follow_up_closed_at AS closed_at, g.follow_up_closed_by AS closed_by
+                FROM deletion_app_groups g JOIN deletion_requests d ON d.id = g.deletion_id
+                WHERE g.revocation = 'manual_required' AND d.state = 'done'
+                UNION ALL
+                SELECT d.id, NULL, d.completed_at,
+                       (SELECT min(n.received_at) FROM apple_notifications n JOIN tombstones t ON t.sub_hash = n.sub_hash
+                        WHERE t.deletion_id = d.id AND n.event_type IN ('consent-revoked', 'account-delete')
+                          AND n.received_at >= d.created_at),
+                       NULL
+                FROM deletion_requests d
+                WHERE d.apple_revocation = 'manual_required' AND d.state = 'done'
+                  AND NOT EXISTS (SELECT 1 FROM deletion_app_groups g WHERE g.deletion_id = d.id)
+            ) AS follow_ups
+            ORDER BY completed_at DESC NULLS LAST, id, app_id LIMIT 200
             """
         ).map { row in
             ManualRevocation(
-                deletionID: try row.decode(UUID.self, "id"), completedAt: try row.decode(Date?.self, "completed_at"),
-                closedAt: try row.decode(Date?.self, "closed_at"))
+                deletionID: try row.decode(UUID.self, "id"), appID: try row.decode(String?.self, "app_id"),
+                completedAt: try row.decode(Date?.self, "completed_at"), closedAt: try row.decode(Date?.self, "closed_at"),
+                closedBy: try row.decode(String?.self, "closed_by"))
         }
     }
 
-    /// When the TN3194 follow-up of one deletion closed (as `manualRevocations` decides), for
-    /// its evidence report; nil while it is open.
-    func followUpClosedAt(deletionID: UUID) throws -> Date? {
+    /// When the TN3194 follow-up of a deletion the previous release decided (no app groups)
+    /// closed, read from the inbox as it did; nil while open.
+    func legacyFollowUpClosedAt(deletionID: UUID) throws -> Date? {
         try pool.query(
             """
             SELECT min(n.received_at) AS closed_at

@@ -32,6 +32,10 @@ enum TestEnvironment {
             // Webhook receivers in tests listen on loopback (SecurityTests turn this off).
             "BROKER_WEBHOOK_ALLOW_PRIVATE_NETWORKS": "true",
         ]
+        // Two client ids need their grouping said (APPLE_APP_GROUPS, protocol reference §12.6): the
+        // app and its web Services ID are one group, as at Apple. A test naming its own client ids
+        // names their groups too.
+        if extra["APPLE_CLIENT_IDS"] == nil { environment["APPLE_APP_GROUPS"] = "com.example.app=com.example.web" }
         environment.merge(extra) { $1 }
         return environment
     }

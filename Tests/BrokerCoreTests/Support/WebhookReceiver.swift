@@ -27,6 +27,8 @@ final class WebhookReceiver: Sendable {
         /// The delivery as it arrived, for verifiers other than this one.
         var body: [UInt8] = []
         var headers: [String: String] = [:]
+        /// When it arrived: a verifier's `now` as a real receiver's would be (a test may verify later).
+        var receivedAt = Date()
     }
 
     private let received = Lock<[Received]>([])
