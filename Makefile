@@ -1,12 +1,12 @@
 # appleid-broker — the two commands a newcomer needs are `make run` and `make test`.
-.PHONY: run test check build release clean bench bench-login bench-notifications bench-deletion bench-webhooks bench-oidc resilience fuzz
+.PHONY: run test check build release clean bench bench-login bench-notifications bench-deletion bench-webhooks bench-oidc resilience fuzz fuzz-api tsan
 
 ## Run the service (installs Debian packages if missing, builds, starts an embedded
 ## PostgreSQL and, unless Apple settings are given, the Apple simulator).
 run:
 	scripts/run.sh
 
-## Run every test (what CI runs).
+## Run every test (what CI runs): the same commit gives the same result (fixed seeds; docs/testing.md).
 test:
 	scripts/test.sh
 
@@ -53,6 +53,16 @@ bench-oidc:
 resilience:
 	scripts/resilience.sh
 
-## Fuzzing: each libFuzzer target for FUZZ_SECONDS (60) with AddressSanitizer.
+## Fuzzing: each libFuzzer target for FUZZ_SECONDS (60) with AddressSanitizer and a random seed
+## (make test runs a fixed seed and number of inputs instead).
 fuzz:
 	scripts/fuzz.sh
+
+## API fuzzing: schemathesis with a random seed (printed, to replay a finding) and 100 examples
+## per operation (make test runs the pinned cases and a fixed seed).
+fuzz-api:
+	scripts/fuzz-api.sh
+
+## The Swift suites under ThreadSanitizer (one stage of make test).
+tsan:
+	scripts/test-tsan.sh

@@ -9,7 +9,7 @@
 #   2. the interleaved A/B against the Go peer in ../shared/peers (go-oidc + lib/pq), its own
 #      bench_ab.sh, after both sides signed every token's user in once (repeat logins);
 #   3. the interleaved A/B against the previous release (CHANGELOG.md's, built beside this one
-#      in .build/previous-release/), same tokens, same cluster, same measurement.
+#      once per machine in ~/.cache/appleid-broker/previous-release/), same tokens, same cluster, same measurement.
 # Every server uses one PostgreSQL cluster (the peers' pg_peer.sh, on free ports, in $WORK),
 # each its own database. The goals (issue 39) end the output, one PASS/FAIL line each.
 #   [CONNS=32] [DUR=15s] [AB_ROUNDS=3] [AB=0: no A/B with the Go peer] [PREVIOUS=0: none with

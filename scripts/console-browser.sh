@@ -30,8 +30,7 @@ export CONSOLE_OIDC_CLIENT_ID=console-tests CONSOLE_OIDC_CLIENT_SECRET=$(openssl
 "$TOOLS_VENV/bin/python" Tests/ConsoleBrowser/fake_idp.py --port "$IDP_PORT" --client-id "$CONSOLE_OIDC_CLIENT_ID" \
   --client-secret "$CONSOLE_OIDC_CLIENT_SECRET" --ready-file "$WORK/idp.ready" > "$WORK/idp.log" 2>&1 &
 idp=$!
-for _ in $(seq 1 100); do [ -s "$WORK/idp.ready" ] && break; sleep 0.1; done
-[ -s "$WORK/idp.ready" ] || { cat "$WORK/idp.log" >&2; echo "console-browser: the fake identity provider did not start" >&2; exit 1; }
+wait_until 120 test -s "$WORK/idp.ready" || { cat "$WORK/idp.log" >&2; echo "console-browser: the fake identity provider did not start" >&2; exit 1; }
 
 export CONSOLE_OIDC_ISSUER=http://localhost:$IDP_PORT
 export CONSOLE_OIDC_ROLE_MAP=viewers=viewer,ops=operator,dpo=compliance,admins=admin

@@ -49,8 +49,7 @@ for lang in python node go; do
   dash=--; [ "$lang" = go ] && dash=-
   "${receive[@]}" "${dash}exit-after" user.created "${dash}ready-file" "$ready" "${dash}record" "$record" > "$WORK/$lang.receiver.log" 2>&1 &
   receiver=$!
-  for _ in $(seq 1 100); do [ -s "$ready" ] && break; sleep 0.1; done
-  [ -s "$ready" ] || fail "$lang" "the receiver did not subscribe: $(cat "$WORK/$lang.receiver.log")"
+  wait_until 120 test -s "$ready" || fail "$lang" "the receiver did not subscribe: $(cat "$WORK/$lang.receiver.log")"
 
   # A forged delivery is refused.
   forged=$(curl -s -o /dev/null -w '%{http_code}' -X POST "http://127.0.0.1:$port/hooks/appleid" -H 'Content-Type: application/json' \
@@ -73,8 +72,7 @@ for lang in python node go; do
   fi
   grep -q nonce_mismatch "$WORK/$lang.mismatch" || fail "$lang" "a wrong nonce did not report nonce_mismatch: $(cat "$WORK/$lang.mismatch")"
 
-  for _ in $(seq 1 300); do kill -0 "$receiver" 2>/dev/null || break; sleep 0.1; done
-  if kill -0 "$receiver" 2>/dev/null; then fail "$lang" "the receiver never got user.created: $(cat "$WORK/$lang.receiver.log")"; fi
+  if ! wait_until 120 eval '! kill -0 "$receiver" 2>/dev/null'; then fail "$lang" "the receiver never got user.created: $(cat "$WORK/$lang.receiver.log")"; fi
   wait "$receiver" || fail "$lang" "the receiver failed: $(cat "$WORK/$lang.receiver.log")"
   receiver=
   [ -s "$record" ] || fail "$lang" "no verified delivery recorded"

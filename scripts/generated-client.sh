@@ -12,14 +12,9 @@ BIN=${BROKER_BIN:-$(swift build --show-bin-path)}
 source scripts/lib/stack.sh
 trap stop_all EXIT
 
-venv=$ROOT/.build/generated-client-venv
-requirement="openapi-python-client>=0.21,<1"
-if [ "$(cat "$venv/.installed" 2>/dev/null)" != "$requirement" ]; then
-  echo "== installing $requirement into $venv" >&2
-  python3 -m venv "$venv"
-  "$venv/bin/pip" install --quiet --disable-pip-version-check "$requirement"
-  echo "$requirement" > "$venv/.installed"
-fi
+# shellcheck source=lib/generator-venv.sh
+source scripts/lib/generator-venv.sh
+venv=$GENERATOR_VENV
 rm -rf "$WORK/client"
 # No post-generation hooks (they run ruff, which is not needed to use the client).
 printf 'post_hooks: []\n' > "$WORK/generator.yml"
@@ -29,7 +24,10 @@ printf 'post_hooks: []\n' > "$WORK/generator.yml"
 if grep -qi "warning" "$WORK/generate.log"; then
   echo "generated-client: openapi-python-client warned:" >&2; cat "$WORK/generate.log" >&2; exit 1
 fi
-"$venv/bin/pip" install --quiet --disable-pip-version-check "$WORK/client"
+# Installed into a directory of this run's own (its dependencies are the generator's), so the
+# machine's generator venv stays as installed.
+"$venv/bin/pip" install --quiet --disable-pip-version-check --no-deps --target "$WORK/site" "$WORK/client"
+export PYTHONPATH=$WORK/site
 
 start_stack
 minted=$(curl -sf -X POST "http://127.0.0.1:$SIM_PORT/sim/tokens" -H 'Content-Type: application/json' \

@@ -27,6 +27,8 @@ openssl x509 -req -in "$WORK/cert.csr" -CA "$WORK/ca.pem" -CAkey "$WORK/ca.key" 
 export BROKER_TLS_CERT_PATH=$WORK/cert.pem BROKER_TLS_KEY_PATH=$WORK/key.pem STACK_CA=$WORK/ca.pem
 
 export APPLE_CLIENT_IDS=com.example.app,com.example.web OIDC_APPLE_CLIENT_ID=com.example.web
+# One authorization at Apple for both (the broker requires the groups once it has several client ids).
+export APPLE_APP_GROUPS=com.example.app=com.example.web
 export BROKER_PUBLIC_URL=https://127.0.0.1:$BROKER_PORT OIDC_ISSUER=https://127.0.0.1:$BROKER_PORT/oidc
 export SIM_RETURN_URLS="com.example.web=$BROKER_PUBLIC_URL/v1/apple/web/callback"
 # Back-Channel Logout goes to this script's loopback receiver; the dispatcher polls quickly.

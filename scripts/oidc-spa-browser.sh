@@ -19,6 +19,8 @@ for tool in chromium chromedriver; do
 done
 trap stop_all EXIT
 export APPLE_CLIENT_IDS=com.example.app,com.example.web OIDC_APPLE_CLIENT_ID=com.example.web
+# One authorization at Apple for both (the broker requires the groups once it has several client ids).
+export APPLE_APP_GROUPS=com.example.app=com.example.web
 export BROKER_PUBLIC_URL=http://127.0.0.1:$BROKER_PORT OIDC_ISSUER=http://127.0.0.1:$BROKER_PORT/oidc
 export SIM_RETURN_URLS="com.example.web=$BROKER_PUBLIC_URL/v1/apple/web/callback"
 start_stack

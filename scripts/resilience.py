@@ -162,7 +162,7 @@ class Service:
                 self.process.wait()
 
 
-def wait_http(url, seconds=60):
+def wait_http(url, seconds=180):  # a deadline: a loaded machine starts slower, never fails for it
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         try:
@@ -343,7 +343,11 @@ def main():
     parser.add_argument("--work", help="a fresh directory of its own when not given")
     parser.add_argument("--load-seconds", type=int, default=75)
     parser.add_argument("--settle-seconds", type=int, default=240)
+    parser.add_argument("--seed", type=int, default=37,
+                        help="the load's random choices (which user, which notification); the simulator's faults are drawn "
+                             "per call, and the invariants must hold for every draw")
     options = parser.parse_args()
+    random.seed(options.seed)
     work = options.work or tempfile.mkdtemp(prefix="appleid-broker-resilience.")
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)

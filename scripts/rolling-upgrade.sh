@@ -4,12 +4,11 @@
 # and checked by scripts/rolling-upgrade.py (see there for what is checked).
 #
 #   scripts/rolling-upgrade.sh [--write-catalog]   (--write-catalog: rewrite sql/catalog/expected.txt)
+#   scripts/rolling-upgrade.sh --build-only        (builds the previous release and stops: make test
+#                                                   builds it early, beside its other builds)
 #
-# The previous release's source is the commit's tree (`git archive`, so nothing is added to
-# the repository's worktree list), built with `swift build` in a build directory of its own
-# under .build/previous-release/<commit>/, kept between runs: the first run builds it from
-# scratch (several minutes), later runs reuse it. The tag vX.Y.Z is created locally when
-# missing (tags may not travel with a push). Needs PostgreSQL's server binaries and psql.
+# The previous release is built once per machine (scripts/lib/previous-release.sh says where).
+# Needs PostgreSQL's server binaries and psql.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH=/opt/swift/usr/bin:$PATH
@@ -17,6 +16,7 @@ export PATH=/opt/swift/usr/bin:$PATH
 # shellcheck source=lib/previous-release.sh
 source scripts/lib/previous-release.sh
 build_previous_release debug
+[ "${1:-}" = --build-only ] && exit 0
 echo "== previous release v$PREVIOUS_VERSION ($PREVIOUS_COMMIT)" >&2
 # make test hands over the binaries it built (BROKER_BIN), so this does not wait for SwiftPM's
 # lock on .build while another stage builds there.

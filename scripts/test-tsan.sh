@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # The Swift test suite under ThreadSanitizer. BROKER_TSAN=1 makes `Lock` (Sources/Locking) a
 # pthread mutex (PThreadMutex says why); the build goes to .build/tsan.
-# Any report fails the run (TSAN_OPTIONS halt_on_error).  [swift test args] scripts/test-tsan.sh
+# Any report fails the run (TSAN_OPTIONS halt_on_error).
+#   scripts/test-tsan.sh [swift test arguments]   builds, then runs the suites
+#   scripts/test-tsan.sh --build-only             builds (make test builds first, at low priority)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/bootstrap.sh test
 export BROKER_TSAN=1 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1"
 echo "== build with -sanitize=thread" >&2
 swift build --build-tests --sanitize=thread --build-path .build/tsan
+[ "${1:-}" = --build-only ] && exit 0
 echo "== test under ThreadSanitizer" >&2
 swift test --skip-build --sanitize=thread --build-path .build/tsan "$@"

@@ -1,101 +1,150 @@
 #!/usr/bin/env bash
-# Runs every test (what CI runs): builds with warnings as errors, then the stages below in three
-# lanes at once, since most stages wait on sockets and PostgreSQL while others keep the cores busy:
-#   suites     the Swift suites (database-free and integration), then the live API checks:
-#              schemathesis, the deployment checks, the integration examples, the generated client,
-#              the rolling upgrade (the previous release built and run beside this one)
-#   release    the release build, the README's tour (make run), the resilience suite
-#   sanitizers the Swift suites again under ThreadSanitizer, then each fuzz target for a minute
-# Each stage's output goes to a log that is printed whole when its lane ends; a table of stage
-# times closes the run (docs/testing.md keeps the figures).
-# Tests start their own throwaway PostgreSQL clusters and loopback servers.
-# Usage: scripts/test.sh [swift test arguments, e.g. --filter JOSETests]  (the Swift suites only)
+# Runs every test (what CI runs). The same commit gives the same result: every stage draws its
+# random inputs from a fixed seed and waits on conditions (docs/testing.md, "Determinism").
+#
+# The stages run in lanes, at once: most of them wait on sockets, PostgreSQL or a browser while
+# others keep the two cores busy. A lane runs its stages in order and stops at its first failure;
+# `await EVENT` holds a lane until another lane has signalled EVENT (`signal EVENT` after a
+# stage that succeeded). The builds that only feed a later lane run at low priority (nice), so
+# that the debug build, which everything else waits for, gets the cores first.
+# Each stage's output goes to its lane's log, printed whole when the lane ends; a table of stage
+# times (start, wall and CPU seconds of every process of the stage) closes the run, and
+# docs/testing.md keeps the figures. Add a stage by adding a line to a lane below.
+#
+# Usage: scripts/test.sh                   every stage (make test)
+#        scripts/test.sh [swift test arguments, e.g. --filter JOSETests]   the Swift suites only
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/bootstrap.sh test
 
-flags=(-Xswiftc -warnings-as-errors)
-echo "== build (warnings are errors)" >&2
-build_result=$(mktemp)
-scripts/lib/stage-time.py "$build_result" swift build --build-tests "${flags[@]}"
-read -r _ build_wall build_user build_system < "$build_result"
-rm -f "$build_result"
+# The debug build, warnings are errors. (It keeps SwiftPM's index store, which costs a fifth of a
+# build: on Linux, XCTest's test discovery reads it.)
+build_flags=(--build-tests -Xswiftc -warnings-as-errors)
 if [ $# -gt 0 ]; then
+  swift build "${build_flags[@]}"
   exec swift test --skip-build --parallel "$@"
 fi
 
-BIN=$(swift build --show-bin-path)
-export BROKER_BIN=$BIN NO_COLOR=1
 logs=$(mktemp -d "${TMPDIR:-/tmp}/appleid-broker-test.XXXXXX")
-trap 'rm -rf "$logs"' EXIT
+trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$logs"' EXIT
+started=$SECONDS
+BIN=$(swift build --show-bin-path)
+# Stages use the binaries this run built, and never build in .build themselves.
+export BROKER_BIN=$BIN NO_COLOR=1
+# The make test budgets of the stages that have a longer version of their own (docs/testing.md).
+export FUZZ_RUNS=${FUZZ_RUNS:-100000} LOAD_SECONDS=${LOAD_SECONDS:-30}
+
+# ---- the machinery: timed stages, events between lanes ----
 
 # timed LANE STAGE COMMAND...: runs one stage into the lane's log and records when it started,
 # its wall and CPU seconds (every process of the stage, PostgreSQL included:
 # scripts/lib/stage-time.py) and its verdict.
 timed() {
-  local lane=$1 stage=$2 offset=$((SECONDS - started)) status=0 result
+  local lane=$1 stage=$2 offset=$((SECONDS - started)) status=0 result wall=? user=0 system=0
   shift 2
   result=$(mktemp "$logs/result.XXXXXX")
   printf '\n== %s\n' "$stage" >> "$logs/$lane.log"
   scripts/lib/stage-time.py "$result" "$@" >> "$logs/$lane.log" 2>&1 || status=$?
-  local wall=? user=? system=?
   read -r _ wall user system < "$result" || true
   printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$lane" "$stage" "$offset" "$wall" \
-    "$(python3 -c "print(round($user + $system))" 2>/dev/null || echo ?)" "$([ $status = 0 ] && echo ok || echo FAILED)" >> "$logs/times"
+    "$(awk -v u="${user:-0}" -v s="${system:-0}" 'BEGIN {printf "%.0f", u + s}')" "$([ $status = 0 ] && echo ok || echo FAILED)" \
+    >> "$logs/times"
   return $status
 }
+# Low priority for a stage that only feeds a later one (a build): it takes what the others leave.
+low=(nice -n 10)
+# The events, each with the lane that signals it.
+declare -A signalled_by=([debug-build]=build [python-tools]=tools [previous-release]=fuzz)
+signal() { touch "$logs/event.$1"; }
+# await EVENT: waits until EVENT is signalled; fails when the lane that signals it ended without it.
+await() {
+  until [ -e "$logs/event.$1" ]; do
+    if [ -e "$logs/ended.${signalled_by[$1]}" ]; then
+      echo "await $1: lane ${signalled_by[$1]} ended without it" >> "$logs/$lane.log"
+      return 1
+    fi
+    sleep 1
+  done
+}
 
-# The test binary is run directly, not through `swift test`, which would wait for the release
-# lane's build to release SwiftPM's lock on .build.
+# ---- the lanes ----
+
+# The Python tools (PyPI, pinned): mostly waiting on the network, so at once, beside the builds.
+tools() {
+  timed tools "Python tools (schemathesis, Selenium, …; openapi-python-client)" \
+    bash -c 'source scripts/lib/tools-venv.sh && source scripts/lib/generator-venv.sh' && signal python-tools
+}
+# The debug build everything else runs (and, holding SwiftPM's lock on .build, the release build waits for).
+build() {
+  timed build "debug build (warnings are errors)" swift build "${build_flags[@]}" && signal debug-build
+}
+# The Swift suites, then the checks against a live broker.
 suites() {
+  await debug-build &&
   timed suites "Swift suites" "$BIN/appleid-brokerPackageTests.xctest" --testing-library swift-testing &&
-  timed suites "API conformance (schemathesis)" scripts/api-conformance.sh &&
+  await python-tools &&
+  timed suites "API conformance (pinned cases, schemathesis with a fixed seed)" scripts/api-conformance.sh &&
   timed suites "deployment checks" scripts/check-deploy.sh &&
   timed suites "integration examples (Python, Node, Go; standardwebhooks)" scripts/examples.sh &&
   timed suites "generated Python client" scripts/generated-client.sh &&
-  timed suites "rolling upgrade (the previous release beside this build on one database)" scripts/rolling-upgrade.sh &&
   timed suites "OpenID Connect relying parties (Authlib, mod_auth_openidc)" scripts/oidc-rps.sh &&
-  timed suites "OpenID Foundation conformance plans (Basic, Config, Form Post, RP-Initiated, Back-Channel)" scripts/oidc-conformance.sh
+  await previous-release &&
+  timed suites "rolling upgrade (the previous release beside this build on one database)" scripts/rolling-upgrade.sh
 }
+# The release binaries and what runs them: make run and the README's tour, the console in a browser, resilience.
 release() {
-  timed release "release build" swift build -c release --product appleid-broker &&
-  timed release "release build (simulator)" swift build -c release --product apple-sim &&
+  await debug-build &&
+  timed release "release build (broker, simulator)" \
+    bash -c 'swift build -c release --product appleid-broker && swift build -c release --product apple-sim' &&
   timed release "the README's tour (make run + its commands)" scripts/tour.sh &&
+  await python-tools &&
   timed release "console in Chromium (browser tests)" scripts/console-browser.sh &&
-  timed release "resilience (PostgreSQL crashes, broker killed, Apple fails)" env LOAD_SECONDS="${LOAD_SECONDS:-60}" scripts/resilience.sh
+  timed release "resilience (PostgreSQL crashes, broker killed, Apple fails; ${LOAD_SECONDS}s of load)" scripts/resilience.sh
 }
-sanitizers() {
-  timed sanitizers "Swift suites under ThreadSanitizer" scripts/test-tsan.sh &&
-  timed sanitizers "fuzzing (libFuzzer + AddressSanitizer)" env FUZZ_SECONDS="${FUZZ_SECONDS:-60}" scripts/fuzz.sh
+# The Swift suites again under ThreadSanitizer (its build at low priority, its run not: tests wait on deadlines).
+tsan() {
+  timed tsan "ThreadSanitizer build" "${low[@]}" scripts/test-tsan.sh --build-only &&
+  timed tsan "Swift suites under ThreadSanitizer" scripts/test-tsan.sh
 }
+# libFuzzer (fixed seed and runs) and the previous release's build, both only feeding themselves or a later
+# stage; then the OpenID Foundation's plans, a stage of their own that fits here.
+fuzz() {
+  timed fuzz "fuzzing (libFuzzer + AddressSanitizer, ${FUZZ_RUNS} inputs per target from a fixed seed; builds included)" \
+    "${low[@]}" scripts/fuzz.sh &&
+  timed fuzz "previous release build (for the rolling upgrade)" "${low[@]}" scripts/rolling-upgrade.sh --build-only &&
+  signal previous-release &&
+  await debug-build && await python-tools &&
+  timed fuzz "OpenID Foundation conformance plans (Basic, Config, Form Post, RP-Initiated, Back-Channel)" scripts/oidc-conformance.sh
+}
+lanes=(tools build suites release tsan fuzz)
 
-started=$SECONDS
+# ---- run ----
+
 read -r _ busy_start < <(awk '/^cpu /{print "x", $2+$3+$4+$7+$8}' /proc/stat)
-echo "== lanes: suites, release, sanitizers (each lane's log follows when it ends)" >&2
+echo "== lanes: ${lanes[*]} (each lane's log follows when it ends)" >&2
 pids=()
-for lane in suites release sanitizers; do
-  ( "$lane" ) &
+for lane in "${lanes[@]}"; do
+  ( status=0; "$lane" || status=$?; touch "$logs/ended.$lane"; exit $status ) &
   pids+=("$!")
 done
 failed=0
 for index in "${!pids[@]}"; do
   wait "${pids[$index]}" || failed=1
 done
-for lane in suites release sanitizers; do
+for lane in "${lanes[@]}"; do
   printf '\n######## lane %s ########\n' "$lane"
   cat "$logs/$lane.log"
 done
-printf '\n== stage times (seconds; lanes ran at once, %ss in all after a %ss build of %s CPU-seconds)\n' \
-  $((SECONDS - started)) "$build_wall" "$(python3 -c "print(round($build_user + $build_system))")"
-{ printf 'lane\tstage\tstart\twall\tcpu\tverdict\n'; cat "$logs/times"; } | column -t -s $'\t'
 # What the whole machine spent meanwhile (other work on a shared machine makes walls longer).
 read -r _ busy_end < <(awk '/^cpu /{print "x", $2+$3+$4+$7+$8}' /proc/stat)
-printf 'the machine (%s cores) was busy %s CPU-seconds during the lanes (this run: %s); load average at the end: %s\n' \
-  "$(nproc)" $(((busy_end - busy_start) / $(getconf CLK_TCK))) \
-  "$(awk -F'\t' '{cpu += $5} END {print cpu}' "$logs/times")" "$(cut -d' ' -f1-3 /proc/loadavg)"
+printf '\n== stage times (seconds from the start; CPU of every process of the stage)\n'
+{ printf 'lane\tstage\tstart\twall\tcpu\tverdict\n'; sort -t$'\t' -k3,3n "$logs/times"; } | column -t -s $'\t'
+printf '%ss in all; the stages used %s CPU-seconds, the machine (%s cores) %s; load average at the end: %s\n' \
+  $((SECONDS - started)) "$(awk -F'\t' '{cpu += $5} END {print cpu}' "$logs/times")" "$(nproc)" \
+  $(((busy_end - busy_start) / $(getconf CLK_TCK))) "$(cut -d' ' -f1-3 /proc/loadavg)"
 if [ $failed != 0 ]; then
   echo "FAILED:" >&2
-  grep -P '\tFAILED$' "$logs/times" >&2
+  grep -P '\tFAILED$' "$logs/times" >&2 || echo "(a lane ended early: see its log)" >&2
   exit 1
 fi
 # The closing line CI reads: the Swift suites' count (every other stage passed or we exited above).

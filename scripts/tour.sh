@@ -22,6 +22,8 @@ cd "$(dirname "$0")/.."
 port_in_use() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 # shellcheck source=lib/ports.sh
 source scripts/lib/ports.sh
+# shellcheck source=lib/wait.sh
+source scripts/lib/wait.sh
 broker_port=8080 sim_port=8090 console_port=8081 receiver_port=9000 website_port=9001
 if port_in_use 8080 || port_in_use 8090 || port_in_use 8081 || port_in_use 9000 || port_in_use 9001; then
   broker_port=$(free_port) sim_port=$(free_port) console_port=$(free_port) receiver_port=$(free_port)
@@ -47,8 +49,10 @@ start_make_run() {
   scripts/run.sh >> "$work/run.log" 2>&1 &
   run_pid=$!
   set +m
-  for _ in $(seq 1 1800); do
-    curl -sf -o /dev/null "http://$BROKER_LISTEN/readyz" && port_in_use "$console_port" && return 0
+  # A deadline, not a count of tries: a first make run builds, runs initdb and the migrations.
+  local deadline=$((SECONDS + 900))
+  while [ $SECONDS -lt $deadline ]; do
+    curl -sf -m 5 -o /dev/null "http://$BROKER_LISTEN/readyz" && port_in_use "$console_port" && return 0
     kill -0 "$run_pid" 2>/dev/null || { cat "$work/run.log" >&2; echo "tour: make run stopped" >&2; exit 1; }
     sleep 0.5
   done
@@ -75,11 +79,7 @@ stop_make_run() {
   kill -"$signal" -- -"$group" 2>/dev/null || true
   wait "$run_pid" 2>/dev/null || true
   run_pid=
-  for _ in $(seq 1 300); do
-    left=$(leftovers "$group")
-    [ -z "$left" ] && break
-    sleep 0.1
-  done
+  wait_until 60 eval 'left=$(leftovers "$group"); [ -z "$left" ]' || true
   if [ -n "$left" ]; then
     echo "tour: after $what, still there:" >&2
     echo "$left" >&2
@@ -124,7 +124,7 @@ PY
 
 start_make_run
 # What make run prints once ready: the provider's discovery URL, the registration command, a link.
-for _ in $(seq 1 100); do grep -q 'console link --operator demo' "$work/run.log" && break; sleep 0.1; done
+wait_until 60 grep -q 'console link --operator demo' "$work/run.log" || true
 for printed in "/oidc/.well-known/openid-configuration" "/oidc/register" "127.0.0.1:$console_port/link?token=" \
   "console link --operator demo --role viewer,operator,compliance,admin"; do
   grep -qF "$printed" "$work/run.log" || { echo "tour: make run did not print $printed" >&2; exit 1; }
@@ -140,13 +140,16 @@ for block in "$work"/block-*.sh; do
 echo "== [second terminal] \$(head -c 120 '$block')" >&2
 bash -euo pipefail '$block' > '$work/background.log' 2>&1 &
 echo \$! > '$work/background.pid'
-for _ in \$(seq 1 100); do grep -q subscribed '$work/background.log' && break; sleep 0.1; done
+# Conditions, not a count of tries: a loaded machine takes longer, never fails for it (120 s).
+deadline=\$((SECONDS + 120))
+until grep -q subscribed '$work/background.log' || [ \$SECONDS -ge \$deadline ]; do sleep 0.1; done
 grep -q subscribed '$work/background.log' || { cat '$work/background.log' >&2; exit 1; }
 SH
       ;;
     *-tour-wait.sh)
       cat >> "$script" <<SH
-for _ in \$(seq 1 300); do kill -0 \$(cat '$work/background.pid') 2>/dev/null || break; sleep 0.1; done
+deadline=\$((SECONDS + 120))
+while kill -0 \$(cat '$work/background.pid') 2>/dev/null && [ \$SECONDS -lt \$deadline ]; do sleep 0.1; done
 if kill -0 \$(cat '$work/background.pid') 2>/dev/null; then echo "tour: the webhook receiver never got user.deleted" >&2; exit 1; fi
 echo "== $(basename "$block")" >&2
 sed "s/^/    /" '$block' >&2

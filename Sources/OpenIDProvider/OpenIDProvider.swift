@@ -76,6 +76,12 @@ package final class OpenIDProvider: Sendable {
         AdminRoutes.register(on: &router, provider: self, admin: admin)
     }
 
+    /// The provider's answer to a request for one of its endpoints that the HTTP server refused
+    /// before routing (a body over the limit), in the endpoint's RFC format; nil: not its own.
+    package func refusal(_ problem: Problem, _ request: HTTPRequest) -> HTTPResponse? {
+        OpenIDRoutes.refusal(problem, request, endpoints: endpoints)
+    }
+
     /// OpenID Connect Discovery 1.0 §3 and RFC 8414 §2 (one document).
     var discoveryDocument: JSONValue {
         func strings(_ values: [String]) -> JSONValue { .array(values.map(JSONValue.string)) }

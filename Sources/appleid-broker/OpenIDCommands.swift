@@ -133,6 +133,8 @@ enum OpenIDCommands {
                 }
             } catch let error as OAuthError {
                 throw arguments.usageError("\(error.code): \(error.description)")
+            } catch let error as BrokerError where error.code == .oidcClientNotFound {
+                throw arguments.usageError(error.detail)
             }
             guard case .object(var members) = created.0.json else { preconditionFailure("a resource server is an object") }
             members["secret"] = .string(created.1)

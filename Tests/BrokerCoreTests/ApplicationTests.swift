@@ -108,6 +108,32 @@ struct CommandLineTests {
         #expect(refused.stderr.contains("APPLE_APP_GROUPS='com.example.app=com.example.web'"), "\(refused.stderr)")
     }
 
+    /// The commands in docs/command-line.md's synopsis: each `appleid-broker GROUP a|b …` line
+    /// (continuation lines are indented) gives GROUP alone, or GROUP with each alternative that
+    /// starts with a lowercase word (`deletions list [--json] | retry ID`); an alternative inside
+    /// an option (`(--user-id ID | --apple-sub SUB)`) starts with a dash and is not a command.
+    static func documentedCommands() throws -> Set<[String]> {
+        let text = try Repository.text("docs/command-line.md")
+        let block = try #require(text.components(separatedBy: "```").dropFirst().first, "the synopsis block")
+        func isWord<S: StringProtocol>(_ word: S) -> Bool {
+            !word.isEmpty && !word.hasPrefix("-") && word.allSatisfy { $0.isLowercase || $0 == "-" }
+        }
+        var commands: Set<[String]> = []
+        for line in block.split(separator: "\n") where line.hasPrefix("appleid-broker ") {
+            let words = line.dropFirst("appleid-broker ".count).split(separator: " ", maxSplits: 1).map(String.init)
+            let group = words[0]
+            let alternatives = (words.count > 1 ? words[1] : "").split(separator: "|").map {
+                $0.trimmingCharacters(in: .whitespaces).split(separator: " ").first.map(String.init) ?? ""
+            }
+            if let first = alternatives.first, isWord(first) {
+                for alternative in alternatives where isWord(alternative) { commands.insert([group, alternative]) }
+            } else {
+                commands.insert([group])
+            }
+        }
+        return commands
+    }
+
     @Test("every command refuses an option it does not know: exit 2, which option, the command's usage line")
     func unknownOptionsRefused() throws {
         let environment = try TestEnvironment.variables(database: try TestPostgres.freshDatabase())
@@ -121,7 +147,13 @@ struct CommandLineTests {
             }
             .map(String.init)
         }
-        #expect(commands.count == 23, "\(commands)")
+        // Exactly the commands docs/command-line.md documents (the public contract), so a
+        // dropped group and an undocumented command are both caught, without a count to bump.
+        let documented = try Self.documentedCommands()
+        #expect(
+            Set(commands) == documented,
+            "usage only: \(Set(commands).subtracting(documented)); docs only: \(documented.subtracting(commands))")
+        #expect(commands.count == documented.count, "a command listed twice: \(commands)")
         #expect(
             commands.contains(["api-keys", "create"]) && commands.contains(["serve"]) && commands.contains(["reencrypt"])
                 && commands.contains(["console", "link"]) && commands.contains(["oidc-resource-servers", "create"]))

@@ -78,7 +78,12 @@ struct AuthorizationTimelineTests {
         nextSecond(after: revokedAt)
         _ = try signIn(broker, sub: sub)
         #expect(try broker.count("SELECT count(*) FROM apple_notifications") == 0, "the sign-in came first")
-        try waitUntil { try broker.count("SELECT count(*) FROM apple_notifications") == 2 }
+        // The simulator records a delivery when the broker's answer reaches it, a moment after the
+        // broker's commit: wait for both, not the rows alone.
+        try waitUntil {
+            try broker.count("SELECT count(*) FROM apple_notifications") == 2
+                && broker.simulator.notificationDeliveries.count == 2
+        }
         #expect(broker.simulator.notificationDeliveries.map(\.status) == [200, 200])
         #expect(
             try broker.count(

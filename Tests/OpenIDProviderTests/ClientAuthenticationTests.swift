@@ -228,15 +228,17 @@ struct ClientAuthenticationTests {
         let created = try harness.send(
             "POST", "/v1/oidc-resource-servers",
             headers: [("Authorization", "Bearer \(key)"), ("Content-Type", "application/json")],
-            body: #"{"name":"api","client_ids":["\#(mine.id)"]}"#)
-        #expect(created.status == 201, "\(created.bodyText)")
+            body: #"{"name":"\#(String(repeating: "é", count: 200))","client_ids":["\#(mine.id)"]}"#)
+        #expect(created.status == 201, "a name of 200 characters (400 bytes), as the description counts: \(created.bodyText)")
         let serverID = try #require(created.json["resource_server_id"] as? String)
         let secret = try #require(created.json["secret"] as? String)
         let unknownAudience = try harness.send(
             "POST", "/v1/oidc-resource-servers",
             headers: [("Authorization", "Bearer \(key)"), ("Content-Type", "application/json")],
             body: #"{"client_ids":["oidc_nope"]}"#)
-        #expect(unknownAudience.status == 400, "only registered relying parties")
+        // A reference to a relying party that is not there, as a deletion's unknown user_id is 404.
+        #expect(unknownAudience.status == 404, "only registered relying parties")
+        #expect(unknownAudience.json["code"] as? String == "oidc_client_not_found", "\(unknownAudience.bodyText)")
 
         let myTokens = try harness.token(try code(harness, mine), as: mine).json
         let theirTokens = try harness.token(try code(harness, theirs), as: theirs).json

@@ -73,6 +73,16 @@ struct CommandLineTests {
         #expect(keys.stdout.contains("\(kid)\tpending"), "\(keys.stdout)")
         #expect(keys.stdout.contains("\tactive\t"))
 
+        // A resource server for a relying party that is not registered: a usage error, as before.
+        let unknown = try Self.run(
+            ["oidc-resource-servers", "create", "--client-ids", "oidc_nope"], environment: harness.environment)
+        #expect(unknown.status == 2, "\(unknown.stderr)")
+        #expect(unknown.stderr.contains("registered relying party"), "\(unknown.stderr)")
+        let server = try Self.run(
+            ["oidc-resource-servers", "create", "--client-ids", clientID], environment: harness.environment)
+        #expect(server.status == 0, "\(server.stderr)")
+        #expect(try JSONValue.parseObject(Array(server.stdout.utf8))["secret"]?.stringValue != nil)
+
         #expect(try Self.run(["oidc-clients", "delete", clientID], environment: harness.environment).status == 0)
         #expect(try Self.run(["oidc-clients", "delete", clientID], environment: harness.environment).status == 1)
         #expect(try harness.count("SELECT count(*) FROM oidc_grants") == 0, "its grants went with it")

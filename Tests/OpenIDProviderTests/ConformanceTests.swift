@@ -50,6 +50,85 @@ struct ProviderConformanceTests {
         #expect(revoke.json["error"] as? String == "invalid_request")
     }
 
+    @Test(
+        "RFC 6749 §3.1: parameters an endpoint does not read are ignored, repeated or holding a NUL byte (token, revoke, introspect)"
+    )
+    func unreadParametersIgnored() throws {
+        let harness = try ProviderHarness()
+        let client = try harness.confidentialClient()
+        let code = try #require(try harness.signIn(request(client)).query["code"])
+        let form = [("Content-Type", "application/x-www-form-urlencoded"), basic(client)]
+        // What schemathesis sent: a name the endpoint does not know, three times; and a NUL in another.
+        let unread = [("x_extra", "1"), ("x_extra", "true"), ("x_extra", "-244"), ("x_nul", "a\u{0}b")]
+        let fields = [("grant_type", "authorization_code"), ("code", code), ("redirect_uri", client.redirectURI)]
+        let tokens = try harness.send("POST", "/oidc/token", headers: form, body: FormEncoding.encode(fields + unread))
+        #expect(tokens.status == 200, "\(tokens.bodyText)")
+        let access = try #require(tokens.json["access_token"] as? String)
+        // token_type_hint is read at /revoke but not at /token: repeated there, it is ignored too.
+        let hinted = try harness.send(
+            "POST", "/oidc/token", headers: form,
+            body: FormEncoding.encode([("grant_type", "refresh_token"), ("token_type_hint", "a"), ("token_type_hint", "b")]))
+        #expect(hinted.json["error"] as? String == "invalid_request", "\(hinted.bodyText)")
+        #expect((hinted.json["error_description"] as? String)?.contains("refresh_token") == true, "\(hinted.bodyText)")
+
+        let key = try harness.adminKey()
+        let created = try harness.send(
+            "POST", "/v1/oidc-resource-servers",
+            headers: [("Authorization", "Bearer \(key)"), ("Content-Type", "application/json")],
+            body: #"{"client_ids":["\#(client.id)"]}"#)
+        let serverID = try #require(created.json["resource_server_id"] as? String)
+        let secret = try #require(created.json["secret"] as? String)
+        let introspected = try harness.send(
+            "POST", "/oidc/introspect", headers: [("Content-Type", "application/x-www-form-urlencoded")],
+            body: FormEncoding.encode(
+                [("token", access), ("client_id", serverID), ("client_secret", secret), ("client_assertion", "x")] + unread))
+        #expect(introspected.status == 200, "\(introspected.bodyText)")
+        #expect(introspected.json["active"] as? Bool == true)
+
+        let revoked = try harness.send(
+            "POST", "/oidc/revoke", headers: form, body: FormEncoding.encode([("token", access)] + unread))
+        #expect(revoked.status == 200, "\(revoked.bodyText)")
+        // A parameter the endpoint reads is still refused when repeated or holding a NUL byte.
+        let twice = try harness.send(
+            "POST", "/oidc/introspect", headers: [("Content-Type", "application/x-www-form-urlencoded")],
+            body: FormEncoding.encode([("token", access), ("token", "b"), ("client_id", serverID), ("client_secret", secret)]))
+        #expect(twice.status == 400 && twice.json["error"] as? String == "invalid_request", "\(twice.bodyText)")
+        let nul = try harness.send(
+            "POST", "/oidc/introspect", headers: [("Content-Type", "application/x-www-form-urlencoded")],
+            body: FormEncoding.encode([("token", "a\u{0}"), ("client_id", serverID), ("client_secret", secret)]))
+        #expect(nul.status == 400 && nul.json["error"] as? String == "invalid_request", "\(nul.bodyText)")
+    }
+
+    @Test(
+        "a body over BROKER_MAX_BODY_BYTES at the provider's endpoints is their RFC error (invalid_request), not a 413 problem document"
+    )
+    func oversizedBodies() throws {
+        let harness = try ProviderHarness(extra: ["BROKER_MAX_BODY_BYTES": "1024"])
+        let big = "token=" + String(repeating: "a", count: 4096)
+        let form = [("Content-Type", "application/x-www-form-urlencoded")]
+        for path in ["/oidc/token", "/oidc/revoke", "/oidc/introspect", "/oidc/register"] {
+            for chunked in [false, true] {
+                let answer = try harness.send(
+                    "POST", path, headers: form + (chunked ? [("Transfer-Encoding", "chunked")] : []), body: big)
+                #expect(answer.status == 400, "\(path) chunked: \(chunked): \(answer.status) \(answer.bodyText)")
+                #expect(answer.header("content-type") == "application/json", "\(path)")
+                #expect(answer.json["error"] as? String == "invalid_request", "\(path): \(answer.bodyText)")
+                #expect(answer.header("cache-control") == "no-store", "\(path)")
+            }
+        }
+        let userinfo = try harness.send("POST", "/oidc/userinfo", headers: form, body: big)
+        #expect(userinfo.status == 400)
+        #expect(userinfo.header("www-authenticate")?.contains(#"error="invalid_request""#) == true)
+        for path in ["/oidc/authorize", "/oidc/logout", "/oidc/logout/confirm"] {
+            let page = try harness.send("POST", path, headers: form, body: big)
+            #expect(page.status == 400 && page.header("content-type")?.hasPrefix("text/html") == true, "\(path): \(page.status)")
+        }
+        // The rest of the API keeps its problem document.
+        let login = try harness.send("POST", "/v1/apple/login", headers: [("Content-Type", "application/json")], body: big)
+        #expect(login.status == 413)
+        #expect(login.header("content-type") == "application/problem+json")
+    }
+
     @Test("RFC 7636 §4.1: a code_verifier outside [A-Za-z0-9-._~] is invalid_request even when its hash matches")
     func verifierCharacters() throws {
         let harness = try ProviderHarness()

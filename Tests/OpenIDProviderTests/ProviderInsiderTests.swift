@@ -208,6 +208,9 @@ struct ProviderInsiderTests {
                 == "http://127.0.0.1:5173", "loopback: any port")
         #expect(try preflight("/oidc/token", origin: "https://spa.example.com:8443").header("access-control-allow-origin") == nil)
         #expect(try preflight("/oidc/token", origin: "null").header("access-control-allow-origin") == nil)
+        // Any Origin is answered 204 (the description's contract); one over 300 characters is never allowed.
+        let long = try preflight("/oidc/token", origin: "https://spa.example.com" + String(repeating: "0", count: 300))
+        #expect(long.status == 204 && long.header("access-control-allow-origin") == nil)
         // The actual requests carry the origin too, refusals included (the app reads the error).
         let token = try harness.send(
             "POST", "/oidc/token",

@@ -39,6 +39,14 @@ struct RegistrationTests {
         let publicClient = try harness.register(["redirect_uris": ["com.example.app:/cb"], "token_endpoint_auth_method": "none"])
         #expect(publicClient.status == 201, "\(publicClient.bodyText)")
         #expect(publicClient.json["client_secret"] == nil, "public clients get no secret")
+
+        // client_name's maxLength (200) counts characters, as JSON Schema does, not UTF-8 bytes.
+        let longName = String(repeating: "é", count: 200)
+        let named = try harness.register(["redirect_uris": ["https://rp.example.com/cb"], "client_name": longName])
+        #expect(named.status == 201, "200 characters (400 bytes): \(named.bodyText)")
+        #expect(named.json["client_name"] as? String == longName)
+        let tooLong = try harness.register(["redirect_uris": ["https://rp.example.com/cb"], "client_name": longName + "é"])
+        #expect(tooLong.json["error"] as? String == "invalid_client_metadata", "\(tooLong.bodyText)")
     }
 
     @Test("registration refusals: RFC 7591 codes, and only with an admin key")

@@ -6,6 +6,8 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 : "${WORK:=${TMPDIR:-/tmp}/appleid-broker-stack}"
 # shellcheck source=ports.sh
 source "$ROOT/scripts/lib/ports.sh"
+# shellcheck source=wait.sh
+source "$ROOT/scripts/lib/wait.sh"
 : "${SIM_PORT:=$(free_port)}"
 : "${BROKER_PORT:=$(free_port)}"
 : "${API_SCOPES:=login,read,compliance,events,admin}"
@@ -31,9 +33,16 @@ stop_all() {
   fi
 }
 
-wait_http() {  # wait_http URL  (STACK_CA: the CA of a broker serving HTTPS)
-  for _ in $(seq 1 300); do curl -sf ${STACK_CA:+--cacert "$STACK_CA"} -o /dev/null "$1" && return 0; sleep 0.1; done
-  echo "timed out waiting for $1" >&2; return 1
+wait_http() {  # wait_http URL [PID]: waits up to 180 s (a first start runs initdb and the migrations),
+  # and gives up at once when PID, the server being waited for, has exited. STACK_CA: the CA of a broker serving HTTPS.
+  local deadline=$((SECONDS + 180))
+  until curl -sf -m 5 ${STACK_CA:+--cacert "$STACK_CA"} -o /dev/null "$1"; do
+    if [ -n "${2:-}" ] && ! kill -0 "$2" 2>/dev/null; then
+      echo "waiting for $1: the server exited (its log is in $WORK)" >&2; return 1
+    fi
+    [ "$SECONDS" -lt "$deadline" ] || { echo "timed out waiting for $1" >&2; return 1; }
+    sleep 0.1
+  done
 }
 
 # Starts the simulator and a broker on a fresh embedded PostgreSQL, then creates an API key
@@ -54,11 +63,12 @@ start_stack() {
     --key "$APPLE_PRIVATE_KEY_PATH" --client-ids "$APPLE_CLIENT_IDS" ${SIM_RETURN_URLS:+--return-urls "$SIM_RETURN_URLS"} \
     > "$WORK/sim.log" 2>&1 &
   SIM_PID=$!
-  wait_http "http://127.0.0.1:$SIM_PORT/sim/stats"
+  wait_http "http://127.0.0.1:$SIM_PORT/sim/stats" "$SIM_PID"
   "$BIN/appleid-broker" serve > "$WORK/broker.log" 2>&1 &
   BROKER_PID=$!
   # A broker with BROKER_TLS_* speaks HTTPS only.
-  wait_http "$([ -n "${BROKER_TLS_CERT_PATH:-}" ] && echo https || echo http)://127.0.0.1:$BROKER_PORT/readyz"
+  wait_http "$([ -n "${BROKER_TLS_CERT_PATH:-}" ] && echo https || echo http)://127.0.0.1:$BROKER_PORT/readyz" "$BROKER_PID" ||
+    { tail -5 "$WORK/broker.log" >&2; return 1; }
   API_KEY=$("$BIN/appleid-broker" api-keys create --name stack --scopes "$API_SCOPES" 2>/dev/null)
   export API_KEY
 }

@@ -54,7 +54,7 @@ public final class BrokerApplication: Sendable {
         guard let appleSettings = configuration.apple, let tokenKeys = configuration.tokenKeys else {
             throw BrokerConfiguration.Invalid(problems: ["serve needs the Apple settings and TOKEN_ENCRYPTION_KEY"])
         }
-        let serverConfiguration = try Self.serverConfiguration(configuration)
+        var serverConfiguration = try Self.serverConfiguration(configuration)
         self.configuration = configuration
         self.logger = logger
         database = try Database.open(configuration, logger: logger)
@@ -84,7 +84,16 @@ public final class BrokerApplication: Sendable {
         var router = Router()
         OperationsRoutes.register(
             on: &router, database: database, metrics: metrics, health: health, servesMetrics: configuration.metricsListen == nil)
-        if roles.contains(.api) { try parts.registerAPI(on: &router, wakeDeletions: wakeDeletions, eventsWritten: eventsWritten) }
+        if roles.contains(.api),
+            let refusals = try parts.registerAPI(on: &router, wakeDeletions: wakeDeletions, eventsWritten: eventsWritten)
+        {
+            // The OpenID Provider's endpoints answer the server's own refusals (a body over the
+            // limit) in their RFCs' formats; every other refusal stays a problem document.
+            serverConfiguration.problemRenderer = { problem, request in
+                refusals(problem, request)
+                    ?? problem.response(instance: request.path, requestID: request.requestID, typeBase: Self.problemTypeBase)
+            }
+        }
         if roles.contains(.notifications) {
             parts.registerNotifications(on: &router, wakeDeletions: wakeDeletions, eventsWritten: eventsWritten)
         }

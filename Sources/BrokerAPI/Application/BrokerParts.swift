@@ -165,9 +165,11 @@ struct BrokerParts: Sendable {
 
     // MARK: Role `api`
 
+    /// - Returns: how the OpenID Provider answers the HTTP server's own refusals of requests for
+    ///   its endpoints (nil without a provider, or for another path: a problem document).
     func registerAPI(
         on router: inout Router, wakeDeletions: @escaping @Sendable () -> Void, eventsWritten: @escaping @Sendable () -> Void
-    ) throws {
+    ) throws -> (@Sendable (Problem, HTTPRequest) -> HTTPResponse?)? {
         let login = LoginService(
             validator: validator, apple: apple, pool: pool, tokenKeys: tokenKeys, teamID: appleSettings.teamID,
             settings: configuration.login, validationIntervalSeconds: configuration.sweep.validationIntervalSeconds,
@@ -192,6 +194,7 @@ struct BrokerParts: Sendable {
             keys: apiKeys)
         // The OpenID Provider (OIDC_ISSUER): Apple's form posts for it come back to the web callback.
         var continuations: [any AppleFormPostContinuation] = []
+        var refusals: (@Sendable (Problem, HTTPRequest) -> HTTPResponse?)?
         if let oidc = configuration.oidc {
             let provider = try OpenIDProvider(
                 settings: oidc, appleBaseURL: appleSettings.baseURL, pool: pool, tokenKeys: tokenKeys, login: login,
@@ -206,6 +209,7 @@ struct BrokerParts: Sendable {
                     return key
                 }, perAddress: perAddressLimiter())
             continuations.append(provider.authorization)
+            refusals = provider.refusal
         }
         WebSignInRoutes.register(
             on: &router,
@@ -213,6 +217,7 @@ struct BrokerParts: Sendable {
                 settings: configuration.web, appleBaseURL: appleSettings.baseURL, store: WebSignInStore(pool: pool),
                 login: login, keys: tokenKeys, metrics: metrics, continuations: continuations),
             keys: apiKeys, perAddress: perAddressLimiter())
+        return refusals
     }
 
     // MARK: Role `notifications`

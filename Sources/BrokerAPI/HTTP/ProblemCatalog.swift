@@ -39,6 +39,7 @@ public enum ProblemCatalog {
         case .deletionNotFailed: (409, "Not a failed deletion")
         case .deletionCodeRefused: (409, "Deletion cannot take the code")
         case .subscriptionNotFound: (404, "Subscription not found")
+        case .oidcClientNotFound: (404, "Relying party not found")
         case .deliveryNotFailed: (409, "Not a failed delivery")
         case .webhookSubscriptionLimit: (409, "Webhook subscription limit reached")
         case .rateLimited: (429, "Too many requests")

@@ -42,6 +42,8 @@ public struct BrokerError: Error, Sendable, Equatable, CustomStringConvertible {
         /// its revocation): refused unsent, so it stays good for its five minutes.
         case deletionCodeRefused = "deletion_code_refused"
         case subscriptionNotFound = "subscription_not_found"
+        /// A resource server named a relying party that is not registered.
+        case oidcClientNotFound = "oidc_client_not_found"
         case deliveryNotFailed = "delivery_not_failed"
         case webhookSubscriptionLimit = "webhook_subscription_limit"
         /// Over a per-user budget (code exchanges), with `Retry-After`.

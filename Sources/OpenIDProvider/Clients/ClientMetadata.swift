@@ -70,8 +70,9 @@ package struct ClientMetadata: Sendable, Equatable {
         guard responses == ["code"] else {
             throw OAuthError.invalidClientMetadata("response_types: only code (the authorization code flow)")
         }
-        if let clientName, clientName.isEmpty || clientName.utf8.count > 200 {
-            throw OAuthError.invalidClientMetadata("client_name: 1 to 200 bytes")
+        // Characters (Unicode scalars), as the API description's maxLength counts them.
+        if let clientName, clientName.isEmpty || clientName.unicodeScalars.count > 200 {
+            throw OAuthError.invalidClientMetadata("client_name: 1 to 200 characters")
         }
         let scopes = (scope ?? "openid email profile offline_access").split(separator: " ").map(String.init)
         guard !scopes.isEmpty, Set(scopes).isSubset(of: ProviderPolicy.scopes), scopes.contains("openid") else {

@@ -39,21 +39,29 @@ package struct ResourceServerStore: Sendable {
     static let maximumClientIDs = 100
 
     /// Registers a resource server for `clientIDs` (each a registered client); returns it and its secret (shown once).
-    /// - Throws: `OAuthError` invalid_client_metadata when a client id is unknown or the list is empty or long.
+    /// - Throws: `BrokerError` `oidc_client_not_found` when a client id is not registered;
+    ///   `OAuthError` invalid_client_metadata when the list is empty or long, or the name empty or long.
     package func create(name: String?, clientIDs: [String], actor: String) throws -> (ResourceServer, String) {
         let audience = Array(Set(clientIDs)).sorted()
         guard !audience.isEmpty, audience.count <= Self.maximumClientIDs else {
             throw OAuthError.invalidClientMetadata("client_ids: 1 to \(Self.maximumClientIDs) registered client ids")
         }
-        if let name, name.isEmpty || name.utf8.count > 200 { throw OAuthError.invalidClientMetadata("name: 1 to 200 bytes") }
+        // Characters (Unicode scalars), as the API description's maxLength counts them.
+        if let name, name.isEmpty || name.unicodeScalars.count > 200 {
+            throw OAuthError.invalidClientMetadata("name: 1 to 200 characters")
+        }
         let id = "rs_" + Base64URL.encode(SecureRandom.bytes(16))
         let secret = Base64URL.encode(SecureRandom.bytes(32))
         let createdAt = try pool.withTransaction { connection in
             let known = try connection.query(
                 "SELECT count(*) AS n FROM oidc_clients WHERE client_id = ANY(\(PostgresTextArray(audience)))"
             ).single().decode(Int.self, "n")
+            // A reference to something that is not there, as a deletion's unknown user_id is.
             guard known == audience.count else {
-                throw OAuthError.invalidClientMetadata("client_ids: every id must be a registered relying party")
+                throw BrokerError(
+                    .oidcClientNotFound,
+                    "client_ids: every id must be a registered relying party (\(audience.count - known) of \(audience.count) are not)"
+                )
             }
             let row = try connection.query(
                 """

@@ -62,14 +62,14 @@ enum OpenIDRoutes {
             }
         }
         // Outsiders' refusals (bad client credentials, unknown tokens) are budgeted per address:
-        // each one costs a database lookup. Successes are never charged.
-        // Outsiders' refusals (bad client credentials, unknown tokens) are budgeted per address:
         // each one costs a database lookup. Successes are never charged. Browser apps reach
         // /token, /revoke and /userinfo across origins (CORS).
         router.group(AddressBudget(perAddress, charge: .failures)) { router in
             router.group(CORSMiddleware(origins: provider.cors, methods: "POST")) { router in
                 router.post(endpoints.path(Endpoints.token)) { request in
-                    var response = try oauth { HTTPResponse.json(try provider.tokens.token(try credentials(request))) }
+                    var response = try oauth {
+                        HTTPResponse.json(try provider.tokens.token(try credentials(request, reading: Parameters.token)))
+                    }
                     // RFC 6749 §5.1 and §5.2 (its example): tokens and refusals alike are never cached.
                     response.headers.set("Cache-Control", "no-store")
                     response.headers.set("Pragma", "no-cache")
@@ -78,7 +78,7 @@ enum OpenIDRoutes {
                 router.on(.options, endpoints.path(Endpoints.token)) { _ in HTTPResponse(status: 204) }
                 router.post(endpoints.path(Endpoints.revocation)) { request in
                     try oauth {
-                        try provider.tokens.revoke(try credentials(request))
+                        try provider.tokens.revoke(try credentials(request, reading: Parameters.revocation))
                         return HTTPResponse(status: 200, headers: ["Cache-Control": "no-store"])
                     }
                 }
@@ -87,7 +87,8 @@ enum OpenIDRoutes {
             // RFC 7662: resource servers, server to server (no CORS).
             router.post(endpoints.path(Endpoints.introspection)) { request in
                 try oauth {
-                    var response = HTTPResponse.json(try provider.tokens.introspect(try credentials(request)))
+                    var response = HTTPResponse.json(
+                        try provider.tokens.introspect(try credentials(request, reading: Parameters.introspection)))
                     response.headers.set("Cache-Control", "no-store")
                     return response
                 }
@@ -184,30 +185,75 @@ enum OpenIDRoutes {
         }
     }
 
-    /// Who a token, revocation or introspection request says it is: its Authorization header and form.
-    static func credentials(_ request: HTTPRequest) throws -> ClientCredentials {
-        ClientCredentials(authorization: request.headers["Authorization"], form: try form(request))
+    /// Who a token, revocation or introspection request says it is: its Authorization header and
+    /// the form parameters the endpoint reads (`reading`).
+    static func credentials(_ request: HTTPRequest, reading: Set<String>) throws -> ClientCredentials {
+        ClientCredentials(authorization: request.headers["Authorization"], form: try form(request, reading: reading))
     }
 
-    /// The form body of a token or revocation request.
-    static func form(_ request: HTTPRequest) throws -> [String: String] {
+    /// The parameters each form endpoint reads; RFC 6749 §3.1: any other is ignored.
+    enum Parameters {
+        static let clientAuthentication: Set<String> = [
+            "client_id", "client_secret", "client_assertion_type", "client_assertion",
+        ]
+        static let token = clientAuthentication.union([
+            "grant_type", "code", "redirect_uri", "code_verifier", "refresh_token", "scope",
+        ])
+        static let revocation = clientAuthentication.union(["token", "token_type_hint"])
+        /// Resource servers authenticate with their id and secret only.
+        static let introspection: Set<String> = ["client_id", "client_secret", "token", "token_type_hint"]
+    }
+
+    /// The form body of a token, revocation or introspection request: the parameters in `reading`.
+    static func form(_ request: HTTPRequest, reading: Set<String>) throws -> [String: String] {
         guard request.mediaType == "application/x-www-form-urlencoded" else {
             throw OAuthError.invalidRequest("the body must be application/x-www-form-urlencoded")
         }
-        return try fields(request.body)
+        return try fields(request.body, reading: reading)
     }
 
-    /// Form fields as RFC 6749 reads them: a parameter without a value is omitted (§3.1), one
-    /// sent twice is refused rather than guessed at (§3.1, §3.2), and so is a NUL byte (no
-    /// database text holds one: it would end as a 500 further in).
-    static func fields(_ body: [UInt8]) throws -> [String: String] {
+    /// Form fields as RFC 6749 reads them (§3.1): a parameter without a value is omitted, one the
+    /// endpoint does not read is ignored (repeated or not), and one it reads sent twice is refused
+    /// rather than guessed at (§3.1, §3.2), as is a NUL byte in one (no database text holds one:
+    /// it would end as a 500 further in).
+    static func fields(_ body: [UInt8], reading: Set<String>) throws -> [String: String] {
         var fields: [String: String] = [:]
-        for (name, value) in FormEncoding.decode(String(decoding: body, as: UTF8.self)) where !value.isEmpty {
+        for (name, value) in FormEncoding.decode(String(decoding: body, as: UTF8.self))
+        where !value.isEmpty && reading.contains(name) {
             guard fields.updateValue(value, forKey: name) == nil else {
-                throw OAuthError.invalidRequest("a parameter is sent more than once")
+                throw OAuthError.invalidRequest("\(name) is sent more than once")
             }
-            guard !value.utf8.contains(0) else { throw OAuthError.invalidRequest("a parameter holds a NUL byte") }
+            guard !value.utf8.contains(0) else { throw OAuthError.invalidRequest("\(name) holds a NUL byte") }
         }
         return fields
+    }
+
+    /// The HTTP server's own refusal of a request to one of these endpoints, made before any
+    /// route runs: a body over `BROKER_MAX_BODY_BYTES` (413 `payload_too_large`). Relying
+    /// parties parse their RFCs' errors, not problem documents, so it is `invalid_request` 400
+    /// (RFC 6749 §5.2, RFC 7009 §2.2.1, RFC 7662 §2.3, RFC 7591 §3.2.2), RFC 6750 §3.1's
+    /// challenge at userinfo, an error page at authorize and logout (browsers). nil: not the provider's to answer.
+    static func refusal(_ problem: Problem, _ request: HTTPRequest, endpoints: Endpoints) -> HTTPResponse? {
+        guard problem.code == "payload_too_large", request.method == .post else { return nil }
+        let description = OAuthError.invalidRequest(problem.detail ?? problem.title).description
+        switch request.path {
+        case endpoints.path(Endpoints.token), endpoints.path(Endpoints.revocation),
+            endpoints.path(Endpoints.introspection), endpoints.path(Endpoints.registration):
+            var response = OAuthError.invalidRequest(description).response
+            response.headers.set("Pragma", "no-cache")
+            return response
+        case endpoints.path(Endpoints.userinfo):
+            return HTTPResponse(
+                status: 400,
+                headers: [
+                    "WWW-Authenticate": "Bearer error=\"invalid_request\", error_description=\"\(description)\"",
+                    "Cache-Control": "no-store",
+                ])
+        case endpoints.path(Endpoints.authorize), endpoints.path(Endpoints.endSession),
+            endpoints.path(Endpoints.endSessionConfirmation):
+            return HTMLPage.response(status: 400, title: "Request too large", message: description, link: nil)
+        default:
+            return nil
+        }
     }
 }
