@@ -12,6 +12,7 @@
 //                 Observability     JSON-lines logger, Prometheus metrics registry
 //                 BrokerCrypto      OpenSSL: SHA-256, HMAC, AES-256-GCM, RSA/EC keys, signatures, base64url
 //                 JOSE              JWS/JWK/JWK Set: verify RS256/ES256 safely, sign client secrets
+//                 Workers           worker loops (lanes), the wake-up signal, and `Backoff`, the one retry schedule
 //                 PostgresClient    libpq: connections, typed rows, pool, transactions, LISTEN/NOTIFY;
 //                                   works through PgBouncer in transaction pooling
 //                 ProcessRunner     posix_spawn/waitpid child processes
@@ -20,7 +21,9 @@
 //                 HTTPServer        libmicrohttpd: router, per-group middleware, problems (RFC 9457), limits,
 //                                   client address behind trusted proxies, metrics, graceful stop
 //                 HTTPClient        libcurl behind the HTTPTransport protocol; outbound address rules
-//                 Workers           worker loops (lanes, back-off) and the wake-up signal
+//                 Deliveries        the delivery engine: outbound deliveries in lanes (webhooks, Back-Channel
+//                                   Logout), each over its own table: claim under a lease, address pinning,
+//                                   backoff, dead letters, re-drive, pruning; a lane brings its rules
 //   Product       AppleID           appleid.apple.com's side: keys, identity-token and notification claim
 //                                   rules, /auth/token and /auth/revoke, client secrets. No database, no server
 //                 BrokerCore        the components, one folder each, a service and its store (SQL only in
@@ -40,7 +43,8 @@
 //   Client        AppleIDBrokerClient: the library Swift app backends call the broker with (URLSession)
 //   Tests         one target per foundation module; BrokerRuleTests (the product's rules and routes, no
 //                 database), BrokerCoreTests (the product end to end: brokers, CLI, clusters) and
-//                 OpenIDProviderTests (the provider end to end against the simulator);
+//                 OpenIDProviderTests (the provider end to end against the simulator); BrokerStoreTests
+//                 and DeliveriesTests (one store, service or the engine against a migrated database, no broker);
 //                 TestSupport (throwaway clusters, PgBouncer, test threads). `make check` runs every
 //                 database-free target, `make test` everything (docs/testing.md).
 //   Elsewhere     sql/ (migrations; sql/functions/ one file per SQL function, docs/database.md),
@@ -83,7 +87,7 @@ let package = Package(
         // MARK: Foundations, one job each
         .target(name: "Observability", dependencies: ["StrictJSON"], swiftSettings: swiftSettings),
         .target(name: "BrokerCrypto", dependencies: ["COpenSSL"], swiftSettings: swiftSettings),
-        .target(name: "PostgresClient", dependencies: ["CLibpq", "Observability"], swiftSettings: swiftSettings),
+        .target(name: "PostgresClient", dependencies: ["CLibpq", "Observability", "Workers"], swiftSettings: swiftSettings),
         .target(name: "ProcessRunner", swiftSettings: swiftSettings),
         .target(name: "CommandArguments", swiftSettings: swiftSettings),
         .target(
@@ -99,6 +103,9 @@ let package = Package(
         .target(name: "HTTPClient", dependencies: ["CCurl", "CCurlShims"], swiftSettings: swiftSettings),
         .target(name: "StrictJSON", swiftSettings: swiftSettings),
         .target(name: "Workers", dependencies: ["Observability"], swiftSettings: swiftSettings),
+        .target(
+            name: "Deliveries", dependencies: ["Workers", "PostgresClient", "HTTPClient", "Observability"],
+            swiftSettings: swiftSettings),
         .target(name: "JOSE", dependencies: ["BrokerCrypto", "StrictJSON"], swiftSettings: swiftSettings),
 
         // MARK: The product
@@ -113,7 +120,7 @@ let package = Package(
             name: "BrokerCore",
             dependencies: [
                 "Observability", "BrokerCrypto", "StrictJSON", "JOSE", "PostgresClient", "EmbeddedPostgres", "HTTPClient",
-                "Workers", "AppleID",
+                "Workers", "AppleID", "Deliveries",
             ],
             swiftSettings: swiftSettings,
             plugins: ["EmbedResources"]
@@ -123,7 +130,7 @@ let package = Package(
             name: "OpenIDProvider",
             dependencies: [
                 "BrokerCore", "AppleID", "HTTPServer", "HTTPClient", "JOSE", "BrokerCrypto", "StrictJSON", "Observability",
-                "PostgresClient",
+                "PostgresClient", "Workers", "Deliveries",
             ],
             swiftSettings: swiftSettings
         ),
@@ -132,6 +139,7 @@ let package = Package(
             name: "Console",
             dependencies: [
                 "BrokerCore", "HTTPServer", "HTTPClient", "PostgresClient", "BrokerCrypto", "StrictJSON", "Observability", "JOSE",
+                "Deliveries",
             ],
             swiftSettings: swiftSettings
         ),
@@ -141,7 +149,7 @@ let package = Package(
             name: "BrokerAPI",
             dependencies: [
                 "BrokerCore", "OpenIDProvider", "Console", "Observability", "BrokerCrypto", "StrictJSON", "PostgresClient",
-                "HTTPServer", "HTTPClient", "Workers", "AppleID",
+                "HTTPServer", "HTTPClient", "Workers", "AppleID", "Deliveries",
             ],
             swiftSettings: swiftSettings
         ),
@@ -174,8 +182,7 @@ let package = Package(
             name: "broker-bench",
             dependencies: [
                 "BrokerAPI", "BrokerCore", "AppleID", "BrokerCrypto", "COpenSSL", "JOSE", "StrictJSON", "PostgresClient",
-                "HTTPServer",
-                "Observability",
+                "HTTPServer", "HTTPClient", "Observability",
             ],
             swiftSettings: swiftSettings),
 
@@ -197,21 +204,39 @@ let package = Package(
         .testTarget(
             name: "AppleIDTests", dependencies: ["AppleID", "JOSE", "StrictJSON", "TestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "StrictJSONTests", dependencies: ["StrictJSON"], swiftSettings: swiftSettings),
+        .testTarget(name: "WorkersTests", dependencies: ["Workers"], swiftSettings: swiftSettings),
+        // BrokerCore's stores and services against a migrated database, no broker.
+        .testTarget(
+            name: "BrokerStoreTests",
+            dependencies: ["BrokerCore", "BrokerCrypto", "PostgresClient", "Observability", "TestSupport"],
+            swiftSettings: swiftSettings
+        ),
+        // The delivery engine against a migrated database and a receiver on loopback, no broker.
+        .testTarget(
+            name: "DeliveriesTests",
+            dependencies: [
+                "Deliveries", "Workers", "PostgresClient", "HTTPClient", "HTTPServer", "Observability", "TestSupport",
+            ],
+            swiftSettings: swiftSettings
+        ),
         .testTarget(
             name: "JOSETests", dependencies: ["JOSE", "StrictJSON", "BrokerCrypto", "TestSupport"], swiftSettings: swiftSettings),
         .testTarget(
             name: "AppleSimulatorTests",
-            dependencies: ["AppleSimulator", "JOSE", "StrictJSON", "BrokerCrypto", "HTTPClient", "TestSupport"],
+            dependencies: [
+                "AppleSimulator", "JOSE", "StrictJSON", "BrokerCrypto", "HTTPClient", "HTTPServer", "Observability",
+                "TestSupport",
+            ],
             swiftSettings: swiftSettings
         ),
         .testTarget(
             name: "PostgresClientTests",
-            dependencies: ["PostgresClient", "TestSupport", "Workers"],
+            dependencies: ["PostgresClient", "EmbeddedPostgres", "Observability", "TestSupport", "Workers"],
             swiftSettings: swiftSettings
         ),
         .testTarget(
             name: "HTTPServerTests",
-            dependencies: ["HTTPServer", "HTTPClient", "TestSupport"],
+            dependencies: ["HTTPServer", "HTTPClient", "Observability", "TestSupport"],
             swiftSettings: swiftSettings
         ),
         // Rules and routes of the product without a database or a broker (make check runs them).
@@ -219,7 +244,7 @@ let package = Package(
             name: "BrokerRuleTests",
             dependencies: [
                 "BrokerAPI", "BrokerCore", "HTTPServer", "JOSE", "StrictJSON", "BrokerCrypto", "TestSupport", "AppleID",
-                "PostgresClient", "Observability",
+                "PostgresClient", "Observability", "Deliveries",
             ],
             swiftSettings: swiftSettings
         ),
@@ -228,7 +253,7 @@ let package = Package(
             name: "ConsoleTests",
             dependencies: [
                 "Console", "BrokerAPI", "BrokerCore", "AppleSimulator", "HTTPServer", "HTTPClient", "JOSE", "StrictJSON",
-                "BrokerCrypto", "TestSupport", "PostgresClient", "Observability", "ProcessRunner", "Locking",
+                "BrokerCrypto", "TestSupport", "PostgresClient", "Observability", "ProcessRunner",
             ],
             swiftSettings: swiftSettings
         ),
@@ -238,7 +263,8 @@ let package = Package(
             dependencies: [
                 "BrokerAPI", "BrokerCore", "AppleSimulator", "HTTPServer", "JOSE", "StrictJSON", "BrokerCrypto", "TestSupport",
                 "ProcessRunner",
-                "CommandArguments", "AppleIDBrokerClient", "Workers", "AppleID",
+                "CommandArguments", "AppleIDBrokerClient", "Workers", "AppleID", "HTTPClient", "Observability", "PostgresClient",
+                "EmbeddedPostgres",
             ],
             swiftSettings: swiftSettings
         ),
@@ -255,10 +281,11 @@ let package = Package(
 )
 
 // One lock type for every Swift target: `Lock` (Mutex, or PThreadMutex under ThreadSanitizer).
+// Not the C wrappers (a name prefix would also skip Console and CommandArguments).
 package.targets.append(.target(name: "Locking", swiftSettings: swiftSettings))
 for target in package.targets
-where [.regular, .executable, .test].contains(target.type) && !target.name.hasPrefix("C")
-    && !["Locking", "embed-resources"].contains(target.name)
+where [.regular, .executable, .test].contains(target.type)
+    && !["CMicroHTTPDShims", "CCurlShims", "Locking", "embed-resources"].contains(target.name)
 {
     target.dependencies.append("Locking")
 }

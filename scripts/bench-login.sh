@@ -74,10 +74,18 @@ statements() {
 }
 
 # perf_record NAME PIDS... : samples the processes' stacks (499 Hz per thread) until stopped.
+# It starts disabled and is enabled through its control FIFO, whose ack comes once perf is
+# attached to every process: attaching to some thirty PostgreSQL processes on a loaded
+# machine can outlast a short load, which then went unrecorded (0 samples).
 perf_record() {
   local name=$1; shift
-  perf record -F 499 -g -o "$WORK/$name.perf" -p "$(echo "$@" | tr ' ' ',')" > "$WORK/$name.perf.log" 2>&1 &
+  rm -f "$WORK/$name.ctl" "$WORK/$name.ack"
+  mkfifo "$WORK/$name.ctl" "$WORK/$name.ack"
+  perf record -F 499 -g -D -1 --control "fifo:$WORK/$name.ctl,$WORK/$name.ack" -o "$WORK/$name.perf" \
+    -p "$(echo "$@" | tr ' ' ',')" > "$WORK/$name.perf.log" 2>&1 &
   PERF_PIDS+=($!)
+  timeout 120 bash -c 'echo enable > "$1" && head -c 3 < "$2" | grep -q ack' _ "$WORK/$name.ctl" "$WORK/$name.ack" \
+    || { echo "perf record ($name) did not start: see $WORK/$name.perf.log" >&2; return 1; }
 }
 
 flame_graph() {  # flame_graph NAME TITLE : $WORK/NAME.perf → bench-results/login-NAME.{svg,folded}

@@ -15,6 +15,8 @@ source scripts/lib/suites.sh
 
 stage() { printf '== %s\n' "$1" >&2; }
 started=$SECONDS
+stage "declared imports (scripts/check-imports.py)"
+python3 scripts/check-imports.py
 stage "strict build (.build/check, warnings are errors)"
 # The build's own status decides (a status read after `| … || true` is that of `true`); its
 # output is shown without the progress lines.

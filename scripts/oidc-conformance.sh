@@ -3,7 +3,8 @@
 # Back-Channel Logout), one test per module of openid-certification/conformance-suite, against
 # the broker serving HTTPS (a throwaway certificate authority from the openssl CLI) with the
 # Apple simulator: scripts/oidc/conformance.py (issue 36; docs/oidc.md lists what passes).
-# Each plan is run by one browser and one simulated person at Apple.
+# Each plan is run by one browser; the whole run by one simulated person at Apple (one Apple ID,
+# more than ten sign-ins: the run fails if all five plans make fewer).
 # Usage: scripts/oidc-conformance.sh [PLAN ...]   (basic config form-post rp-initiated backchannel)
 #   CONFORMANCE_FRESH_LOGIN=all also clears the browser's cookies where a module's summary asks
 #   for it only to show a login page (one more sign-in at Apple each).

@@ -2,7 +2,7 @@
 # A single-page application signing in through the OpenID Provider in headless Chromium
 # (Debian's chromium + chromium-driver, Selenium), as scripts/console-browser.sh drives the
 # console: PKCE S256, the token endpoint and userinfo by fetch() across origins (CORS), silent
-# renewal with prompt=none in an iframe from the provider's session (issue 36). The SPA is
+# renewal with prompt=none from the provider's session (issue 36). The SPA is
 # scripts/oidc/spa/ (plain HTML and JavaScript), its test scripts/oidc/spa/test_spa.py.
 # Usage: scripts/oidc-spa-browser.sh [pytest arguments]
 set -euo pipefail

@@ -16,6 +16,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/bootstrap.sh test
+python3 scripts/check-imports.py  # every target declares the package modules it imports
 
 # The debug build, warnings are errors. (It keeps SwiftPM's index store, which costs a fifth of a
 # build: on Linux, XCTest's test discovery reads it.)
@@ -114,7 +115,8 @@ fuzz() {
   timed fuzz "previous release build (for the rolling upgrade)" "${low[@]}" scripts/rolling-upgrade.sh --build-only &&
   signal previous-release &&
   await debug-build && await python-tools &&
-  timed fuzz "OpenID Foundation conformance plans (Basic, Config, Form Post, RP-Initiated, Back-Channel)" scripts/oidc-conformance.sh
+  timed fuzz "OpenID Foundation conformance plans (Basic, Config, Form Post, RP-Initiated, Back-Channel)" scripts/oidc-conformance.sh &&
+  timed fuzz "single-page sign-in through the provider in Chromium (PKCE, CORS, prompt=none renewal)" scripts/oidc-spa-browser.sh
 }
 lanes=(tools build suites release tsan fuzz)
 

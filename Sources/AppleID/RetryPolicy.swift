@@ -4,21 +4,21 @@ import Workers
 /// How many times, and how patiently, a call to Apple is retried.
 public struct RetryPolicy: Sendable {
     public var maximumAttempts: Int
-    public var baseDelay: Duration
-    public var maximumDelay: Duration
+    /// Between tries: 200 ms doubling up to 2 s, each between half and all of that.
+    public var backoff: Backoff
 
-    public init(maximumAttempts: Int = 3, baseDelay: Duration = .milliseconds(200), maximumDelay: Duration = .seconds(2)) {
+    public init(maximumAttempts: Int = 3, backoff: Backoff = Backoff(first: .milliseconds(200), maximum: .seconds(2))) {
         self.maximumAttempts = maximumAttempts
-        self.baseDelay = baseDelay
-        self.maximumDelay = maximumDelay
+        self.backoff = backoff
     }
 
-    /// Exponential backoff with full jitter, or the server's `Retry-After` (`AppleClient` does not
-    /// retry here when Apple asks for longer than `maximumDelay`: the caller gets it).
+    /// The longest wait between tries (`AppleClient` does not retry when Apple's `Retry-After`
+    /// asks for longer: the caller gets the answer).
+    public var maximumDelay: Duration { backoff.maximum }
+
+    /// The backoff after the `attempt`-th try, or the server's `Retry-After` (at most `maximumDelay`).
     func delay(attempt: Int, retryAfter: Int?) -> Duration {
         if let retryAfter { return min(.seconds(retryAfter), maximumDelay) }
-        let cap = min(baseDelay * (1 << min(attempt - 1, 16)), maximumDelay)
-        let milliseconds = Int(cap.seconds * 1000)
-        return .milliseconds(Int.random(in: milliseconds / 2...max(milliseconds / 2, milliseconds)))
+        return backoff.delay(after: attempt)
     }
 }

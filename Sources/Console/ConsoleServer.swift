@@ -1,4 +1,5 @@
 import BrokerCore
+import Deliveries
 import Foundation
 import HTTPClient
 import HTTPServer
@@ -19,38 +20,40 @@ public final class ConsoleServer: Sendable {
     ///   - apps: the configured app groups (the overview's last notification per app).
     ///   - clientIDs: `APPLE_CLIENT_IDS`, what a key made here may be limited to.
     ///   - trustedProxies: `BROKER_TRUSTED_PROXIES`, as the API's listener takes them.
+    ///   - logoutQueue: the provider's Back-Channel Logout queue, for the overview's chart.
     package init(
         configuration: ConsoleConfiguration, pool: PostgresPool, deletions: DeletionService,
         subscriptions: WebhookSubscriptionStore, teamID: String, hasher: SubjectHasher,
         apps: AppGroups = AppGroups(groups: []), clientIDs: [String] = [],
         keySetAge: @escaping @Sendable () -> Duration? = { nil },
         metrics: MetricsRegistry? = nil, trustedProxies: [ClientAddress.Range] = [], logger: Logger,
-        transport: any HTTPTransport = CurlTransport()
+        transport: any HTTPTransport = CurlTransport(), logoutQueue: DeliveryQueueStore? = nil
     ) {
         self.configuration = configuration
         var rolesOfGroups: (@Sendable ([String]) -> Set<ConsoleRole>)? = nil
         if let oidc = configuration.oidc { rolesOfGroups = { oidc.roles(of: $0) } }
         let sessions = ConsoleSessionStore(
-            pool: pool, idleSeconds: configuration.sessionIdleSeconds, maximumSeconds: configuration.sessionMaximumSeconds,
+            pool: pool, idle: configuration.sessionIdle, maximum: configuration.sessionMaximum,
             oidcTransactionLimit: configuration.oidcTransactionLimit, rolesOfGroups: rolesOfGroups)
         self.sessions = sessions
         let failures = SignInFailures(
             sessions: sessions, logger: logger.labelled("console"), rate: configuration.failedSignInAuditsPerSecond,
             burst: Double(configuration.failedSignInAuditBurst))
-        let store = ConsoleStore(pool: pool, teamID: teamID)
-        var gate = ConsoleGate(sessions: sessions, stepUpSeconds: configuration.stepUpSeconds)
+        let store = ConsoleStore(
+            deletions: deletions, sessions: sessions, webhooks: subscriptions, teamID: teamID, logoutQueue: logoutQueue)
+        var gate = ConsoleGate(sessions: sessions, stepUpWindow: configuration.stepUpWindow)
         gate.origin = ConsoleGate.origin(of: configuration.publicURL)
         let signIn = SignInPages(
             sessions: sessions,
             redemptions: RateLimiter(rate: configuration.linkRedemptionsPerSecond, burst: 10),
             oidcConfigured: configuration.oidc != nil, failures: failures)
         let overview = OverviewPage(
-            store: store, apps: apps, silenceSeconds: configuration.notificationSilenceSeconds, keySetAge: keySetAge,
+            store: store, apps: apps, silence: configuration.notificationSilence, keySetAge: keySetAge,
             appleCalls: { metrics?.registeredCounter("apple_requests_total")?.samples ?? [] }, deletions: deletions.store)
         let oidc = configuration.oidc.map { settings in
             OIDCPages(
                 client: OIDCClient(settings: settings, redirectURI: configuration.publicURL + "/callback", transport: transport),
-                sessions: sessions, stepUpSeconds: configuration.stepUpSeconds, starts: RateLimiter(rate: 1, burst: 30),
+                sessions: sessions, stepUpWindow: configuration.stepUpWindow, starts: RateLimiter(rate: 1, burst: 30),
                 failures: failures, logger: logger.labelled("console"))
         }
         let termHash: @Sendable (String) -> String = { hasher.hash(teamID: "console-lookup", sub: $0) }
@@ -59,7 +62,7 @@ public final class ConsoleServer: Sendable {
         let followUps = FollowUpPages(store: store, finder: lookup)
         let operations = OperationsPages(
             store: store, subscriptions: subscriptions, apiKeys: APIKeyStore(pool: pool), sessions: sessions,
-            clientIDs: Set(clientIDs).union(apps.allClientIDs), subjectHash: { hasher.hash(teamID: $0, sub: $1) })
+            hasher: hasher, clientIDs: Set(clientIDs).union(apps.allClientIDs))
         var router = Router()
         for route in ConsoleRoute.table {
             let page: ConsoleHandler

@@ -28,7 +28,7 @@ package final class OpenIDProvider: Sendable {
     /// manages the provider only when it reaches this one (its users are that app's).
     let appleClientID: String
     /// `OIDC_KEY_PREPUBLISH_SECONDS`, for `POST /v1/oidc-keys/rotate`.
-    let keyPrepublishSeconds: Int
+    let keyPrepublish: Duration
     let cors: CORSOrigins
 
     /// Builds the provider and makes its first signing key when there is none.
@@ -44,7 +44,7 @@ package final class OpenIDProvider: Sendable {
         clients = ClientStore(pool: pool)
         resourceServers = ResourceServerStore(pool: pool)
         appleClientID = settings.appleClientID
-        keyPrepublishSeconds = settings.keyPrepublishSeconds
+        keyPrepublish = settings.keyPrepublish
         cors = CORSOrigins(clients: clients)
         logoutDeliveries = LogoutDeliveryStore(pool: pool)
         let appID = groups.group(of: settings.appleClientID).primary
@@ -58,7 +58,8 @@ package final class OpenIDProvider: Sendable {
             transport: transport ?? CurlTransport(maximumResponseBytes: ClientKeys.maximumBytes),
             allowPrivateNetworks: allowPrivateNetworks)
         tokens = TokenService(
-            endpoints: endpoints, clients: clients, grants: grants, keys: keys, clientKeys: clientKeys,
+            endpoints: endpoints, clients: clients, grants: grants, users: UserDirectory(pool: pool, groups: groups), keys: keys,
+            clientKeys: clientKeys,
             resourceServers: resourceServers, assertions: ClientAssertionStore(pool: pool), metrics: metrics)
         endSession = EndSessionService(
             issuer: settings.issuer, clients: clients, sessions: sessions, signingKeys: keys, tokenKeys: tokenKeys)

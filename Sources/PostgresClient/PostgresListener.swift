@@ -3,6 +3,7 @@ import Glibc
 import Locking
 import Observability
 import Synchronization
+import Workers
 
 /// LISTENs on channels over a dedicated connection, on a thread of its own, and calls
 /// handlers when a NOTIFY arrives. It reconnects with backoff when the connection breaks,
@@ -48,8 +49,11 @@ public final class PostgresListener: Sendable {
         }
     }
 
+    /// The pause before connecting again: 0.1 s doubling to 5 s.
+    static let reconnectBackoff = Backoff(first: .milliseconds(100), maximum: .seconds(5), jitter: .none)
+
     private func run() {
-        var backoff = 0.1
+        var failures = 0
         while !stopped.load(ordering: .acquiring) {
             do {
                 let connection = try PostgresConnection(configuration: configuration)
@@ -64,15 +68,15 @@ public final class PostgresListener: Sendable {
                 for channel in channels {
                     try connection.execute("LISTEN \(channel)")
                 }
-                backoff = 0.1
+                failures = 0
                 deliver(to: channels)
                 listen(on: connection)
             } catch {
                 logger.warning("listener connection failed", [("error", "\(error)")])
             }
             if stopped.load(ordering: .acquiring) { break }
-            Thread.sleep(forTimeInterval: backoff)
-            backoff = min(backoff * 2, 5)
+            failures += 1
+            Thread.sleep(forTimeInterval: Self.reconnectBackoff.delay(after: failures).seconds)
         }
     }
 

@@ -3,6 +3,7 @@ import Foundation
 import Locking
 import Observability
 import Synchronization
+import Workers
 
 /// A bounded pool of PostgreSQL connections, used from ordinary (blocking) threads.
 ///
@@ -88,6 +89,10 @@ public final class PostgresPool: Sendable {
         try withConnection { try $0.query(query) }
     }
 
+    /// The pause before retrying a transaction that collided (serialization failure,
+    /// deadlock): up to 10 ms, doubling to 160 ms, anywhere below that.
+    static let collisionBackoff = Backoff(first: .milliseconds(10), maximum: .milliseconds(160), jitter: .full)
+
     /// Runs `body` inside BEGIN … COMMIT; rolls back when it throws.
     ///
     /// `body` may run more than once: on a serialization failure or deadlock, and when the
@@ -117,8 +122,7 @@ public final class PostgresPool: Sendable {
             } catch let error as PostgresError where attempt < configuration.maximumTransactionAttempts {
                 if error.isTransientTransactionFailure {
                     // Jittered backoff so colliding transactions do not collide again.
-                    let milliseconds = Int.random(in: 1...(5 << min(attempt, 5)))
-                    Thread.sleep(forTimeInterval: Double(milliseconds) / 1000)
+                    Thread.sleep(forTimeInterval: Self.collisionBackoff.delay(after: attempt).seconds)
                     continue
                 }
                 if error.code == .connectionLost {

@@ -100,6 +100,13 @@ extension UUID: PostgresEncodable {
 extension Date: PostgresEncodable {
     public var postgresBind: PostgresBind { .text(PostgresTimestamp.format(self)) }
 }
+extension Duration: PostgresEncodable {
+    /// An `interval` in whole microseconds (PostgreSQL's resolution): `\(lease)::interval`.
+    public var postgresBind: PostgresBind {
+        let (seconds, attoseconds) = components
+        return .text("\(seconds * 1_000_000 + attoseconds / 1_000_000_000_000) microseconds")
+    }
+}
 extension Array: PostgresEncodable where Element == UInt8 {
     public var postgresBind: PostgresBind { .bytes(self) }
 }

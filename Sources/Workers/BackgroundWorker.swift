@@ -9,7 +9,7 @@ import Synchronization
 /// `step` does one batch of work and says whether there may be more: the loop runs it
 /// again at once while it finds work, and otherwise sleeps until `interval` passes or
 /// `wake()` is called (a NOTIFY handler or a local producer). Errors are logged and the
-/// loop backs off; it never dies.
+/// loop backs off (`failureBackoff`); it never dies.
 public final class BackgroundWorker: Sendable {
     public let name: String
     private let interval: Duration
@@ -64,6 +64,9 @@ public final class BackgroundWorker: Sendable {
         signal.signal()
     }
 
+    /// The pause after failed steps: 0.2 s, doubling, at most 30 s.
+    static let failureBackoff = Backoff(first: .milliseconds(200), maximum: .seconds(30), jitter: .none)
+
     private func run() {
         var failures = 0
         while !isStopped {
@@ -77,9 +80,10 @@ public final class BackgroundWorker: Sendable {
                 signal.wait(timeout: interval)
             } catch {
                 failures += 1
-                let backoff = min(30.0, 0.1 * pow(2, Double(min(failures, 10))))
-                logger.warning("worker step failed", [("error", "\(error)"), ("retry_in_s", String(format: "%.1f", backoff))])
-                signal.wait(timeout: .milliseconds(Int(backoff * 1000)))
+                let backoff = Self.failureBackoff.delay(after: failures)
+                logger.warning(
+                    "worker step failed", [("error", "\(error)"), ("retry_in_s", String(format: "%.1f", backoff.seconds))])
+                signal.wait(timeout: backoff)
             }
         }
     }

@@ -43,13 +43,14 @@ enum OpenIDCommands {
         switch arguments.command.words.joined(separator: " ") {
         case "oidc-keys rotate":
             guard let tokenKeys = configuration.tokenKeys else { throw arguments.usageError("TOKEN_ENCRYPTION_KEY is required") }
-            let prepublish = configuration.oidc?.keyPrepublishSeconds ?? 86_400
+            let prepublish = configuration.oidc?.keyPrepublish ?? .seconds(86_400)
             let kid = try BrokerCommand.withDatabase(environment) {
-                try SigningKeyStore(pool: $0.pool, tokenKeys: tokenKeys).rotate(prepublishSeconds: prepublish, actor: "cli")
+                try SigningKeyStore(pool: $0.pool, tokenKeys: tokenKeys).rotate(prepublish: prepublish, actor: "cli")
             }
             print(kid)
             BrokerCommand.printError(
-                "published \(kid); it signs from \(RFC3339.string(from: Date().addingTimeInterval(TimeInterval(prepublish))))")
+                "published \(kid); it signs from \(RFC3339.string(from: Date().addingTimeInterval(Double(prepublish.components.seconds))))"
+            )
             return 0
         case "oidc-keys list":
             guard let tokenKeys = configuration.tokenKeys else { throw arguments.usageError("TOKEN_ENCRYPTION_KEY is required") }

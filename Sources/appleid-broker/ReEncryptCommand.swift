@@ -2,6 +2,7 @@ import BrokerAPI
 import BrokerCore
 import CommandArguments
 import Foundation
+import OpenIDProvider
 import Workers
 
 /// `appleid-broker reencrypt [--batch N]`: see `ReEncryption`.
@@ -21,8 +22,10 @@ enum ReEncryptCommand {
             ])
         }
         return try BrokerCommand.withDatabase(environment) { database in
-            var job = ReEncryption(pool: database.pool, keys: keys)
-            job.batchSize = batch
+            // The provider's signing keys are its own table, re-sealed by its store.
+            let job = ReEncryption(
+                pool: database.pool, keys: keys, batchSize: batch,
+                others: [SigningKeyStore(pool: database.pool, tokenKeys: keys)])
             let counts = try job.run()
             var left = 0
             for count in counts {

@@ -43,7 +43,7 @@ enum TransferCommands {
                 secrets: ClientSecretProvider(
                     teamID: settings.teamID, keyID: settings.keyID, keyPath: settings.privateKeyPath,
                     keyIDPath: settings.keyIDPath),
-                timeout: .milliseconds(settings.timeoutMilliseconds), metrics: MetricsRegistry(), logger: logger)
+                timeout: settings.timeout, metrics: MetricsRegistry(), logger: logger)
             let transfer = TeamTransfer(
                 pool: database.pool, apple: apple, teamID: settings.teamID, clientID: clientID, rate: rate,
                 shouldStop: { stop.isRaised })
@@ -105,7 +105,7 @@ enum TransferCommands {
                 secrets: ClientSecretProvider(
                     teamID: settings.teamID, keyID: settings.keyID, keyPath: settings.privateKeyPath,
                     keyIDPath: settings.keyIDPath),
-                timeout: .milliseconds(settings.timeoutMilliseconds), metrics: MetricsRegistry(), logger: logger)
+                timeout: settings.timeout, metrics: MetricsRegistry(), logger: logger)
             let transfer = TeamTransfer(pool: database.pool, apple: apple, teamID: settings.teamID, clientID: clientID, rate: 0)
             do {
                 let retired = try transfer.complete(

@@ -416,12 +416,12 @@ struct EventRetentionTests {
         try pool.query("UPDATE webhook_deliveries SET state = 'failed' WHERE id = \(deliveries[1])")
         // deliveries[2] stays pending.
 
-        let pruned = try EventRetention.prune(pool, retentionSeconds: 7 * 86_400, deadLetterRetentionSeconds: 14 * 86_400)
+        let pruned = try EventRetention.prune(pool, retention: .seconds(7 * 86_400), deadLetterRetention: .seconds(14 * 86_400))
         #expect(pruned.deliveries == 1, "the delivered one")
         #expect(pruned.events == 2, "its event and the feed-only one")
         #expect(try broker.count("SELECT count(*) FROM webhook_deliveries WHERE state IN ('pending', 'failed')") == 2)
         #expect(try broker.count("SELECT count(*) FROM outbox_events") == 2)
-        let again = try EventRetention.prune(pool, retentionSeconds: 7 * 86_400, deadLetterRetentionSeconds: 14 * 86_400)
+        let again = try EventRetention.prune(pool, retention: .seconds(7 * 86_400), deadLetterRetention: .seconds(14 * 86_400))
         #expect(again.deliveries == 0 && again.events == 0)
 
         // Older than the dead-letter retention: the failed one goes, and so does one parked
@@ -435,7 +435,7 @@ struct EventRetentionTests {
             UPDATE webhook_deliveries SET next_attempt_at = 'infinity', created_at = now() - interval '20 days'
             WHERE id = (SELECT max(id) FROM webhook_deliveries)
             """)
-        let aged = try EventRetention.prune(pool, retentionSeconds: 7 * 86_400, deadLetterRetentionSeconds: 14 * 86_400)
+        let aged = try EventRetention.prune(pool, retention: .seconds(7 * 86_400), deadLetterRetention: .seconds(14 * 86_400))
         #expect(aged.deliveries == 2, "the failed one and the parked one")
         #expect(try broker.count("SELECT count(*) FROM webhook_deliveries") == 1)
         #expect(

@@ -158,7 +158,7 @@ struct NotificationTests {
         #expect(try notify(broker, "email-disabled", sub: sub).status == 200)
         #expect(try broker.count("SELECT count(*) FROM apple_notifications") == 1)
         try broker.pool.query("UPDATE apple_notifications SET received_at = now() - interval '25 hours'")
-        try NotificationReceiver.prune(broker.pool, retentionSeconds: 86_400)
+        try NotificationReceiver.prune(broker.pool, retention: .seconds(86_400))
         #expect(try broker.count("SELECT count(*) FROM apple_notifications") == 0)
     }
 

@@ -49,8 +49,8 @@ struct ConfigurationTests {
     @Test("the webhook lease must outlast the DNS and delivery timeouts; webhook limits have defaults")
     func webhookLease() throws {
         let defaults = try BrokerConfiguration.load(environment: [:], requireApple: false).dispatch
-        #expect(defaults.leaseSeconds == 60 && defaults.maximumSubscriptions == 50)
-        #expect(defaults.deadLetterRetentionSeconds == 30 * 86_400 && defaults.dnsTimeoutMilliseconds == 2000)
+        #expect(defaults.lease == .seconds(60) && defaults.maximumSubscriptions == 50)
+        #expect(defaults.deadLetterRetention == .seconds(30 * 86_400) && defaults.dnsTimeout == .milliseconds(2000))
         let error = #expect(throws: BrokerConfiguration.Invalid.self) {
             try BrokerConfiguration.load(environment: ["BROKER_WEBHOOK_TIMEOUT_MS": "120000"], requireApple: false)
         }
@@ -58,7 +58,7 @@ struct ConfigurationTests {
         #expect(error?.problems.first?.hasPrefix("BROKER_WEBHOOK_LEASE_SECONDS:") == true)
         let longer = try BrokerConfiguration.load(
             environment: ["BROKER_WEBHOOK_TIMEOUT_MS": "120000", "BROKER_WEBHOOK_LEASE_SECONDS": "180"], requireApple: false)
-        #expect(longer.dispatch.leaseSeconds == 180)
+        #expect(longer.dispatch.lease == .seconds(180))
     }
 
     @Test(

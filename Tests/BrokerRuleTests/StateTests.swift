@@ -1,4 +1,5 @@
 import AppleID
+import Deliveries
 import Foundation
 import PostgresClient
 import StrictJSON

@@ -61,7 +61,7 @@ struct ConsoleFollowUpClosureTests {
         #expect(try page().contains("the user deleted the Apple Account"))
 
         // Housekeeping prunes the inbox (BROKER_NOTIFICATION_RETENTION_SECONDS): nothing reopens.
-        try NotificationReceiver.prune(broker.pool, retentionSeconds: 0)
+        try NotificationReceiver.prune(broker.pool, retention: .zero)
         #expect(try broker.count("SELECT count(*) FROM apple_notifications") == 0)
         #expect(try page().contains("0 open of 2"), "the closures are recorded, not re-read from the inbox")
         let report = try broker.get("/deletions/\(deletions[first.id]!)/report.json", cookie: cookie)

@@ -56,7 +56,7 @@ struct ConsoleHostileInputTests {
     @Test("every POST route answers hostile forms with a 4xx and writes no row")
     func hostileForms() throws {
         // A step-up window longer than the test, so every step-up route reaches its form.
-        let broker = try ConsoleBroker(configure: { $0.stepUpSeconds = 3600 })
+        let broker = try ConsoleBroker(configure: { $0.stepUpWindow = .seconds(3600) })
         let notUUID = "not-a-uuid"
         let long = String(repeating: "a", count: 4000)
         let bodies = [

@@ -6,10 +6,11 @@ import PostgresClient
 import TestSupport
 import Testing
 
-/// The housekeeping worker drops the console's expired sessions and links, a bounded batch a round.
+/// BrokerCore's housekeeping worker drops the console's expired sessions and links through the
+/// console's own pruning (its `ModulePruning` seam), a bounded batch a round.
 @Suite("Console housekeeping", .offPool)
 struct ConsoleHousekeepingTests {
-    @Test("expired sessions and links go in batches of Housekeeping.consoleBatch; live ones stay and still sign in")
+    @Test("expired sessions and links go in batches of ConsoleSessionStore.pruneBatch; live ones stay and still sign in")
     func expiredSessionsPruned() throws {
         let broker = try ConsoleBroker()
         let expired = try broker.signIn(.viewer)
@@ -23,15 +24,15 @@ struct ConsoleHousekeepingTests {
             """
             INSERT INTO console_sessions (id_hash, operator, operator_name, roles, auth_time, expires_at)
             SELECT sha256(i::text::bytea), 'x', 'x', '{viewer}', now(), now() - interval '1 hour'
-            FROM generate_series(1, \(Housekeeping.consoleBatch)) i
+            FROM generate_series(1, \(ConsoleSessionStore.pruneBatch)) i
             """)
         _ = try broker.link(.viewer, operator: "carol")
         try broker.pool.query("UPDATE console_links SET expires_at = now() - interval '1 minute'")
         _ = try broker.link(.viewer, operator: "dave")
 
         let housekeeping = Housekeeping(
-            pool: broker.pool, eventRetentionSeconds: 86_400, deadLetterRetentionSeconds: 86_400,
-            notificationRetentionSeconds: 86_400)
+            pool: broker.pool, eventRetention: .seconds(86_400), deadLetterRetention: .seconds(86_400),
+            notificationRetention: .seconds(86_400), modules: [ConsoleSessionStore(pool: broker.pool)])
         #expect(try housekeeping.step(), "a full batch: more to do")
         #expect(try broker.count("SELECT count(*) FROM console_sessions WHERE expires_at < now()") == 1)
         #expect(try !housekeeping.step())

@@ -53,7 +53,7 @@ struct ConsoleOverviewTests {
     @Test("the threshold is BROKER_CONSOLE_NOTIFICATION_SILENCE_SECONDS")
     func thresholdSetting() throws {
         let broker = try ConsoleBroker(roles: [.api, .notifications], extra: Self.apps) {
-            $0.notificationSilenceSeconds = 3 * 86_400
+            $0.notificationSilence = .seconds(3 * 86_400)
         }
         let user = try broker.signInUser()
         let sent = try broker.simulator.sendNotification(
@@ -67,7 +67,7 @@ struct ConsoleOverviewTests {
         let configured = try ConsoleConfiguration.load(
             environment: ["BROKER_CONSOLE_LISTEN": "127.0.0.1:8081", "BROKER_CONSOLE_NOTIFICATION_SILENCE_SECONDS": "86400"],
             apiListen: "127.0.0.1:8080")
-        #expect(configured?.notificationSilenceSeconds == 86_400)
+        #expect(configured?.notificationSilence == .seconds(86_400))
         #expect(
             throws: ConsoleConfiguration.Invalid.self,
             performing: {

@@ -96,6 +96,20 @@ struct BackChannelLogoutTests {
         #expect((listed.json["deliveries"] as? [[String: Any]])?.first?["reason"] as? String == "consent.revoked")
     }
 
+    @Test("a new logout delivery wakes its lane at once (NOTIFY from the trigger), not at the next poll")
+    func wokenAtOnce() throws {
+        // The lanes look for work once a minute on their own: only a wake-up delivers within seconds.
+        let harness = try ProviderHarness(
+            extra: ["BROKER_DISPATCH_INTERVAL_MS": "60000"], roles: "api,notifications,dispatch")
+        let receiver = try LogoutReceiver()
+        let client = try harness.confidentialClient(extra: ["backchannel_logout_uri": receiver.url])
+        let signedIn = try signIn(harness, client)
+        let sent = Date()
+        try notify(harness, "consent-revoked", sub: signedIn.sub)
+        #expect(receiver.wait(for: 1, seconds: 20).count == 1)
+        #expect(Date().timeIntervalSince(sent) < 20, "woken, not polled")
+    }
+
     @Test("account-delete ends the grants; a receiver that fails is retried until it answers")
     func accountDelete() throws {
         let harness = try Self.harness()
@@ -151,6 +165,11 @@ struct BackChannelLogoutTests {
         #expect(
             try harness.send("POST", "/v1/oidc-logout-deliveries/\(id)/retry", headers: [("Authorization", "Bearer \(key)")])
                 .status == 404, "only a failed delivery is re-driven")
+        // Both re-drives are audited with their target and outcome (issue 38, item 5).
+        let audited = try harness.pool.query(
+            "SELECT concat_ws(' ', target, outcome) FROM audit_log WHERE action = 'oidc_logout_delivery.retried' ORDER BY id"
+        ).map { try $0.decode(String.self, 0) }
+        #expect(audited == ["oidc_logout_delivery:\(id) succeeded", "oidc_logout_delivery:\(id) failed"])
     }
 
     @Test("email-disabled and email-enabled show in userinfo at once")

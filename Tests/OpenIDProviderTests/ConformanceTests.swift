@@ -176,11 +176,10 @@ struct ProviderConformanceTests {
     func incompleteAppleAnswer() throws {
         let harness = try ProviderHarness()
         let client = try harness.confidentialClient()
-        let toApple = try ProviderHarness.Redirect(try harness.authorize(request(client)))
+        let browser = SessionBrowser(harness)
+        let toApple = try ProviderHarness.Redirect(try browser.authorize(request(client)))
         let sealed = try #require(toApple.query["state"])
-        let posted = try harness.send(
-            "POST", "/v1/apple/web/callback", headers: [("Content-Type", "application/x-www-form-urlencoded")],
-            body: FormEncoding.encode([("state", sealed), ("code", "c")]))
+        let posted = try browser.post("/v1/apple/web/callback", form: [("state", sealed), ("code", "c")])
         let back = try ProviderHarness.Redirect(posted)
         #expect(back.base == client.redirectURI)
         #expect(back.query["error"] == "server_error")

@@ -67,6 +67,21 @@ struct LogoutTests {
         try browser.get("/oidc/logout?" + FormEncoding.encode(parameters))
     }
 
+    @Test("an RP-initiated logout wakes the logout lane at once (NOTIFY), not at the next poll")
+    func rpLogoutWakesLane() throws {
+        // The lanes look for work once a minute on their own: only a wake-up delivers within seconds.
+        let harness = try ProviderHarness(
+            extra: ["OIDC_SESSION_SECONDS": "3600", "BROKER_DISPATCH_INTERVAL_MS": "60000"], roles: "api,dispatch")
+        let receiver = try LogoutReceiver()
+        let client = try harness.confidentialClient(extra: ["backchannel_logout_uri": receiver.url])
+        let browser = SessionBrowser(harness)
+        let signedIn = try signIn(harness, browser, client)
+        let sent = Date()
+        #expect(try logout(browser, [("id_token_hint", signedIn.idToken)]).status == 200)
+        #expect(receiver.wait(for: 1, seconds: 20).count == 1)
+        #expect(Date().timeIntervalSince(sent) < 20, "woken, not polled")
+    }
+
     @Test(
         "with an id_token_hint: the session and all its grants end, each RP gets its logout token, and the browser goes to the registered post_logout_redirect_uri with state"
     )
@@ -213,8 +228,8 @@ struct LogoutTests {
         try harness.pool.query("DELETE FROM oidc_tokens")
         try harness.pool.query("DELETE FROM oidc_codes")
         try harness.pool.query("UPDATE oidc_grants SET created_at = now() - interval '2 days'")
-        let housekeeping = ProviderHousekeeping(pool: harness.pool, retentionSeconds: 60, deadLetterRetentionSeconds: 60)
-        _ = try housekeeping.step()
+        let housekeeping = ProviderHousekeeping(pool: harness.pool, retention: .seconds(60), deadLetterRetention: .seconds(60))
+        _ = try housekeeping.prune()
         #expect(try harness.count("SELECT count(*) FROM oidc_grants") == 1)
         // The relying party's session still gets its logout.
         #expect(try logout(browser, [("id_token_hint", signedIn.idToken)]).status == 200)
@@ -223,7 +238,7 @@ struct LogoutTests {
         // Once the session could no longer live, the grant goes.
         try harness.pool.query(
             "UPDATE oidc_grants SET ended_at = NULL, logout_until = now() - interval '1 second'")
-        _ = try housekeeping.step()
+        _ = try housekeeping.prune()
         #expect(try harness.count("SELECT count(*) FROM oidc_grants") == 0)
     }
 }

@@ -220,6 +220,62 @@ struct ProviderFlowTests {
         #expect(stolen.json["error"] as? String == "invalid_grant")
     }
 
+    @Test(
+        "a refresh sequence (OpenID Connect Core §12.2): each ID token keeps iss, sub, aud, auth_time and sid, with a later iat and no nonce; every access token works"
+    )
+    func refreshSequence() throws {
+        let harness = try ProviderHarness()
+        let client = try harness.confidentialClient()
+        let code = try #require(try harness.signIn(codeRequest(client)).query["code"])
+        let first = try harness.token(
+            [("grant_type", "authorization_code"), ("code", code), ("redirect_uri", client.redirectURI)], as: client)
+        let original = try harness.verifiedClaims(try #require(first.json["id_token"] as? String))
+        var refresh = try #require(first.json["refresh_token"] as? String)
+        var seen: Set<String> = [refresh]
+        for _ in 0..<4 {
+            let answer = try harness.token([("grant_type", "refresh_token"), ("refresh_token", refresh)], as: client)
+            #expect(answer.status == 200, "\(answer.bodyText)")
+            refresh = try #require(answer.json["refresh_token"] as? String)
+            #expect(seen.insert(refresh).inserted, "a new refresh token each time")
+            let claims = try harness.verifiedClaims(try #require(answer.json["id_token"] as? String))
+            for name in ["iss", "sub", "aud", "auth_time", "sid"] {
+                #expect(claims[name] != nil && claims[name] == original[name], "\(name): \(claims) vs \(original)")
+            }
+            #expect((claims["iat"]?.integerValue ?? 0) >= (original["iat"]?.integerValue ?? .max))
+            #expect(claims["nonce"] == nil)
+            let access = try #require(answer.json["access_token"] as? String)
+            let info = try harness.send("GET", "/oidc/userinfo", headers: [("Authorization", "Bearer \(access)")])
+            #expect(info.status == 200 && info.json["sub"] as? String == original["sub"]?.stringValue, "\(info.bodyText)")
+        }
+        // RFC 6749 §6: a scope the grant does not hold is invalid_scope.
+        let wider = try harness.token(
+            [("grant_type", "refresh_token"), ("refresh_token", refresh), ("scope", "openid email phone")], as: client)
+        #expect(wider.json["error"] as? String == "invalid_scope", "\(wider.bodyText)")
+        // A refused request spends nothing: the same refresh token still works, and the grant lives.
+        let after = try harness.token([("grant_type", "refresh_token"), ("refresh_token", refresh)], as: client)
+        #expect(after.status == 200, "\(after.bodyText)")
+    }
+
+    @Test("RFC 9700 §2.1.1: a code_verifier for a code issued without a code_challenge is invalid_grant (PKCE downgrade)")
+    func pkceDowngrade() throws {
+        let harness = try ProviderHarness()
+        let client = try harness.confidentialClient()
+        let code = try #require(try harness.signIn(codeRequest(client)).query["code"])
+        let downgraded = try harness.token(
+            [
+                ("grant_type", "authorization_code"), ("code", code), ("redirect_uri", client.redirectURI),
+                ("code_verifier", PKCE().verifier),
+            ], as: client)
+        #expect(downgraded.status == 400)
+        #expect(downgraded.json["error"] as? String == "invalid_grant", "\(downgraded.bodyText)")
+        // A confidential client that sent a challenge must send its verifier too.
+        let pkce = PKCE()
+        let bound = try #require(try harness.signIn(codeRequest(client, pkce: pkce)).query["code"])
+        let without = try harness.token(
+            [("grant_type", "authorization_code"), ("code", bound), ("redirect_uri", client.redirectURI)], as: client)
+        #expect(without.json["error"] as? String == "invalid_grant", "\(without.bodyText)")
+    }
+
     @Test("PKCE: public clients must send S256, plain is refused, a wrong verifier is invalid_grant; loopback on any port")
     func pkce() throws {
         let harness = try ProviderHarness()

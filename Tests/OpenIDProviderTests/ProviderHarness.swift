@@ -142,8 +142,12 @@ final class ProviderHarness: Sendable {
         let action = unescape(String(try #require(html.firstMatch(of: /action="([^"]*)"/), "no form: \(html)").1))
         #expect(action == Self.publicURL + "/v1/apple/web/callback")
         let fields = html.matches(of: /name="([^"]*)" value="([^"]*)"/).map { (unescape(String($0.1)), unescape(String($0.2))) }
+        // The browser's cookies from the start (the authorization's binding) go back with Apple's post.
+        let cookies = start.headers.filter { $0.0 == "set-cookie" }.map { String($0.1.split(separator: ";")[0]) }
         let posted = try send(
-            "POST", "/v1/apple/web/callback", headers: [("Content-Type", "application/x-www-form-urlencoded")],
+            "POST", "/v1/apple/web/callback",
+            headers: [("Content-Type", "application/x-www-form-urlencoded")]
+                + (cookies.isEmpty ? [] : [("Cookie", cookies.joined(separator: "; "))]),
             body: FormEncoding.encode(fields))
         #expect(posted.status == 303, "\(posted.bodyText)")
         return try Redirect(posted)

@@ -96,13 +96,13 @@ struct RegistrationTests {
         let store = SigningKeyStore(
             pool: harness.pool, tokenKeys: try TokenKeyRing(parsing: harness.environment["TOKEN_ENCRYPTION_KEY"]!))
         let first = try #require(try store.list().first?.kid)
-        let next = try store.rotate(prepublishSeconds: 3600)
+        let next = try store.rotate(prepublish: .seconds(3600))
         #expect(Set(try store.list().map { "\($0.kid)=\($0.state)" }) == ["\(first)=active", "\(next)=pending"])
         let keys = SigningKeys(store: store)
         #expect(try JWKSet(json: try keys.jwks()).keys.compactMap(\.keyID).sorted() == [first, next].sorted())
         let verifier = JWSVerifier(allowedAlgorithms: [.rs256])
         #expect(try verifier.unverifiedHeader(try keys.sign(["sub": "x"])).keyID == first, "the pending key does not sign yet")
-        let now = try store.rotate(prepublishSeconds: 0)
+        let now = try store.rotate(prepublish: .zero)
         let fresh = SigningKeys(store: store)
         #expect(try verifier.unverifiedHeader(try fresh.sign(["sub": "x"])).keyID == now)
         #expect(try JWKSet(json: try fresh.jwks()).keys.count == 3, "retired keys stay published while their tokens live")
@@ -118,7 +118,7 @@ struct RegistrationTests {
         ]
         let loaded = try BrokerConfiguration.load(environment: base, requireApple: true)
         #expect(loaded.oidc?.issuer == "https://id.example.com")
-        #expect(loaded.oidc?.keyPrepublishSeconds == 86_400)
+        #expect(loaded.oidc?.keyPrepublish == .seconds(86_400))
         #expect(loaded.web == nil, "the provider alone needs no APPLE_WEB_RETURN_URLS")
         func problems(_ change: (inout [String: String]) -> Void) -> String {
             var environment = base
@@ -163,7 +163,7 @@ struct ProviderHousekeepingTests {
         )
         try harness.pool.query("UPDATE oidc_codes SET expires_at = now() - interval '2 hours' WHERE grant_id = \(old)")
         try harness.pool.query("UPDATE oidc_tokens SET expires_at = now() - interval '1 second' WHERE grant_id = \(old)")
-        _ = try ProviderHousekeeping(pool: harness.pool, retentionSeconds: 60, deadLetterRetentionSeconds: 3600).step()
+        _ = try ProviderHousekeeping(pool: harness.pool, retention: .seconds(60), deadLetterRetention: .seconds(3600)).prune()
         #expect(try harness.count("SELECT count(*) FROM oidc_grants") == 1)
         #expect(try harness.count("SELECT count(*) FROM oidc_grants WHERE id = \(old)") == 0)
         #expect(try harness.count("SELECT count(*) FROM oidc_tokens") == 2, "the live grant keeps its access and refresh tokens")

@@ -3,28 +3,53 @@ import Foundation
 import HTTPClient
 import Testing
 
-/// A browser for the provider's session tests: keeps the provider's session cookie
-/// (`__Host-abk_oidc`) between requests, as a browser would, and plays Apple's page through
-/// the simulator when the provider sends it there.
+/// A browser for the provider's session tests: keeps the provider's cookies (the session's
+/// `__Host-abk_oidc`, the authorization's binding) between requests, as a browser would, and
+/// plays Apple's page through the simulator when the provider sends it there.
 final class SessionBrowser {
     let harness: ProviderHarness
-    /// The session cookie's value, as the last Set-Cookie left it.
-    var session: String?
+    /// The provider's cookies, by name, as the last Set-Cookie of each left them.
+    var cookies: [String: String] = [:]
     /// Every Set-Cookie for the session cookie the provider sent, in order.
     var setCookies: [String] = []
 
     static let cookie = "__Host-abk_oidc"
 
+    /// The session cookie's value.
+    var session: String? {
+        get { cookies[Self.cookie] }
+        set { cookies[Self.cookie] = newValue }
+    }
+
     init(_ harness: ProviderHarness) { self.harness = harness }
 
-    private var cookieHeader: [(String, String)] { session.map { [("Cookie", "\(Self.cookie)=\($0)")] } ?? [] }
+    private var cookieHeader: [(String, String)] {
+        cookies.isEmpty
+            ? [] : [("Cookie", cookies.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: "; "))]
+    }
 
     private func keep(_ response: HTTPClientResponse) {
-        for (name, value) in response.headers where name == "set-cookie" && value.hasPrefix(Self.cookie + "=") {
-            setCookies.append(value)
-            let pair = value.split(separator: ";", maxSplits: 1)[0]
-            let cookieValue = String(pair.dropFirst(Self.cookie.count + 1))
-            session = cookieValue.isEmpty || value.contains("Max-Age=0") ? nil : cookieValue
+        for (name, value) in response.headers where name == "set-cookie" {
+            let pair = value.split(separator: ";", maxSplits: 1)[0].split(separator: "=", maxSplits: 1)
+            guard let cookieName = pair.first.map(String.init) else { continue }
+            let cookieValue = pair.count > 1 ? String(pair[1]) : ""
+            if cookieName == Self.cookie { setCookies.append(value) }
+            cookies[cookieName] = cookieValue.isEmpty || value.contains("Max-Age=0") ? nil : cookieValue
+        }
+    }
+
+    /// Apple's form post for an authorization this browser starts, as Apple's page would post
+    /// it (the simulator playing the person), without posting it.
+    func appleForm(_ parameters: [(String, String)]) throws -> [(String, String)] {
+        let first = try answer(try authorize(parameters))
+        guard case .apple(let location) = first else {
+            Issue.record("not sent to Apple: \(first)")
+            throw CancellationError()
+        }
+        let page = try harness.send("GET", location + "&" + FormEncoding.encode([("sim_first_name", "Ada")]))
+        #expect(page.status == 200, "\(page.bodyText)")
+        return page.bodyText.matches(of: /name="([^"]*)" value="([^"]*)"/).map {
+            (Self.unescape(String($0.1)), Self.unescape(String($0.2)))
         }
     }
 

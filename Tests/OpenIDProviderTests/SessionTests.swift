@@ -171,6 +171,42 @@ struct SessionTests {
         #expect(error(try browser.answer(try browser.authorize(request(client, [("max_age", "-1")])))) == "invalid_request")
     }
 
+    @Test(
+        "the Apple leg is bound to the browser that started it: Apple's form post replayed from another browser signs nobody in there"
+    )
+    func appleLegBoundToBrowser() throws {
+        let harness = try ProviderHarness(extra: ["OIDC_SESSION_SECONDS": "3600"])
+        let client = try harness.confidentialClient()
+        // Login CSRF: the attacker starts an authorization and signs in at Apple as themself,
+        // then makes the victim's browser post Apple's answer to the broker's callback.
+        let attacker = SessionBrowser(harness)
+        let form = try attacker.appleForm(request(client))
+        let victim = SessionBrowser(harness)
+        let replayed = try victim.post("/v1/apple/web/callback", form: form)
+        #expect(replayed.status == 400, "\(replayed.status) \(replayed.bodyText)")
+        #expect(replayed.header("location") == nil, "no code for the RP")
+        #expect(victim.session == nil, "no session at the provider in the victim's browser")
+        #expect(error(try victim.answer(try victim.authorize(request(client, [("prompt", "none")])))) == "login_required")
+        let binding = try #require(
+            attacker.cookies.first { $0.key.hasPrefix("__Host-") && $0.key != SessionBrowser.cookie },
+            "the authorization leaves a __Host- binding cookie: \(attacker.cookies)")
+        #expect(binding.value.count == 43)
+        // A wrong binding is refused alike; the browser that started it still finishes it.
+        let stranger = SessionBrowser(harness)
+        stranger.cookies[binding.key] = Base64URL.encode(SecureRandom.bytes(32))
+        #expect(try stranger.post("/v1/apple/web/callback", form: form).status == 400)
+        let finished = try attacker.answer(try attacker.post("/v1/apple/web/callback", form: form))
+        _ = try claims(harness, client, code: try code(finished))
+        #expect(attacker.session != nil)
+        // Two authorizations under way in one browser (two tabs, two RPs) share the binding.
+        let tab = SessionBrowser(harness)
+        let firstTab = try tab.appleForm(request(client, [("prompt", "login")]))
+        let secondTab = try tab.appleForm(request(client, [("prompt", "login")]))
+        for form in [firstTab, secondTab] {
+            _ = try claims(harness, client, code: try code(try tab.answer(try tab.post("/v1/apple/web/callback", form: form))))
+        }
+    }
+
     @Test("OIDC_SESSION_SECONDS=0 turns sessions off: no cookie, prompt=none is login_required; a bad value stops the start")
     func sessionsOff() throws {
         for bad in ["-1", "7776001", "week"] {
@@ -241,7 +277,7 @@ struct SessionTests {
         #expect(try harness.count("SELECT count(*) FROM oidc_sessions WHERE ended_at IS NULL") == 20)
         #expect(try store.find(secret: try #require(browser.session)) == nil, "the oldest session ended")
         #expect(try store.find(secret: try #require(secrets.last)) != nil)
-        _ = try ProviderHousekeeping(pool: harness.pool, retentionSeconds: 60, deadLetterRetentionSeconds: 60).step()
+        _ = try ProviderHousekeeping(pool: harness.pool, retention: .seconds(60), deadLetterRetention: .seconds(60)).prune()
         #expect(try harness.count("SELECT count(*) FROM oidc_sessions") == 20)
     }
 }

@@ -2,4 +2,4 @@
 # beside the integration targets. A target belongs here when none of its tests starts a cluster
 # (a rule test, a parser, vectors, a route through the router, a server or simulator on loopback).
 # Sourced; sets DATABASE_FREE_SUITES (a swift test --filter).
-DATABASE_FREE_SUITES="AppleIDTests|BrokerRuleTests|StrictJSONTests|JOSETests|BrokerCryptoTests|HTTPServerTests|AppleSimulatorTests"
+DATABASE_FREE_SUITES="AppleIDTests|WorkersTests|BrokerRuleTests|StrictJSONTests|JOSETests|BrokerCryptoTests|HTTPServerTests|AppleSimulatorTests"

@@ -20,7 +20,10 @@ What the suite leaves to a person is played here, and said so in the output:
 - "please remove any cookies" before a module: done for oidcc-prompt-none-not-logged-in (its
   checks need it); for the modules that ask only so that a login page shows up for the
   screenshot, only with CONFORMANCE_FRESH_LOGIN=all (each such module is then one more sign-in
-  at Apple for the plan's one person).
+  at Apple for the run's one person).
+- one person for the whole run: every plan's browser signs in at Apple with the same Apple ID
+  (a person has one); all five plans are more than ten sign-ins of that person within minutes,
+  and the run checks that they were.
 
 Environment: ISSUER, CA (the broker's TLS certificate authority), API_KEY (admin scope, to
 register the static clients as a tester would), SIM_URL, RP_PORT (this script's relying-party
@@ -146,16 +149,23 @@ class FormParser(html.parser.HTMLParser):
             self.scripts.append(data)
 
 
+class Person:
+    """The one person at Apple for the whole run: a person has one Apple ID, so every plan's
+    browser signs in with the same one (the simulator's `sim_sub`), well past ten sign-ins an
+    hour when all five plans run."""
+    apple_sub = None
+    apple_trips = 0
+
+
 class Browser:
     """One tester's browser for a whole plan: the provider's cookies persist across modules, and
-    Apple (the simulator) signs in one person, the same Apple ID on every trip."""
+    Apple (the simulator) signs in one person, the same Apple ID on every trip (Person)."""
 
     def __init__(self):
         self.session = requests.Session()
         # Only what this run gives: no proxy or CA bundle from the environment.
         self.session.trust_env = False
         self.session.verify = CA
-        self.apple_sub = None
         self.apple_trips = 0
 
     def clear_cookies(self):
@@ -168,7 +178,9 @@ class Browser:
         for _ in range(max_steps):
             if url.startswith(f"http://127.0.0.1:{RP_PORT}/"):
                 self.session.request(method, url, data=data, allow_redirects=False, timeout=15)
-                return "callback", RP.since(mark)[-1]
+                # The browser's own request: a back-channel logout may reach the RP meanwhile.
+                path = urllib.parse.urlsplit(url).path
+                return "callback", [r for r in RP.since(mark) if r["path"] == path and r["method"] == method][-1]
             if url.startswith(SIM_URL + "/auth/authorize"):
                 url, method, data = self.apple(url)
                 continue
@@ -189,8 +201,9 @@ class Browser:
     def apple(self, url):
         """Apple's page (the simulator): the person signs in, always the same Apple ID."""
         self.apple_trips += 1
-        if self.apple_sub:
-            url += "&" + urllib.parse.urlencode({"sim_sub": self.apple_sub})
+        Person.apple_trips += 1
+        if Person.apple_sub:
+            url += "&" + urllib.parse.urlencode({"sim_sub": Person.apple_sub})
         response = self.session.get(url, timeout=15)
         page = FormParser()
         page.feed(response.text)
@@ -198,8 +211,12 @@ class Browser:
             raise RuntimeError(f"Apple's page failed: {response.status_code} {response.text[:200]}")
         form = page.forms[0]
         fields = dict(form["fields"])
-        if "id_token" in fields and not self.apple_sub:
-            self.apple_sub = c.jwt_to_object(fields["id_token"])["claims"]["sub"]
+        if "id_token" in fields:
+            sub = c.jwt_to_object(fields["id_token"])["claims"]["sub"]
+            if Person.apple_sub is None:
+                Person.apple_sub = sub
+            elif sub != Person.apple_sub:
+                raise RuntimeError("Apple's page signed in another person than the run's one")
         return urllib.parse.urljoin(url, form["action"]), "POST", form["fields"]
 
 
@@ -1578,7 +1595,7 @@ def plan_config():
 
 def run_plan(key):
     title, modules = PLANS[key]
-    print(f"\n== plan {title}: one browser, one person at Apple", flush=True)
+    print(f"\n== plan {title}: one browser, the run's one person at Apple", flush=True)
     browser, config = Browser(), plan_config()
     counts = {}
     for module_class, variant in modules():
@@ -1606,7 +1623,11 @@ def run_plan(key):
 def main():
     keys = sys.argv[1:] or list(PLANS)
     failed = sum(run_plan(key) for key in keys)
-    print(f"\nconformance: {failed} module(s) failed", flush=True)
+    print(f"\nconformance: {failed} module(s) failed; {Person.apple_trips} sign-ins at Apple by one person (one Apple ID) in all", flush=True)
+    if set(keys) == set(PLANS) and Person.apple_trips <= 10:
+        # The run stands for "a person's 11th sign-in in an hour passes": it must get there.
+        print(f"conformance: only {Person.apple_trips} sign-ins at Apple; the whole run must be more than 10 by one person", flush=True)
+        failed += 1
     return 1 if failed else 0
 
 

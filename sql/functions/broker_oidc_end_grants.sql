@@ -13,10 +13,17 @@
 -- The same events end the user's sessions at the provider (sql/0023), so no browser signs
 -- in silently afterwards: a `token.invalidated` those whose Apple authentication (auth_time)
 -- is older than the later sign-in, as for grants.
+-- Queued deliveries NOTIFY oidc_logout_due, which wakes the logout lane in every process that
+-- runs it (LogoutDeliveryStore.dueChannel): these events are rare, so the notifying commit's
+-- lock costs nothing that matters (unlike broker_emit_event's, on every login).
+-- Declared in Swift where both owners can read it: BrokerCore's EventFeed (outbox_events) and
+-- the provider's LogoutDeliveryStore (what it writes).
 -- The trigger is created when missing or when its event list is not this one (the provider
 -- is unreleased; a changed list is replaced once), never on every start (see
 -- audit_log_append_only.sql).
 CREATE OR REPLACE FUNCTION broker_oidc_end_grants() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    v_queued bigint;
 BEGIN
     IF NEW.user_id IS NULL THEN
         RETURN NULL;
@@ -42,6 +49,10 @@ BEGIN
            CASE WHEN c.backchannel_logout_session_required THEN e.sid END, NEW.type
     FROM ended e JOIN oidc_clients c ON c.client_id = e.client_id
     WHERE c.backchannel_logout_uri IS NOT NULL;
+    GET DIAGNOSTICS v_queued = ROW_COUNT;
+    IF v_queued > 0 THEN
+        PERFORM pg_notify('oidc_logout_due', '');
+    END IF;
     RETURN NULL;
 END
 $$;

@@ -5,6 +5,7 @@ import Foundation
 import HTTPClient
 import HTTPServer
 import Observability
+import OpenIDProvider
 import PostgresClient
 import Workers
 
@@ -103,9 +104,11 @@ public final class BrokerApplication: Sendable {
             listener.subscribe("deletion_requested") { _ in deletionWorker.wake() }
         }
         if let dispatcher { workers += [dispatcher, parts.webhookReconciler()] }
-        if roles.contains(.dispatch), let logout = parts.logoutDispatcher() { workers.append(logout) }
+        if roles.contains(.dispatch), let logout = parts.logoutDispatcher() {
+            workers.append(logout.group)
+            if let channel = logout.wakeChannel { listener.subscribe(channel) { _ in logout.group.wake() } }
+        }
         if roles.contains(.sweep) { workers += [parts.refreshSweep(), parts.housekeeping()] }
-        if roles.contains(.sweep), let pruning = parts.providerHousekeeping() { workers.append(pruning) }
         self.workers = workers
 
         routes = router.routes.map { "\($0.method) \($0.pattern)" }
@@ -121,7 +124,8 @@ public final class BrokerApplication: Sendable {
                 subscriptions: parts.subscriptions, teamID: appleSettings.teamID, hasher: SubjectHasher(keys: tokenKeys),
                 apps: appleSettings.appGroups, clientIDs: appleSettings.clientIDs,
                 keySetAge: { [appleKeys = parts.appleKeys] in appleKeys.age }, metrics: metrics,
-                trustedProxies: serverConfiguration.trustedProxies, logger: logger)
+                trustedProxies: serverConfiguration.trustedProxies, logger: logger,
+                logoutQueue: LogoutDeliveryStore(pool: pool).queue)
         }
         self.console = console
         ProcessMetrics.register(on: metrics)
@@ -197,10 +201,10 @@ public final class BrokerApplication: Sendable {
         server.listen = configuration.listen
         server.workerThreads = configuration.httpThreads
         server.maximumBodyBytes = configuration.maximumBodyBytes
-        server.connectionTimeoutSeconds = configuration.connectionTimeoutSeconds
+        server.connectionTimeoutSeconds = Int(configuration.connectionTimeout.components.seconds)
         server.connectionsPerAddress = configuration.connectionsPerAddress
-        server.headerTimeoutSeconds = configuration.headerTimeoutSeconds
-        server.shutdownGracePeriod = .seconds(configuration.shutdownGraceSeconds)
+        server.headerTimeoutSeconds = Int(configuration.headerTimeout.components.seconds)
+        server.shutdownGracePeriod = configuration.shutdownGrace
         server.accessLog = configuration.accessLog
         server.problemTypeBase = problemTypeBase
         server.tls = configuration.tls.map { (keyPEM: $0.keyPEM, certificatePEM: $0.certificatePEM) }

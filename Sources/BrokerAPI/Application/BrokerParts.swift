@@ -1,5 +1,7 @@
 import AppleID
 import BrokerCore
+import Console
+import Deliveries
 import Foundation
 import HTTPClient
 import HTTPServer
@@ -61,16 +63,16 @@ struct BrokerParts: Sendable {
             keyIDPath: appleSettings.keyIDPath, metrics: metrics, logger: logger.labelled("apple"))
         let apple = AppleClient(
             baseURL: appleSettings.baseURL, transport: transport, secrets: secrets,
-            timeout: .milliseconds(appleSettings.timeoutMilliseconds), metrics: metrics, logger: logger.labelled("apple"))
+            timeout: appleSettings.timeout, metrics: metrics, logger: logger.labelled("apple"))
         self.apple = apple
         appleKeys = AppleKeyCache(
-            refreshInterval: .seconds(appleSettings.keysRefreshSeconds), metrics: metrics, logger: logger.labelled("jwks"),
+            refreshInterval: appleSettings.keysRefreshInterval, metrics: metrics, logger: logger.labelled("jwks"),
             fetch: { try apple.fetchKeys() })
         verifier = AppleTokenVerifier(keys: appleKeys)
         validator = IdentityTokenValidator(
             verifier: verifier, clientIDs: Set(appleSettings.clientIDs),
-            leeway: TimeInterval(configuration.login.tokenLeewaySeconds),
-            maximumAge: TimeInterval(configuration.login.tokenMaximumAgeSeconds))
+            leeway: Double(configuration.login.tokenLeeway.components.seconds),
+            maximumAge: Double(configuration.login.tokenMaximumAge.components.seconds))
         retry = RetryPolicy(maximumAttempts: appleSettings.maximumAttempts)
         deletionStore = DeletionStore(pool: pool, teamID: appleSettings.teamID, hasher: SubjectHasher(keys: tokenKeys))
         var subscriptions = WebhookSubscriptionStore(pool: pool, tokenKeys: tokenKeys)
@@ -85,7 +87,7 @@ struct BrokerParts: Sendable {
     func deletionWorker() -> WorkerGroup {
         WorkerGroup(
             name: "deletion-job", lanes: configuration.deletion.concurrency,
-            interval: .seconds(configuration.deletion.intervalSeconds), logger: logger,
+            interval: configuration.deletion.interval, logger: logger,
             step: DeletionJob(
                 store: deletionStore, apple: apple, tokenKeys: tokenKeys, settings: configuration.deletion,
                 groups: appleSettings.appGroups, validator: validator, metrics: metrics, logger: logger.labelled("deletion-job")
@@ -95,33 +97,29 @@ struct BrokerParts: Sendable {
     // MARK: Role `dispatch`
 
     func dispatcher() -> WorkerGroup {
-        let dispatch = configuration.dispatch
-        return WorkerGroup(
-            name: "dispatcher", lanes: dispatch.concurrency, interval: .milliseconds(dispatch.intervalMilliseconds),
-            logger: logger,
-            step: WebhookDispatcher(
-                pool: pool, subscriptions: subscriptions, transport: transport,
-                settings: .init(
-                    timeout: .milliseconds(dispatch.timeoutMilliseconds),
-                    retryBase: .milliseconds(dispatch.retryBaseMilliseconds),
-                    retryMaximum: .seconds(dispatch.retryMaximumSeconds), maximumAge: .seconds(dispatch.maximumAgeSeconds),
-                    lease: .seconds(dispatch.leaseSeconds), dnsTimeout: .milliseconds(dispatch.dnsTimeoutMilliseconds)),
-                metrics: metrics, logger: logger.labelled("dispatcher")
-            ).step)
+        deliveryLane(
+            WebhookLane(pool: pool, subscriptions: subscriptions), threadName: "dispatcher",
+            lanes: configuration.dispatch.concurrency)
     }
 
-    /// Back-Channel Logout deliveries of the OpenID Provider, when it is on.
-    func logoutDispatcher() -> WorkerGroup? {
+    /// Back-Channel Logout deliveries of the OpenID Provider, when it is on: a lane of the
+    /// same engine, woken by its channel's NOTIFY.
+    func logoutDispatcher() -> (group: WorkerGroup, wakeChannel: String?)? {
         guard let oidc = configuration.oidc else { return nil }
-        let dispatch = configuration.dispatch
-        let keys = SigningKeys(store: SigningKeyStore(pool: pool, tokenKeys: tokenKeys))
+        let lane = LogoutLane(
+            store: LogoutDeliveryStore(pool: pool), keys: SigningKeys(store: SigningKeyStore(pool: pool, tokenKeys: tokenKeys)),
+            issuer: oidc.issuer)
+        let group = deliveryLane(lane, threadName: "oidc-logout", lanes: max(1, configuration.dispatch.concurrency / 2))
+        return (group, lane.wakeChannel)
+    }
+
+    /// One lane of the delivery engine, as lanes of threads.
+    private func deliveryLane(_ lane: some DeliveryLane, threadName: String, lanes: Int) -> WorkerGroup {
+        let engine = DeliveryEngine(
+            lane: lane, transport: transport, settings: configuration.dispatch.delivery, metrics: metrics,
+            logger: logger.labelled(threadName))
         return WorkerGroup(
-            name: "oidc-logout", lanes: max(1, dispatch.concurrency / 2), interval: .milliseconds(dispatch.intervalMilliseconds),
-            logger: logger,
-            step: LogoutDispatcher(
-                store: LogoutDeliveryStore(pool: pool), keys: keys, issuer: oidc.issuer, transport: transport, settings: dispatch,
-                metrics: metrics, logger: logger.labelled("oidc-logout")
-            ).step)
+            name: threadName, lanes: lanes, interval: configuration.dispatch.interval, logger: logger, step: engine.step)
     }
 
     /// Brings parked deliveries of resumed subscriptions back, once a minute.
@@ -141,25 +139,25 @@ struct BrokerParts: Sendable {
             teamID: appleSettings.teamID, metrics: metrics, logger: logger.labelled("refresh-sweep"))
         return WorkerGroup(
             name: "refresh-sweep", lanes: configuration.sweep.concurrency,
-            interval: .seconds(configuration.sweep.intervalSeconds),
+            interval: configuration.sweep.interval,
             logger: logger, step: sweep.step)
     }
 
-    /// The OpenID Provider's pruning, when it is on.
-    func providerHousekeeping() -> WorkerGroup? {
-        guard configuration.oidc != nil else { return nil }
-        let housekeeping = ProviderHousekeeping(
-            pool: pool, retentionSeconds: configuration.dispatch.retentionSeconds,
-            deadLetterRetentionSeconds: configuration.dispatch.deadLetterRetentionSeconds)
-        return WorkerGroup(name: "oidc-housekeeping", lanes: 1, interval: .seconds(300), logger: logger, step: housekeeping.step)
-    }
-
+    /// BrokerCore's pruning, then the console's tables' and, when the provider is on, the
+    /// provider's (each module's own SQL, through BrokerCore's `ModulePruning` seam).
     func housekeeping() -> WorkerGroup {
+        var modules: [any ModulePruning] = [ConsoleSessionStore(pool: pool)]
+        if configuration.oidc != nil {
+            modules.append(
+                ProviderHousekeeping(
+                    pool: pool, retention: configuration.dispatch.retention,
+                    deadLetterRetention: configuration.dispatch.deadLetterRetention))
+        }
         let housekeeping = Housekeeping(
-            pool: pool, eventRetentionSeconds: configuration.dispatch.retentionSeconds,
-            deadLetterRetentionSeconds: configuration.dispatch.deadLetterRetentionSeconds,
-            notificationRetentionSeconds: configuration.dispatch.notificationRetentionSeconds,
-            dormantUserRetention: configuration.deletion.dormantUserRetention)
+            pool: pool, eventRetention: configuration.dispatch.retention,
+            deadLetterRetention: configuration.dispatch.deadLetterRetention,
+            notificationRetention: configuration.dispatch.notificationRetention,
+            dormantUserRetention: configuration.deletion.dormantUserRetention, modules: modules)
         return WorkerGroup(name: "housekeeping", lanes: 1, interval: .seconds(300), logger: logger, step: housekeeping.step)
     }
 
@@ -172,7 +170,7 @@ struct BrokerParts: Sendable {
     ) throws -> (@Sendable (Problem, HTTPRequest) -> HTTPResponse?)? {
         let login = LoginService(
             validator: validator, apple: apple, pool: pool, tokenKeys: tokenKeys, teamID: appleSettings.teamID,
-            settings: configuration.login, validationIntervalSeconds: configuration.sweep.validationIntervalSeconds,
+            settings: configuration.login, validationInterval: configuration.sweep.validationInterval,
             retry: retry, metrics: metrics, groups: appleSettings.appGroups, redirectURIs: appleSettings.redirectURIs,
             eventsWritten: eventsWritten)
         LoginRoutes.register(
@@ -229,8 +227,8 @@ struct BrokerParts: Sendable {
             verifier: AppleTokenVerifier(keys: verifier.keys, source: .notification), clientIDs: Set(appleSettings.clientIDs),
             groups: appleSettings.appGroups,
             teamID: appleSettings.teamID, hasher: SubjectHasher(keys: tokenKeys),
-            leeway: TimeInterval(configuration.login.tokenLeewaySeconds),
-            retentionSeconds: configuration.dispatch.notificationRetentionSeconds, pool: pool, metrics: metrics,
+            leeway: configuration.login.tokenLeeway, retention: configuration.dispatch.notificationRetention, pool: pool,
+            metrics: metrics,
             logger: logger.labelled("notifications"), onDeletionRequested: wakeDeletions, eventsWritten: eventsWritten)
         NotificationRoutes.register(
             on: &router, path: configuration.notificationsPath, receiver: receiver, perAddress: perAddressLimiter())

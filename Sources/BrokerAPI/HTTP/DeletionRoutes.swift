@@ -53,10 +53,9 @@ enum DeletionRoutes {
                 else {
                     throw notFound
                 }
-                guard try service.store.retry(id, by: "api:\(key.id)") else {
+                guard try service.retry(id, by: "api:\(key.id)") else {
                     throw BrokerError(.deletionNotFailed, "only failed deletions can be retried")
                 }
-                service.wake()
                 return .json(.object(["deletion_id": .string(id.lowercasedString), "state": "requested"]), status: 202)
             })
     }

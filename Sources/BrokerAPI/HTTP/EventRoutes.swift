@@ -1,4 +1,5 @@
 import BrokerCore
+import Deliveries
 import Foundation
 import HTTPServer
 import StrictJSON

@@ -22,7 +22,7 @@ enum WebSignInRoutes {
                 // SameSite=None: Apple's callback is a cross-site form post, which Lax would strip.
                 response.headers.add(
                     "Set-Cookie",
-                    "\(bindingCookie)=\(started.browserBinding); Path=/; Max-Age=\(started.lifetimeSeconds); Secure; HttpOnly; SameSite=None"
+                    "\(bindingCookie)=\(started.browserBinding); Path=/; Max-Age=\(started.lifetime.components.seconds); Secure; HttpOnly; SameSite=None"
                 )
                 return response
             }

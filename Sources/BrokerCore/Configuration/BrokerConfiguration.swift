@@ -1,6 +1,8 @@
 import BrokerCrypto
+import Deliveries
 import Foundation
 import Observability
+import Workers
 
 /// Everything the service reads from its environment (12-factor), validated in one pass:
 /// `load` reports every problem at once, each with the variable's name and what it expects.
@@ -22,7 +24,7 @@ public struct BrokerConfiguration: Sendable {
     /// `BROKER_MAX_BODY_BYTES`: request body limit.
     public var maximumBodyBytes: Int = 64 * 1024
     /// `BROKER_CONNECTION_TIMEOUT_SECONDS`: idle HTTP connections are closed after this.
-    public var connectionTimeoutSeconds: Int = 30
+    public var connectionTimeout: Duration = .seconds(30)
     /// `BROKER_MAX_CONNECTIONS_PER_IP`: simultaneous connections from one client address
     /// (0: no limit). Default 64 when the broker terminates TLS itself, off otherwise (behind a
     /// proxy every connection comes from the proxy).
@@ -34,13 +36,13 @@ public struct BrokerConfiguration: Sendable {
     /// `BROKER_HEADER_TIMEOUT_SECONDS`: a connection must send a request's headers and body
     /// this soon after it opens or its previous response went out (slow headers, trickled
     /// bodies), 0: off.
-    public var headerTimeoutSeconds: Int = 10
+    public var headerTimeout: Duration = .seconds(10)
     /// `BROKER_SHUTDOWN_GRACE_SECONDS`: how long SIGTERM waits for in-flight requests.
-    public var shutdownGraceSeconds: Int = 10
+    public var shutdownGrace: Duration = .seconds(10)
     /// `BROKER_DB_POOL_SIZE`.
     public var databasePoolSize: Int = 16
     /// `BROKER_DB_ACQUIRE_TIMEOUT_MS`: a request waiting longer for a connection gets 503.
-    public var databaseAcquireTimeoutMilliseconds: Int = 2000
+    public var databaseAcquireTimeout: Duration = .milliseconds(2000)
     /// `BROKER_LOG_LEVEL`.
     public var logLevel: Logger.Level = .info
     /// `BROKER_ACCESS_LOG`: one log line per request.
@@ -89,7 +91,7 @@ public struct BrokerConfiguration: Sendable {
         /// `BROKER_PUBLIC_URL`: Apple posts back to `<it>/v1/apple/web/callback`, the web sign-in's Return URL.
         public var publicURL: String
         /// `OIDC_KEY_PREPUBLISH_SECONDS`: a rotated-in key is published this long before it signs.
-        public var keyPrepublishSeconds = 86_400
+        public var keyPrepublish: Duration = .seconds(86_400)
         /// `OIDC_SESSION_SECONDS`: how long a sign-in at Apple keeps the person signed in at the
         /// provider in that browser (single sign-on, `prompt=none`); zero turns sessions off.
         public var sessionLifetime: Duration = .seconds(7 * 86_400)
@@ -104,8 +106,8 @@ public struct BrokerConfiguration: Sendable {
         }
 
         fileprivate static func load(_ reader: inout EnvironmentReader, clientIDs: [String]?) -> OpenIDProviderSettings? {
-            let prepublish = reader.integer("OIDC_KEY_PREPUBLISH_SECONDS", in: 0...(30 * 86_400))
-            let session = reader.integer("OIDC_SESSION_SECONDS", in: 0...(90 * 86_400))
+            let prepublish = reader.duration("OIDC_KEY_PREPUBLISH_SECONDS", in: 0...(30 * 86_400))
+            let session = reader.duration("OIDC_SESSION_SECONDS", in: 0...(90 * 86_400))
             let appleClientID = reader.string("OIDC_APPLE_CLIENT_ID")
             guard var issuer = reader.string("OIDC_ISSUER") else {
                 if appleClientID != nil || prepublish != nil || session != nil {
@@ -134,8 +136,8 @@ public struct BrokerConfiguration: Sendable {
             }
             while publicURL.hasSuffix("/") { publicURL.removeLast() }
             var settings = OpenIDProviderSettings(issuer: issuer, appleClientID: appleClientID, publicURL: publicURL)
-            settings.keyPrepublishSeconds = prepublish ?? settings.keyPrepublishSeconds
-            if let session { settings.sessionLifetime = .seconds(session) }
+            settings.keyPrepublish = prepublish ?? settings.keyPrepublish
+            if let session { settings.sessionLifetime = session }
             return settings
         }
     }
@@ -151,9 +153,9 @@ public struct BrokerConfiguration: Sendable {
         /// else is ever redirected to.
         public var returnURLs: [String: Set<String>]
         /// How long a sign-in may take on Apple's page.
-        public var stateLifetimeSeconds = 600
+        public var stateLifetime: Duration = .seconds(600)
         /// How long the app backend has to redeem a result code.
-        public var resultLifetimeSeconds = 120
+        public var resultLifetime: Duration = .seconds(120)
 
         /// Where Apple posts the authorization (the `redirect_uri`).
         public var callbackURL: String { publicURL + "/v1/apple/web/callback" }
@@ -189,17 +191,17 @@ public struct BrokerConfiguration: Sendable {
         public var concurrency = 8
         /// `BROKER_DISPATCH_INTERVAL_MS`: how often idle dispatchers look for work (events
         /// written by this process wake them at once).
-        public var intervalMilliseconds = 1000
+        public var interval: Duration = .milliseconds(1000)
         /// `BROKER_WEBHOOK_TIMEOUT_MS`: limit for one delivery.
-        public var timeoutMilliseconds = 5000
+        public var timeout: Duration = .milliseconds(5000)
         /// `BROKER_WEBHOOK_RETRY_BASE_MS`: first retry delay; doubles per attempt, with jitter.
-        public var retryBaseMilliseconds = 1000
+        public var retryBase: Duration = .milliseconds(1000)
         /// `BROKER_WEBHOOK_RETRY_MAX_SECONDS`: longest retry delay.
-        public var retryMaximumSeconds = 3600
+        public var retryMaximum: Duration = .seconds(3600)
         /// `BROKER_WEBHOOK_MAX_AGE_SECONDS`: a delivery not made by then is `failed`.
-        public var maximumAgeSeconds = 86_400
+        public var maximumAge: Duration = .seconds(86_400)
         /// `BROKER_EVENT_RETENTION_SECONDS`: delivered deliveries and events are pruned after this.
-        public var retentionSeconds = 7 * 86_400
+        public var retention: Duration = .seconds(7 * 86_400)
         /// `BROKER_WEBHOOK_MAX_SUBSCRIPTIONS`: subscriptions the broker holds at most (409
         /// `webhook_subscription_limit` beyond); it also bounds the delivery rows an event's
         /// transaction writes (see `broker_emit_event`).
@@ -210,18 +212,26 @@ public struct BrokerConfiguration: Sendable {
         public var maximumSubscriptionsPerKey = 10
         /// `BROKER_WEBHOOK_DEAD_LETTER_RETENTION_SECONDS`: failed deliveries, and deliveries
         /// parked by a paused subscription, are pruned once this old.
-        public var deadLetterRetentionSeconds = 30 * 86_400
+        public var deadLetterRetention: Duration = .seconds(30 * 86_400)
         /// `BROKER_WEBHOOK_DNS_TIMEOUT_MS`: limit for resolving a receiver's host name.
-        public var dnsTimeoutMilliseconds = 2000
+        public var dnsTimeout: Duration = .milliseconds(2000)
         /// `BROKER_WEBHOOK_LEASE_SECONDS`: a claimed delivery returns to the queue after this;
         /// must exceed the DNS and delivery timeouts, or a slow delivery is sent twice at once.
-        public var leaseSeconds = 60
+        public var lease: Duration = .seconds(60)
         /// `BROKER_WEBHOOK_ALLOW_PRIVATE_NETWORKS`: webhook receivers may be on loopback and
         /// private networks (the demo, tests); off, only public addresses are reached.
         public var allowPrivateNetworks = false
         /// `BROKER_NOTIFICATION_RETENTION_SECONDS`: Apple's notifications stay in the inbox (for
         /// deduplication by `jti`) this long; older notifications are answered `stale`.
-        public var notificationRetentionSeconds = 30 * 86_400
+        public var notificationRetention: Duration = .seconds(30 * 86_400)
+
+        /// What the delivery engine's lanes (webhooks, Back-Channel Logout) take from these:
+        /// between attempts the base doubling up to the maximum, each between half and all of that.
+        package var delivery: DeliverySettings {
+            DeliverySettings(
+                timeout: timeout, backoff: Backoff(first: retryBase, maximum: retryMaximum), maximumAge: maximumAge,
+                lease: lease, dnsTimeout: dnsTimeout, allowPrivateNetworks: allowPrivateNetworks)
+        }
     }
 
     public init() {}
@@ -229,16 +239,16 @@ public struct BrokerConfiguration: Sendable {
     /// Identity-token checks and the risk hint (`APPLE_TOKEN_*`, `BROKER_CHALLENGE_*`).
     public struct LoginSettings: Sendable {
         /// `APPLE_TOKEN_LEEWAY_SECONDS`: clock skew allowed on `exp`, `iat`, `nbf`.
-        public var tokenLeewaySeconds = 60
+        public var tokenLeeway: Duration = .seconds(60)
         /// `APPLE_TOKEN_MAX_AGE_SECONDS`: identity tokens issued longer ago are refused (`token_too_old`).
-        public var tokenMaximumAgeSeconds = 600
+        public var tokenMaximumAge: Duration = .seconds(600)
         /// `BROKER_CHALLENGE_UNKNOWN`: suggest a challenge when `real_user_status` is `unknown`.
         public var challengeUnknown = true
         /// `BROKER_CHALLENGE_UNSUPPORTED`: suggest a challenge when it is `unsupported` or absent.
         public var challengeUnsupported = false
         /// `BROKER_LAST_LOGIN_RESOLUTION_SECONDS`: a repeat login changing nothing rewrites
         /// `last_login_at` only when it is older than this, so busy users cost no write.
-        public var lastLoginResolutionSeconds = 60
+        public var lastLoginResolution: Duration = .seconds(60)
     }
 
     /// The account-deletion job (`BROKER_DELETION_*`).
@@ -248,31 +258,36 @@ public struct BrokerConfiguration: Sendable {
         /// `BROKER_DELETION_MAX_ATTEMPTS`: attempts before a request is dead-lettered (`failed`).
         public var maximumAttempts = 8
         /// `BROKER_DELETION_RETRY_BASE_MS`: first retry delay; it doubles per attempt (with jitter).
-        public var retryBaseMilliseconds = 5000
+        public var retryBase: Duration = .milliseconds(5000)
         /// `BROKER_DELETION_RETRY_MAX_SECONDS`: longest retry delay.
-        public var retryMaximumSeconds = 600
+        public var retryMaximum: Duration = .seconds(600)
         /// `BROKER_DELETION_LEASE_SECONDS`: a claimed request returns to the queue after this
         /// if its worker died.
-        public var leaseSeconds = 300
+        public var lease: Duration = .seconds(300)
         /// `BROKER_DELETION_INTERVAL_SECONDS`: how often the job polls besides being woken.
-        public var intervalSeconds = 5
+        public var interval: Duration = .seconds(5)
         /// `BROKER_DORMANT_USER_RETENTION_SECONDS`: a user whose every Apple token has been dead
         /// this long, with no sign-in since, is deleted (`DormantUsers`); nil (0) keeps them.
         public var dormantUserRetention: Duration? = .seconds(365 * 86_400)
+
+        /// Between attempts: the base doubling up to the maximum, each between half and all of that.
+        public var retryBackoff: Backoff {
+            Backoff(first: retryBase, maximum: retryMaximum)
+        }
     }
 
     /// The daily re-validation of stored refresh tokens (`BROKER_SWEEP_*`, `BROKER_REFRESH_VALIDATION_SECONDS`).
     public struct SweepSettings: Sendable {
         /// `BROKER_SWEEP_INTERVAL_SECONDS`: how often the sweep looks for due tokens.
-        public var intervalSeconds = 60
+        public var interval: Duration = .seconds(60)
         /// `BROKER_REFRESH_VALIDATION_SECONDS`: each token is validated at most this often
         /// (Apple asks for at most daily); up to a tenth more is added as jitter.
-        public var validationIntervalSeconds = 86_400
+        public var validationInterval: Duration = .seconds(86_400)
         /// `BROKER_SWEEP_CONCURRENCY`: refresh calls to Apple in parallel.
         public var concurrency = 4
         /// `BROKER_SWEEP_BREAKER_SECONDS`: how long the sweep pauses when a run of tokens
         /// fails with one and the same non-verdict error (such as `invalid_client`).
-        public var breakerPauseSeconds = 900
+        public var breakerPause: Duration = .seconds(900)
     }
 
     /// The parts of the service a process can run (`serve --roles`).
@@ -324,14 +339,14 @@ public struct BrokerConfiguration: Sendable {
         configuration.httpThreads = reader.integer("BROKER_HTTP_THREADS", in: 1...1024) ?? configuration.httpThreads
         configuration.maximumBodyBytes =
             reader.integer("BROKER_MAX_BODY_BYTES", in: 1024...(16 << 20)) ?? configuration.maximumBodyBytes
-        configuration.connectionTimeoutSeconds =
-            reader.integer("BROKER_CONNECTION_TIMEOUT_SECONDS", in: 1...3600) ?? configuration.connectionTimeoutSeconds
-        configuration.shutdownGraceSeconds =
-            reader.integer("BROKER_SHUTDOWN_GRACE_SECONDS", in: 0...600) ?? configuration.shutdownGraceSeconds
+        configuration.connectionTimeout =
+            reader.duration("BROKER_CONNECTION_TIMEOUT_SECONDS", in: 1...3600) ?? configuration.connectionTimeout
+        configuration.shutdownGrace =
+            reader.duration("BROKER_SHUTDOWN_GRACE_SECONDS", in: 0...600) ?? configuration.shutdownGrace
         configuration.databasePoolSize = reader.integer("BROKER_DB_POOL_SIZE", in: 1...500) ?? configuration.databasePoolSize
-        configuration.databaseAcquireTimeoutMilliseconds =
-            reader.integer("BROKER_DB_ACQUIRE_TIMEOUT_MS", in: 10...60_000)
-            ?? configuration.databaseAcquireTimeoutMilliseconds
+        configuration.databaseAcquireTimeout =
+            reader.duration("BROKER_DB_ACQUIRE_TIMEOUT_MS", in: 10...60_000)
+            ?? configuration.databaseAcquireTimeout
         if let level = reader.string("BROKER_LOG_LEVEL") {
             if let parsed = Logger.Level(name: level) {
                 configuration.logLevel = parsed
@@ -362,15 +377,15 @@ public struct BrokerConfiguration: Sendable {
                 !$0.isEmpty
             }
         }
-        if let seconds = reader.integer("BROKER_HEADER_TIMEOUT_SECONDS", in: 0...3600) {
-            configuration.headerTimeoutSeconds = seconds
-            if seconds > configuration.connectionTimeoutSeconds {
+        if let timeout = reader.duration("BROKER_HEADER_TIMEOUT_SECONDS", in: 0...3600) {
+            configuration.headerTimeout = timeout
+            if timeout > configuration.connectionTimeout {
                 reader.problem(
-                    "BROKER_HEADER_TIMEOUT_SECONDS: at most BROKER_CONNECTION_TIMEOUT_SECONDS (\(configuration.connectionTimeoutSeconds))"
+                    "BROKER_HEADER_TIMEOUT_SECONDS: at most BROKER_CONNECTION_TIMEOUT_SECONDS (\(configuration.connectionTimeout.components.seconds))"
                 )
             }
         } else {
-            configuration.headerTimeoutSeconds = min(configuration.headerTimeoutSeconds, configuration.connectionTimeoutSeconds)
+            configuration.headerTimeout = min(configuration.headerTimeout, configuration.connectionTimeout)
         }
         configuration.rateLimitPerKey = Double(reader.integer("BROKER_RATE_LIMIT_PER_KEY", in: 0...1_000_000) ?? 5000)
         configuration.rateLimitAuthFailuresPerAddress =
@@ -392,74 +407,76 @@ public struct BrokerConfiguration: Sendable {
         configuration.web = WebSignInSettings.load(&reader, clientIDs: configuration.apple?.clientIDs)
         configuration.oidc = OpenIDProviderSettings.load(&reader, clientIDs: configuration.apple?.clientIDs)
         var login = LoginSettings()
-        login.tokenLeewaySeconds = reader.integer("APPLE_TOKEN_LEEWAY_SECONDS", in: 0...600) ?? login.tokenLeewaySeconds
-        login.tokenMaximumAgeSeconds =
-            reader.integer("APPLE_TOKEN_MAX_AGE_SECONDS", in: 1...(10 * 365 * 86_400)) ?? login.tokenMaximumAgeSeconds
+        login.tokenLeeway = reader.duration("APPLE_TOKEN_LEEWAY_SECONDS", in: 0...600) ?? login.tokenLeeway
+        login.tokenMaximumAge =
+            reader.duration("APPLE_TOKEN_MAX_AGE_SECONDS", in: 1...(10 * 365 * 86_400)) ?? login.tokenMaximumAge
         login.challengeUnknown = reader.boolean("BROKER_CHALLENGE_UNKNOWN") ?? login.challengeUnknown
         login.challengeUnsupported = reader.boolean("BROKER_CHALLENGE_UNSUPPORTED") ?? login.challengeUnsupported
-        login.lastLoginResolutionSeconds =
-            reader.integer("BROKER_LAST_LOGIN_RESOLUTION_SECONDS", in: 0...86_400) ?? login.lastLoginResolutionSeconds
+        login.lastLoginResolution =
+            reader.duration("BROKER_LAST_LOGIN_RESOLUTION_SECONDS", in: 0...86_400) ?? login.lastLoginResolution
         configuration.login = login
         var sweep = SweepSettings()
-        sweep.intervalSeconds = reader.integer("BROKER_SWEEP_INTERVAL_SECONDS", in: 1...86_400) ?? sweep.intervalSeconds
-        sweep.validationIntervalSeconds =
-            reader.integer("BROKER_REFRESH_VALIDATION_SECONDS", in: 1...(30 * 86_400)) ?? sweep.validationIntervalSeconds
+        sweep.interval = reader.duration("BROKER_SWEEP_INTERVAL_SECONDS", in: 1...86_400) ?? sweep.interval
+        sweep.validationInterval =
+            reader.duration("BROKER_REFRESH_VALIDATION_SECONDS", in: 1...(30 * 86_400)) ?? sweep.validationInterval
         sweep.concurrency = reader.integer("BROKER_SWEEP_CONCURRENCY", in: 1...64) ?? sweep.concurrency
-        sweep.breakerPauseSeconds =
-            reader.integer("BROKER_SWEEP_BREAKER_SECONDS", in: 1...86_400) ?? sweep.breakerPauseSeconds
+        sweep.breakerPause =
+            reader.duration("BROKER_SWEEP_BREAKER_SECONDS", in: 1...86_400) ?? sweep.breakerPause
         configuration.sweep = sweep
         var deletion = DeletionSettings()
         deletion.concurrency = reader.integer("BROKER_DELETION_CONCURRENCY", in: 1...256) ?? deletion.concurrency
         deletion.maximumAttempts = reader.integer("BROKER_DELETION_MAX_ATTEMPTS", in: 1...100) ?? deletion.maximumAttempts
-        deletion.retryBaseMilliseconds =
-            reader.integer("BROKER_DELETION_RETRY_BASE_MS", in: 1...3_600_000) ?? deletion.retryBaseMilliseconds
-        deletion.retryMaximumSeconds =
-            reader.integer("BROKER_DELETION_RETRY_MAX_SECONDS", in: 1...86_400) ?? deletion.retryMaximumSeconds
-        deletion.leaseSeconds = reader.integer("BROKER_DELETION_LEASE_SECONDS", in: 1...86_400) ?? deletion.leaseSeconds
-        deletion.intervalSeconds = reader.integer("BROKER_DELETION_INTERVAL_SECONDS", in: 1...3600) ?? deletion.intervalSeconds
-        if let retention = reader.integer("BROKER_DORMANT_USER_RETENTION_SECONDS", in: 0...(3_650 * 86_400)) {
-            if retention > 0 && retention < 86_400 {
-                reader.problem("BROKER_DORMANT_USER_RETENTION_SECONDS: 0 (keep them) or at least 86400 (a day), got \(retention)")
+        deletion.retryBase =
+            reader.duration("BROKER_DELETION_RETRY_BASE_MS", in: 1...3_600_000) ?? deletion.retryBase
+        deletion.retryMaximum =
+            reader.duration("BROKER_DELETION_RETRY_MAX_SECONDS", in: 1...86_400) ?? deletion.retryMaximum
+        deletion.lease = reader.duration("BROKER_DELETION_LEASE_SECONDS", in: 1...86_400) ?? deletion.lease
+        deletion.interval = reader.duration("BROKER_DELETION_INTERVAL_SECONDS", in: 1...3600) ?? deletion.interval
+        if let retention = reader.duration("BROKER_DORMANT_USER_RETENTION_SECONDS", in: 0...(3_650 * 86_400)) {
+            if retention > .zero && retention < .seconds(86_400) {
+                reader.problem(
+                    "BROKER_DORMANT_USER_RETENTION_SECONDS: 0 (keep them) or at least 86400 (a day), got \(retention.components.seconds)"
+                )
             } else {
-                deletion.dormantUserRetention = retention == 0 ? nil : .seconds(retention)
+                deletion.dormantUserRetention = retention == .zero ? nil : retention
             }
         }
         configuration.deletion = deletion
         var dispatch = DispatchSettings()
         dispatch.concurrency = reader.integer("BROKER_DISPATCH_CONCURRENCY", in: 1...256) ?? dispatch.concurrency
-        dispatch.intervalMilliseconds =
-            reader.integer("BROKER_DISPATCH_INTERVAL_MS", in: 10...60_000) ?? dispatch.intervalMilliseconds
-        dispatch.timeoutMilliseconds =
-            reader.integer("BROKER_WEBHOOK_TIMEOUT_MS", in: 100...120_000) ?? dispatch.timeoutMilliseconds
-        dispatch.retryBaseMilliseconds =
-            reader.integer("BROKER_WEBHOOK_RETRY_BASE_MS", in: 1...3_600_000) ?? dispatch.retryBaseMilliseconds
-        dispatch.retryMaximumSeconds =
-            reader.integer("BROKER_WEBHOOK_RETRY_MAX_SECONDS", in: 1...86_400) ?? dispatch.retryMaximumSeconds
-        dispatch.maximumAgeSeconds =
-            reader.integer("BROKER_WEBHOOK_MAX_AGE_SECONDS", in: 1...(30 * 86_400)) ?? dispatch.maximumAgeSeconds
-        dispatch.retentionSeconds =
-            reader.integer("BROKER_EVENT_RETENTION_SECONDS", in: 60...(365 * 86_400)) ?? dispatch.retentionSeconds
+        dispatch.interval =
+            reader.duration("BROKER_DISPATCH_INTERVAL_MS", in: 10...60_000) ?? dispatch.interval
+        dispatch.timeout =
+            reader.duration("BROKER_WEBHOOK_TIMEOUT_MS", in: 100...120_000) ?? dispatch.timeout
+        dispatch.retryBase =
+            reader.duration("BROKER_WEBHOOK_RETRY_BASE_MS", in: 1...3_600_000) ?? dispatch.retryBase
+        dispatch.retryMaximum =
+            reader.duration("BROKER_WEBHOOK_RETRY_MAX_SECONDS", in: 1...86_400) ?? dispatch.retryMaximum
+        dispatch.maximumAge =
+            reader.duration("BROKER_WEBHOOK_MAX_AGE_SECONDS", in: 1...(30 * 86_400)) ?? dispatch.maximumAge
+        dispatch.retention =
+            reader.duration("BROKER_EVENT_RETENTION_SECONDS", in: 60...(365 * 86_400)) ?? dispatch.retention
         dispatch.allowPrivateNetworks = reader.boolean("BROKER_WEBHOOK_ALLOW_PRIVATE_NETWORKS") ?? false
         dispatch.maximumSubscriptions =
             reader.integer("BROKER_WEBHOOK_MAX_SUBSCRIPTIONS", in: 1...1000) ?? dispatch.maximumSubscriptions
         dispatch.maximumSubscriptionsPerKey =
             reader.integer("BROKER_WEBHOOK_MAX_SUBSCRIPTIONS_PER_KEY", in: 1...1000) ?? dispatch.maximumSubscriptionsPerKey
-        dispatch.deadLetterRetentionSeconds =
-            reader.integer("BROKER_WEBHOOK_DEAD_LETTER_RETENTION_SECONDS", in: 3600...(365 * 86_400))
-            ?? dispatch.deadLetterRetentionSeconds
-        dispatch.dnsTimeoutMilliseconds =
-            reader.integer("BROKER_WEBHOOK_DNS_TIMEOUT_MS", in: 100...30_000) ?? dispatch.dnsTimeoutMilliseconds
-        dispatch.leaseSeconds = reader.integer("BROKER_WEBHOOK_LEASE_SECONDS", in: 1...3600) ?? dispatch.leaseSeconds
+        dispatch.deadLetterRetention =
+            reader.duration("BROKER_WEBHOOK_DEAD_LETTER_RETENTION_SECONDS", in: 3600...(365 * 86_400))
+            ?? dispatch.deadLetterRetention
+        dispatch.dnsTimeout =
+            reader.duration("BROKER_WEBHOOK_DNS_TIMEOUT_MS", in: 100...30_000) ?? dispatch.dnsTimeout
+        dispatch.lease = reader.duration("BROKER_WEBHOOK_LEASE_SECONDS", in: 1...3600) ?? dispatch.lease
         // A lease that can end while the delivery still runs lets another lane send it again.
-        if dispatch.leaseSeconds * 1000 <= dispatch.timeoutMilliseconds + dispatch.dnsTimeoutMilliseconds + 5000 {
+        if dispatch.lease <= dispatch.timeout + dispatch.dnsTimeout + .seconds(5) {
             reader.problem(
-                "BROKER_WEBHOOK_LEASE_SECONDS: \(dispatch.leaseSeconds) s must exceed BROKER_WEBHOOK_TIMEOUT_MS + "
-                    + "BROKER_WEBHOOK_DNS_TIMEOUT_MS + 5 s (\(dispatch.timeoutMilliseconds + dispatch.dnsTimeoutMilliseconds + 5000) ms)"
+                "BROKER_WEBHOOK_LEASE_SECONDS: \(dispatch.lease.components.seconds) s must exceed BROKER_WEBHOOK_TIMEOUT_MS + "
+                    + "BROKER_WEBHOOK_DNS_TIMEOUT_MS + 5 s (\((dispatch.timeout + dispatch.dnsTimeout + .seconds(5)).wholeMilliseconds) ms)"
             )
         }
-        dispatch.notificationRetentionSeconds =
-            reader.integer("BROKER_NOTIFICATION_RETENTION_SECONDS", in: 86_400...(3_650 * 86_400))
-            ?? dispatch.notificationRetentionSeconds
+        dispatch.notificationRetention =
+            reader.duration("BROKER_NOTIFICATION_RETENTION_SECONDS", in: 86_400...(3_650 * 86_400))
+            ?? dispatch.notificationRetention
         configuration.dispatch = dispatch
         if let keys = reader.string("TOKEN_ENCRYPTION_KEY") {
             do {
@@ -501,9 +518,9 @@ public struct AppleConfiguration: Sendable {
     /// without a restart); nil uses `keyID`.
     public var keyIDPath: String?
     /// `APPLE_JWKS_REFRESH_SECONDS`: how often Apple's keys are re-fetched in the background.
-    public var keysRefreshSeconds = 900
+    public var keysRefreshInterval: Duration = .seconds(900)
     /// `APPLE_TIMEOUT_MS`: limit for one call to Apple.
-    public var timeoutMilliseconds = 5000
+    public var timeout: Duration = .milliseconds(5000)
     /// `APPLE_MAX_ATTEMPTS`: tries for a call that meets 5xx, 429 or a timeout.
     public var maximumAttempts = 3
 
@@ -551,8 +568,8 @@ public struct AppleConfiguration: Sendable {
         if let keyIDPath, !FileManager.default.isReadableFile(atPath: keyIDPath) {
             reader.problem("APPLE_KEY_ID_PATH: cannot read \(keyIDPath)")
         }
-        let refresh = reader.integer("APPLE_JWKS_REFRESH_SECONDS", in: 10...86_400)
-        let timeout = reader.integer("APPLE_TIMEOUT_MS", in: 100...120_000)
+        let refresh = reader.duration("APPLE_JWKS_REFRESH_SECONDS", in: 10...86_400)
+        let timeout = reader.duration("APPLE_TIMEOUT_MS", in: 100...120_000)
         let attempts = reader.integer("APPLE_MAX_ATTEMPTS", in: 1...10)
         var appGroups = AppGroups.separate(clientIDs)
         switch AppGroups.parse(reader.string("APPLE_APP_GROUPS"), clientIDs: clientIDs) {
@@ -568,8 +585,8 @@ public struct AppleConfiguration: Sendable {
         apple.appGroups = appGroups
         apple.redirectURIs = redirectURIs ?? [:]
         apple.keyIDPath = keyIDPath
-        apple.keysRefreshSeconds = refresh ?? apple.keysRefreshSeconds
-        apple.timeoutMilliseconds = timeout ?? apple.timeoutMilliseconds
+        apple.keysRefreshInterval = refresh ?? apple.keysRefreshInterval
+        apple.timeout = timeout ?? apple.timeout
         apple.maximumAttempts = attempts ?? apple.maximumAttempts
         return apple
     }
@@ -616,6 +633,14 @@ struct EnvironmentReader {
             return nil
         }
         return value
+    }
+
+    /// A duration in the unit its variable's name says (`…_SECONDS`, `…_MS`), a whole number in `range`.
+    mutating func duration(_ name: String, in range: ClosedRange<Int>) -> Duration? {
+        guard let value = integer(name, in: range) else { return nil }
+        if name.hasSuffix("_MS") { return .milliseconds(value) }
+        precondition(name.hasSuffix("_SECONDS"), "\(name): a duration's variable names its unit")
+        return .seconds(value)
     }
 
     mutating func boolean(_ name: String) -> Bool? {

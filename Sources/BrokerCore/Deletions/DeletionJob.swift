@@ -1,8 +1,10 @@
 import AppleID
 import BrokerCrypto
+import Deliveries
 import Foundation
 import Observability
 import PostgresClient
+import Workers
 
 /// The account-deletion job: works through deletion requests (from the compliance API,
 /// the CLI and Apple's `account-delete`), state `requested → revoking → purging → done`,
@@ -80,7 +82,7 @@ package final class DeletionJob: Sendable {
     /// One request: claims it and works on it on the calling lane's thread. The job runs as
     /// a `WorkerGroup` of `concurrency` lanes, so that many revokes can wait on Apple at once.
     package func step() throws -> Bool {
-        guard let request = try store.claim(limit: 1, leaseSeconds: settings.leaseSeconds).first else { return false }
+        guard let request = try store.claim(limit: 1, lease: settings.lease).first else { return false }
         process(request)
         return true
     }
@@ -286,14 +288,11 @@ package final class DeletionJob: Sendable {
     /// Schedules the next attempt with exponential backoff and jitter (at least Apple's
     /// Retry-After), or dead-letters the request.
     private func settle(_ request: DeletionStore.Claimed, _ setback: Setback) {
-        let exponent = min(request.attempts - 1, 20)
-        let cap = min(
-            Double(settings.retryBaseMilliseconds) * pow(2, Double(exponent)), Double(settings.retryMaximumSeconds) * 1000)
-        var milliseconds = Double.random(in: cap / 2...max(cap / 2, cap))
-        if let retryAfter = setback.retryAfter { milliseconds = max(milliseconds, Double(retryAfter) * 1000) }
+        var delay = settings.retryBackoff.delay(after: request.attempts)
+        if let retryAfter = setback.retryAfter { delay = max(delay, .seconds(retryAfter)) }
         do {
             let state = try store.reschedule(
-                request, after: .milliseconds(Int(milliseconds)), error: setback.reason,
+                request, after: delay, error: setback.reason,
                 maximumAttempts: settings.maximumAttempts, fail: setback.permanent)
             outcomes.increment(state == .failed ? "failed" : "retry")
             if state == .failed {

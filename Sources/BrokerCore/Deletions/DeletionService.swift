@@ -215,4 +215,27 @@ package struct DeletionService: Sendable {
         }
         throw BrokerError.userNotFound
     }
+
+    /// Queues a failed request again as new (audited as `deletion.retried` by `actor`) and wakes
+    /// the job; false when the request is not `failed`.
+    package func retry(_ id: UUID, by actor: String) throws -> Bool {
+        guard try store.retry(id, by: actor) else { return false }
+        wake()
+        return true
+    }
+
+    // MARK: What operators note (the console's deletion actions)
+
+    /// Records when and through which ticket a request the console opened was received (the
+    /// deadline runs from then), with the console's audit entry.
+    package func annotate(_ id: UUID, receivedAt: Date, ticket: String, audit: AuditLog.Record) throws {
+        try store.annotate(id, receivedAt: receivedAt, ticket: ticket, audit: audit)
+    }
+
+    /// Extends a request's deadline to `until` with `reason` (Art. 12(3) GDPR, `DeletionDeadline`:
+    /// after the first month, at most 90 days after receipt), with the caller's audit entry;
+    /// false when the rule does not allow that date or the request is done.
+    package func extendDeadline(_ id: UUID, until: Date, reason: String, audit: AuditLog.Record) throws -> Bool {
+        try store.extend(id, until: until, reason: reason, audit: audit)
+    }
 }

@@ -1,4 +1,5 @@
 import BrokerCrypto
+import Deliveries
 import Foundation
 import Observability
 import PostgresClient
@@ -399,15 +400,15 @@ package struct DeletionStore: Sendable {
     }
 
     /// Claims due requests (`FOR UPDATE SKIP LOCKED`, so workers never share one), leases
-    /// them for `leaseSeconds` and counts the attempt. A request whose worker died comes
+    /// them for `lease` and counts the attempt. A request whose worker died comes
     /// back when its lease ends.
-    package func claim(limit: Int, leaseSeconds: Int) throws -> [Claimed] {
+    package func claim(limit: Int, lease: Duration) throws -> [Claimed] {
         try pool.query(
             """
             UPDATE deletion_requests d SET
                 attempts = d.attempts + 1,
                 state = CASE WHEN d.state = 'requested' THEN 'revoking' ELSE d.state END,
-                next_attempt_at = now() + \(String(leaseSeconds) + " seconds")::interval,
+                next_attempt_at = now() + \(lease)::interval,
                 updated_at = now()
             WHERE d.id IN (
                 SELECT id FROM deletion_requests
@@ -576,12 +577,11 @@ package struct DeletionStore: Sendable {
     }
 
     /// Takes the request's code: returns it and clears it in one statement, so that of two
-    /// takers (the API request, the job) only one ever sends it to Apple. With `leaseSeconds`
+    /// takers (the API request, the job) only one ever sends it to Apple. With a `lease`
     /// (the API request), the exchange is marked under way for that long, until `releaseLease`:
     /// the job does not end the revoke phase before the exchange has stored what it yields,
     /// and a request no job has claimed yet is held back from the job meanwhile.
-    package func takeCode(_ id: UUID, leaseSeconds: Int? = nil) throws -> SealedCode? {
-        let lease = leaseSeconds.map { String($0) + " seconds" }
+    package func takeCode(_ id: UUID, lease: Duration? = nil) throws -> SealedCode? {
         guard
             let row = try pool.query(
                 """
@@ -605,7 +605,7 @@ package struct DeletionStore: Sendable {
             redirectURI: try row.decode(String?.self, "code_redirect_uri"))
     }
 
-    /// Ends the exchange `takeCode(_:leaseSeconds:)` marked, and hands a request it held back to
+    /// Ends the exchange `takeCode(_:lease:)` marked, and hands a request it held back to
     /// the job at once, unless its code went back to it to be tried later (`putCodeBack`). A
     /// request a job works on keeps that job's lease.
     package func releaseLease(_ id: UUID) throws {

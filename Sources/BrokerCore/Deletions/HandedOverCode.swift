@@ -39,7 +39,7 @@ package struct HandedOverCode: Sendable {
     ///   no job has claimed yet is held back from the job).
     /// - Throws: `Throttled` when Apple answered 429 (the code is back on the request).
     package func exchange(deletionID: UUID, userID: UUID, inRequest: Bool = false) throws {
-        guard let code = try store.takeCode(deletionID, leaseSeconds: inRequest ? 60 : nil) else { return }
+        guard let code = try store.takeCode(deletionID, lease: inRequest ? .seconds(60) : nil) else { return }
         defer { if inRequest { try? store.releaseLease(deletionID) } }
         func step(_ outcome: DeletionStepOutcome, _ detail: String? = nil, clientID: String? = nil) throws {
             try store.addStep(deletionID, step: .codeExchange, clientID: clientID, outcome: outcome, detail: detail)

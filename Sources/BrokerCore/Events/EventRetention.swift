@@ -9,9 +9,8 @@ public enum EventRetention {
     /// - Returns: how many deliveries and events were deleted.
     @discardableResult
     public static func prune(
-        _ pool: PostgresPool, retentionSeconds: Int, deadLetterRetentionSeconds: Int
+        _ pool: PostgresPool, retention: Duration, deadLetterRetention: Duration
     ) throws -> (deliveries: Int, events: Int) {
-        try WebhookDeliveryStore.prune(
-            pool, retentionSeconds: retentionSeconds, deadLetterRetentionSeconds: deadLetterRetentionSeconds)
+        try WebhookDeliveryStore.prune(pool, retention: retention, deadLetterRetention: deadLetterRetention)
     }
 }

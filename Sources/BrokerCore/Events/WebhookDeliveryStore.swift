@@ -1,23 +1,26 @@
+import Deliveries
 import Foundation
 import Observability
 import PostgresClient
 import StrictJSON
 
-/// Where a webhook delivery is (`webhook_deliveries.state`).
-package enum DeliveryState: String, Sendable, CaseIterable, PostgresDecodable {
-    case pending, delivered, failed
-}
-
-/// The dispatcher's side of `webhook_deliveries` (`WebhookDispatcher` keeps the decisions):
-/// claiming the next due delivery, recording an attempt's outcome, the backlog for metrics,
-/// and retention. Listing and redriving (the API's side) are below, on the subscriptions' store.
+/// `webhook_deliveries`, BrokerCore's: the webhook lane's rows (`WebhookLane`). The queue
+/// half (outcomes, backlog, re-drive, pruning) is the delivery engine's shared
+/// `DeliveryQueueStore` over this table; the claim is the lane's own, since a row is
+/// claimable only at the head of its (subscription, user) queue. Listing and re-driving
+/// (the API's side) are below, on the subscriptions' store.
 package struct WebhookDeliveryStore: Sendable {
     let pool: PostgresPool
 
-    struct Claimed: Sendable {
-        var id: Int64
-        var attempts: Int
-        var createdAt: Date
+    package init(pool: PostgresPool) { self.pool = pool }
+
+    /// The lane's table: BrokerCore owns it, the engine works it.
+    static let table = DeliveryTable("webhook_deliveries")
+
+    package var queue: DeliveryQueueStore { DeliveryQueueStore(pool: pool, table: Self.table) }
+
+    /// What a claimed webhook delivery carries.
+    package struct Item: Sendable {
         var eventID: Int64
         var type: String
         var payload: String
@@ -28,81 +31,35 @@ package struct WebhookDeliveryStore: Sendable {
         var keyID: String
     }
 
-    /// The next due delivery at the head of its (subscription, user) queue, leased for `leaseSeconds`.
-    func claim(leaseSeconds: Int) throws -> Claimed? {
+    /// The next due delivery at the head of its (subscription, user) queue, leased for `lease`.
+    func claim(lease: Duration) throws -> ClaimedDelivery<Item>? {
         // sql/0005_webhook_claim.sql: the claim's plan is pinned there (why is told there too).
-        guard
-            let row = try pool.query(
-                "SELECT * FROM broker_claim_webhook_delivery(\(String(leaseSeconds) + " seconds")::interval)"
-            ).first
-        else { return nil }
-        return Claimed(
+        guard let row = try pool.query("SELECT * FROM broker_claim_webhook_delivery(\(lease)::interval)").first else {
+            return nil
+        }
+        return ClaimedDelivery(
             id: try row.decode(Int64.self, "delivery_id"), attempts: try row.decode(Int.self, "attempts"),
-            createdAt: try row.decode(Date.self, "delivery_created_at"), eventID: try row.decode(Int64.self, "event_id"),
-            type: try row.decode(String.self, "event_type"), payload: try row.decode(String.self, "payload"),
-            eventCreatedAt: try row.decode(Date.self, "event_created_at"),
-            subscriptionID: try row.decode(UUID.self, "subscription_id"),
-            url: try row.decode(String.self, "url"), secret: try row.decode([UInt8].self, "secret"),
-            keyID: try row.decode(String.self, "key_id"))
+            createdAt: try row.decode(Date.self, "delivery_created_at"),
+            item: Item(
+                eventID: try row.decode(Int64.self, "event_id"), type: try row.decode(String.self, "event_type"),
+                payload: try row.decode(String.self, "payload"), eventCreatedAt: try row.decode(Date.self, "event_created_at"),
+                subscriptionID: try row.decode(UUID.self, "subscription_id"), url: try row.decode(String.self, "url"),
+                secret: try row.decode([UInt8].self, "secret"), keyID: try row.decode(String.self, "key_id")))
     }
 
-    /// A failed attempt: `failed` for good when `expired`, else `pending` again after `delayMilliseconds`.
-    /// `status` is the receiver's HTTP status, nil when none came back; `error` a category.
-    func recordFailure(_ id: Int64, expired: Bool, delayMilliseconds: Int, status: Int?, error: String) throws {
-        try pool.query(
-            """
-            UPDATE webhook_deliveries SET
-                state = CASE WHEN \(expired) THEN 'failed' ELSE 'pending' END,
-                next_attempt_at = now() + \(String(delayMilliseconds) + " milliseconds")::interval,
-                last_status = \(status), last_error = \(error)
-            WHERE id = \(id)
-            """)
-    }
-
-    /// The receiver answered 2xx.
-    func recordDelivered(_ id: Int64, status: Int) throws {
-        try pool.query(
-            """
-            UPDATE webhook_deliveries SET state = 'delivered', delivered_at = now(), last_status = \(status), last_error = NULL
-            WHERE id = \(id)
-            """)
-    }
-
-    /// Waiting and dead-lettered deliveries, and the age of the oldest waiting one, for `/metrics`.
-    func backlog() throws -> QueueBacklog? {
-        guard
-            let row = try pool.query(
-                """
-                SELECT count(*) FILTER (WHERE state = 'pending') AS backlog, count(*) FILTER (WHERE state = 'failed') AS dead_letters,
-                       COALESCE(EXTRACT(EPOCH FROM now() - min(created_at) FILTER (WHERE state = 'pending')), 0) AS oldest_age
-                FROM webhook_deliveries
-                """
-            ).first
-        else { return nil }
-        return QueueBacklog(row)
-    }
-
-    /// Delivered deliveries older than the retention; failed ones, and ones parked by a
-    /// paused subscription (pending at 'infinity'), older than the dead-letter retention;
+    /// Deliveries past their retention (the engine's rule, see `DeliveryQueueStore.prune`),
     /// then events older than the retention with no delivery left (see `EventRetention`).
-    static func prune(_ pool: PostgresPool, retentionSeconds: Int, deadLetterRetentionSeconds: Int) throws -> (
+    static func prune(_ pool: PostgresPool, retention: Duration, deadLetterRetention: Duration) throws -> (
         deliveries: Int, events: Int
     ) {
-        let retention = String(retentionSeconds) + " seconds"
-        let deadLetterRetention = String(deadLetterRetentionSeconds) + " seconds"
-        let deliveries = try pool.query(
-            """
-            DELETE FROM webhook_deliveries
-            WHERE (state = 'delivered' AND delivered_at < now() - \(retention)::interval)
-               OR ((state = 'failed' OR (state = 'pending' AND next_attempt_at = 'infinity'))
-                   AND created_at < now() - \(deadLetterRetention)::interval)
-            """)
+        let deliveries = try DeliveryQueueStore(pool: pool, table: table).prune(
+            retention: retention, deadLetterRetention: deadLetterRetention)
         let events = try pool.query(
             """
             DELETE FROM outbox_events e WHERE e.created_at < now() - \(retention)::interval
               AND NOT EXISTS (SELECT 1 FROM webhook_deliveries d WHERE d.event_id = e.id)
             """)
-        return (deliveries.affectedRows, events.affectedRows)
+        return (deliveries, events.affectedRows)
     }
 }
 
@@ -137,21 +94,58 @@ extension WebhookSubscriptionStore {
         }
     }
 
+    /// Waiting and dead-lettered deliveries, and the subscriptions, at a glance.
+    package func figures() throws -> (pending: Int, failed: Int, subscriptions: Int) {
+        let row = try pool.query(
+            """
+            SELECT (SELECT count(*) FROM webhook_deliveries WHERE state = 'pending') AS pending,
+                   (SELECT count(*) FROM webhook_deliveries WHERE state = 'failed') AS failed,
+                   (SELECT count(*) FROM webhook_subscriptions) AS subscriptions
+            """
+        ).single()
+        return (
+            try row.decode(Int.self, "pending"), try row.decode(Int.self, "failed"), try row.decode(Int.self, "subscriptions")
+        )
+    }
+
+    /// A `user.deleted` delivery to one subscription (Art. 19 GDPR evidence of a deletion).
+    package struct UserDeletedDelivery: Sendable {
+        package var subscriptionID: UUID
+        package var state: String
+        package var attempts: Int
+        package var deliveredAt: Date?
+    }
+
+    /// The `user.deleted` deliveries of a user, per subscription.
+    package func userDeletedDeliveries(userID: UUID) throws -> [UserDeletedDelivery] {
+        try pool.query(
+            """
+            SELECT d.subscription_id, d.state, d.attempts, d.delivered_at
+            FROM webhook_deliveries d JOIN outbox_events e ON e.id = d.event_id
+            WHERE e.type = 'user.deleted' AND e.user_id = \(userID) ORDER BY d.id
+            """
+        ).map { row in
+            UserDeletedDelivery(
+                subscriptionID: try row.decode(UUID.self, "subscription_id"), state: try row.decode(String.self, "state"),
+                attempts: try row.decode(Int.self, "attempts"), deliveredAt: try row.decode(Date?.self, "delivered_at"))
+        }
+    }
+
     /// Puts a failed delivery back in the queue as new, audited (`webhook_delivery.retried`,
     /// the outcome `failed` when there was no such failed delivery); false when it is not
     /// `failed` (or not the owner's).
     package func redrive(delivery id: Int64, ownedBy owner: String?, actor: String) throws -> Bool {
         try pool.withTransaction { connection in
-            let redriven =
-                try connection.query(
-                    """
-                    UPDATE webhook_deliveries
-                    SET state = \(DeliveryState.pending.rawValue), attempts = 0, next_attempt_at = now(), created_at = now()
-                    WHERE id = \(id) AND state = \(DeliveryState.failed.rawValue)
-                      AND (\(owner)::text IS NULL
-                           OR subscription_id IN (SELECT id FROM webhook_subscriptions WHERE api_key_id = \(owner)::text))
-                    """
-                ).affectedRows == 1
+            let owned =
+                try owner.map { owner in
+                    try !connection.query(
+                        """
+                        SELECT 1 FROM webhook_deliveries d JOIN webhook_subscriptions s ON s.id = d.subscription_id
+                        WHERE d.id = \(id) AND s.api_key_id = \(owner)
+                        """
+                    ).isEmpty
+                } ?? true
+            let redriven = try owned && WebhookDeliveryStore(pool: pool).queue.redrive(id, on: connection)
             try AuditLog.record(
                 connection, actor: actor, action: "webhook_delivery.retried", target: "webhook_delivery:\(id)",
                 outcome: redriven ? .succeeded : .failed)

@@ -15,7 +15,7 @@ public final class LoginService: Sendable {
     let tokenKeys: TokenKeyRing
     let teamID: String
     let settings: BrokerConfiguration.LoginSettings
-    let validationIntervalSeconds: Int
+    let validationInterval: Duration
     let retry: RetryPolicy
     /// `APPLE_REDIRECT_URIS`: the Return URLs app backends may pass as `redirect_uri`, per client id.
     let redirectURIs: [String: Set<String>]
@@ -28,7 +28,7 @@ public final class LoginService: Sendable {
 
     package init(
         validator: IdentityTokenValidator, apple: AppleClient, pool: PostgresPool, tokenKeys: TokenKeyRing, teamID: String,
-        settings: BrokerConfiguration.LoginSettings, validationIntervalSeconds: Int, retry: RetryPolicy, metrics: MetricsRegistry,
+        settings: BrokerConfiguration.LoginSettings, validationInterval: Duration, retry: RetryPolicy, metrics: MetricsRegistry,
         groups: AppGroups, redirectURIs: [String: Set<String>], eventsWritten: @escaping @Sendable () -> Void = {}
     ) {
         self.redirectURIs = redirectURIs
@@ -36,13 +36,13 @@ public final class LoginService: Sendable {
         self.validator = validator
         self.apple = apple
         self.store = LoginStore(
-            pool: pool, teamID: teamID, lastLoginResolution: settings.lastLoginResolutionSeconds,
+            pool: pool, teamID: teamID, lastLoginResolution: settings.lastLoginResolution,
             groups: groups, hasher: SubjectHasher(keys: tokenKeys))
         self.ledger = CodeExchangeStore(pool: pool, hasher: SubjectHasher(keys: tokenKeys), teamID: teamID)
         self.tokenKeys = tokenKeys
         self.teamID = teamID
         self.settings = settings
-        self.validationIntervalSeconds = validationIntervalSeconds
+        self.validationInterval = validationInterval
         self.retry = retry
         outcomes = metrics.counter(
             "login_requests_total", help: "Logins by outcome: success or the problem code.", labels: ["outcome"])
@@ -198,14 +198,13 @@ public final class LoginService: Sendable {
 
         let record: LoginStore.Record
         do {
-            let jitter = Int.random(in: 0...max(1, validationIntervalSeconds / 10))
+            let firstValidation = Int(RefreshTokenSweep.nextValidation(after: validationInterval).components.seconds)
             // broker_login schedules the first validation at "1 day + p_validation_jitter"; the
             // offset makes it BROKER_REFRESH_VALIDATION_SECONDS (+ jitter) without a new version
             // of the function (the previous release calls the same one).
             record = try store.login(
                 identity, user: request.user, sealedRefreshToken: sealed,
-                validationJitterSeconds: validationIntervalSeconds - 86_400 + jitter, signedInAt: signedInAt,
-                tokenAuthorizedAt: exchangedAt)
+                validationJitterSeconds: firstValidation - 86_400, signedInAt: signedInAt, tokenAuthorizedAt: exchangedAt)
         } catch {
             // The code was exchanged: sending it again could only be refused.
             if let claimedCode, sealed != nil {

@@ -20,7 +20,7 @@ struct LoginStore: Sendable {
     let pool: PostgresPool
     let teamID: String
     /// Repeat logins changing nothing rewrite last_login_at only when older than this.
-    let lastLoginResolution: Int
+    let lastLoginResolution: Duration
     /// A login re-activates consent for its client id's group only.
     let groups: AppGroups
     /// Names the sub in the tombstone check without the sub itself.
@@ -120,7 +120,7 @@ struct LoginStore: Sendable {
                 \(identity.emailVerified), \(identity.isPrivateEmail), \(identity.realUserStatus),
                 \(user?.name?.firstName), \(user?.name?.lastName), \(user?.email), \(identity.transferSub),
                 \(sealedRefreshToken?.sealed), \(sealedRefreshToken?.keyID),
-                \(String(lastLoginResolution) + " seconds")::interval,
+                \(lastLoginResolution)::interval,
                 \(String(sign.validationJitterSeconds) + " seconds")::interval,
                 \(PostgresTextArray(hasher.candidates(teamID: teamID, sub: identity.sub))),
                 \(identity.orgID), \(sign.at)::timestamptz, \(sign.tokenAuthorizedAt)::timestamptz)
@@ -196,7 +196,7 @@ struct LoginStore: Sendable {
                            \(identity.email), \(identity.emailVerified),
                            \(identity.isPrivateEmail), \(identity.realUserStatus), \(user?.name?.firstName),
                            \(user?.name?.lastName), \(user?.email), \(identity.orgID), interval '100 years') AS unchanged,
-                       i.last_login_at >= now() - \(lastLoginResolutionInterval)::interval AS recent,
+                       i.last_login_at >= now() - \(lastLoginResolution)::interval AS recent,
                        coalesce(g.signed_in_at >= \(signedInAt)::timestamptz, false) AS on_timeline,
                        coalesce(g.consent = 'revoked' AND g.consent_at >= \(identity.issuedAt)::timestamptz + interval '1 second',
                            false) AS predates
@@ -234,7 +234,4 @@ struct LoginStore: Sendable {
         }
         return record
     }
-
-    /// `BROKER_LAST_LOGIN_RESOLUTION_SECONDS` as an interval's text.
-    private var lastLoginResolutionInterval: String { String(lastLoginResolution) + " seconds" }
 }

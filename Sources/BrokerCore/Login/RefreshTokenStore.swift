@@ -3,10 +3,15 @@ import PostgresClient
 
 /// The database side of the refresh sweep (`RefreshTokenSweep` keeps the decisions): claiming
 /// due tokens under a lease, recording a validation, backing a token off, putting a batch back.
-struct RefreshTokenStore: Sendable {
+package struct RefreshTokenStore: Sendable {
     let pool: PostgresPool
     /// Only this team's tokens: another team's (before a transfer) cannot be refreshed with our credentials.
     let teamID: String
+
+    package init(pool: PostgresPool, teamID: String) {
+        self.pool = pool
+        self.teamID = teamID
+    }
 
     struct DueToken: Sendable {
         var id: UUID
@@ -56,22 +61,22 @@ struct RefreshTokenStore: Sendable {
         try pool.query("UPDATE apple_tokens SET next_validation_at = now() WHERE id = ANY (\(ids)::uuid[])")
     }
 
-    /// Apple accepted the token: no failures, next validation in `nextSeconds`.
-    func recordValid(_ id: UUID, nextSeconds: Int) throws {
+    /// Apple accepted the token: no failures, next validation in `next`.
+    func recordValid(_ id: UUID, next: Duration) throws {
         try pool.query(
             """
             UPDATE apple_tokens SET last_validated_at = now(), validation_failures = 0, last_validation_error = NULL,
-                next_validation_at = now() + \(String(nextSeconds) + " seconds")::interval
+                next_validation_at = now() + \(next)::interval
             WHERE id = \(id)
             """)
     }
 
     /// One more consecutive failure (of this `kind`): `failures` in a row, next try in `delaySeconds`.
-    func backOff(_ id: UUID, failures: Int, kind: String, delaySeconds: Int) throws {
+    func backOff(_ id: UUID, failures: Int, kind: String, delay: Duration) throws {
         try pool.query(
             """
             UPDATE apple_tokens SET validation_failures = \(failures), last_validation_error = \(kind),
-                next_validation_at = now() + \(String(delaySeconds) + " seconds")::interval
+                next_validation_at = now() + \(delay)::interval
             WHERE id = \(id)
             """)
     }

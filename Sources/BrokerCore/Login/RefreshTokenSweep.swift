@@ -5,9 +5,10 @@ import Locking
 import Observability
 import PostgresClient
 import Synchronization
+import Workers
 
 /// Re-validates stored refresh tokens with Apple's refresh grant, each at most once per
-/// `validationIntervalSeconds` (daily by default, with jitter), so a revocation is caught
+/// `validationInterval` (daily by default, with jitter), so a revocation is caught
 /// even when Apple's `consent-revoked` notification never arrives. Apple's answer is a
 /// verdict on the authorization the token came from (`AppleAPIError.refreshVerdict`,
 /// protocol reference §11, §12), applied by sql `broker_sweep_verdict`:
@@ -32,7 +33,7 @@ import Synchronization
 /// - when `breakerThreshold` tokens in a row fail with the same error and none succeeds
 ///   (one wrong key setting fails every call alike: a configuration fault, not a mass
 ///   revocation), the breaker opens at once and the rest of the batch is put back untouched.
-/// An open breaker holds the sweep for `breakerPauseSeconds` (`refresh_sweep_breaker_open`).
+/// An open breaker holds the sweep for `breakerPause` (`refresh_sweep_breaker_open`).
 ///
 /// Due tokens are claimed with `FOR UPDATE SKIP LOCKED` and leased for ten minutes, so
 /// replicas and lanes share the work and a crashed worker's tokens come back on their own.
@@ -49,8 +50,6 @@ package final class RefreshTokenSweep: Sendable {
     private let batchSize = 10
     /// Consecutive same-error failures (and no success) that open the breaker.
     let breakerThreshold = 3
-    /// The first retry after a failure; it doubles per consecutive failure.
-    static let backoffBaseSeconds = 600
     /// Until when the breaker holds the sweep, if it is open, and what Apple answered lately.
     private let breaker = Breaker()
 
@@ -62,7 +61,7 @@ package final class RefreshTokenSweep: Sendable {
 
         var isOpen: Bool { openUntil.withLock { until in until.map { $0 > ContinuousClock.now } ?? false } }
 
-        func open(for seconds: Int) { openUntil.withLock { $0 = ContinuousClock.now + .seconds(seconds) } }
+        func open(for pause: Duration) { openUntil.withLock { $0 = ContinuousClock.now + pause } }
     }
 
     package init(
@@ -196,20 +195,25 @@ package final class RefreshTokenSweep: Sendable {
     /// Pauses the sweep and puts tokens back as they were due: the batch's untried ones, or
     /// those whose verdicts were not applied.
     private func openBreaker(kind: String, untouched: [UUID]) {
-        let pause = settings.breakerPauseSeconds
+        let pause = settings.breakerPause
         breaker.open(for: pause)
         breakerTrips.increment(kind)
         logger.error(
             "refresh sweep paused: Apple's answers across tokens point to a fault of ours or in between, not verdicts on the tokens",
-            [("error", kind), ("pause_seconds", String(pause))])
+            [("error", kind), ("pause_seconds", String(pause.components.seconds))])
         try? store.release(untouched)
     }
 
-    /// The delay before retrying a token after its `failures`-th consecutive failure:
-    /// 10 minutes doubling, at most the validation interval.
-    static func backoffSeconds(failures: Int, validationIntervalSeconds: Int) -> Int {
-        let doubled = backoffBaseSeconds << min(max(failures - 1, 0), 20)
-        return min(doubled, validationIntervalSeconds)
+    /// When a token is tried again after consecutive failures: 10 minutes doubling, at most
+    /// the validation interval, plus up to a tenth as jitter.
+    static func backoff(validationInterval: Duration) -> Backoff {
+        Backoff(first: .seconds(600), maximum: validationInterval, jitter: .added(0.1))
+    }
+
+    /// When a valid token is validated again: the interval plus up to a tenth, so tokens
+    /// stored together spread out.
+    static func nextValidation(after interval: Duration) -> Duration {
+        Backoff(first: interval, maximum: interval, jitter: .added(0.1)).delay(after: 1)
     }
 
     /// Asks Apple about one token. A valid token and a failure are recorded at once; a verdict
@@ -227,8 +231,7 @@ package final class RefreshTokenSweep: Sendable {
         }
         do {
             _ = try apple.refresh(refreshToken, clientID: token.clientID, retry: RetryPolicy(maximumAttempts: 2))
-            let next = settings.validationIntervalSeconds + Int.random(in: 0...max(1, settings.validationIntervalSeconds / 10))
-            try store.recordValid(token.id, nextSeconds: next)
+            try store.recordValid(token.id, next: Self.nextValidation(after: settings.validationInterval))
             outcomes.increment("valid")
             return .valid
         } catch let error as AppleAPIError where error.refreshVerdict == .revoked {
@@ -288,8 +291,7 @@ package final class RefreshTokenSweep: Sendable {
     /// One more consecutive failure: the token is next tried after its backoff (jittered).
     private func recordFailure(_ token: DueToken, kind: String) {
         let failures = token.failures + 1
-        let delay = Self.backoffSeconds(failures: failures, validationIntervalSeconds: settings.validationIntervalSeconds)
-        let jittered = delay + Int.random(in: 0...max(1, delay / 10))
-        try? store.backOff(token.id, failures: failures, kind: kind, delaySeconds: jittered)
+        let delay = Self.backoff(validationInterval: settings.validationInterval).delay(after: failures)
+        try? store.backOff(token.id, failures: failures, kind: kind, delay: delay)
     }
 }

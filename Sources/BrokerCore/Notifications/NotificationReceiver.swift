@@ -35,9 +35,9 @@ public final class NotificationReceiver: Sendable {
     let teamID: String
     /// The inbox, the audit log and log lines name the subject by its keyed hash only.
     let hasher: SubjectHasher
-    let leeway: TimeInterval
+    let leeway: Duration
     /// How long the inbox keeps a notification's `jti`; an older notification is `stale`.
-    let retentionSeconds: Int
+    let retention: Duration
     let store: NotificationStore
     let logger: Logger
     let now: @Sendable () -> Date
@@ -49,8 +49,8 @@ public final class NotificationReceiver: Sendable {
 
     package init(
         verifier: AppleTokenVerifier, clientIDs: Set<String>, groups: AppGroups, teamID: String, hasher: SubjectHasher,
-        leeway: TimeInterval,
-        retentionSeconds: Int = 30 * 86_400, pool: PostgresPool,
+        leeway: Duration,
+        retention: Duration = .seconds(30 * 86_400), pool: PostgresPool,
         metrics: MetricsRegistry, logger: Logger, now: @escaping @Sendable () -> Date = Date.init,
         onDeletionRequested: @escaping @Sendable () -> Void = {}, eventsWritten: @escaping @Sendable () -> Void = {}
     ) {
@@ -61,7 +61,7 @@ public final class NotificationReceiver: Sendable {
         self.teamID = teamID
         self.hasher = hasher
         self.leeway = leeway
-        self.retentionSeconds = retentionSeconds
+        self.retention = retention
         store = NotificationStore(pool: pool)
         self.logger = logger
         self.now = now
@@ -103,7 +103,7 @@ public final class NotificationReceiver: Sendable {
         }
         // Past the inbox's retention a jti can no longer be recognised as a duplicate: so old
         // a notification is not applied (Apple retries for hours, not weeks).
-        if notification.eventTime.timeIntervalSince1970 < now().timeIntervalSince1970 - Double(retentionSeconds) {
+        if notification.eventTime.timeIntervalSince1970 < now().timeIntervalSince1970 - Double(retention.components.seconds) {
             outcomes.increment(notification.type, Outcome.stale.rawValue)
             return .stale
         }
@@ -136,8 +136,8 @@ public final class NotificationReceiver: Sendable {
     static let deletionTypes: Set<String> = ["account-delete", "account-deleted"]
 
     /// Prunes the inbox: notifications received longer ago than the retention.
-    package static func prune(_ pool: PostgresPool, retentionSeconds: Int) throws {
-        try NotificationStore.prune(pool, retentionSeconds: retentionSeconds)
+    package static func prune(_ pool: PostgresPool, retention: Duration) throws {
+        try NotificationStore.prune(pool, retention: retention)
     }
 
     /// Checks the body's shape and the JWS, and decodes the event.
@@ -147,7 +147,7 @@ public final class NotificationReceiver: Sendable {
         }
         let claims: AppleClaims
         do {
-            claims = try verifier.claims(of: payload, leeway: leeway, now: now().timeIntervalSince1970)
+            claims = try verifier.claims(of: payload, leeway: Double(leeway.components.seconds), now: now().timeIntervalSince1970)
         } catch AppleKeyError.unavailable {
             throw BrokerError.appleUnavailable("Apple's signing keys cannot be fetched")
         }

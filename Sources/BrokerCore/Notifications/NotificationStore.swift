@@ -5,8 +5,10 @@ import PostgresClient
 /// applying one exactly once (`broker_apply_notification_v2`: the inbox row by `jti`, the change
 /// and its outbox events in one transaction, with the app it was for; a consent-revoked older
 /// than the group's last verified sign-in is `stale`) and pruning the inbox.
-struct NotificationStore: Sendable {
+package struct NotificationStore: Sendable {
     let pool: PostgresPool
+
+    package init(pool: PostgresPool) { self.pool = pool }
 
     /// Applies a verified notification to the group of its audience; the answer is the SQL
     /// function's. A concurrent delivery of the same `jti` surfaces as a unique violation.
@@ -63,7 +65,27 @@ struct NotificationStore: Sendable {
     }
 
     /// Notifications received longer ago than the retention.
-    static func prune(_ pool: PostgresPool, retentionSeconds: Int) throws {
-        try pool.query("DELETE FROM apple_notifications WHERE received_at < now() - make_interval(secs => \(retentionSeconds))")
+    static func prune(_ pool: PostgresPool, retention: Duration) throws {
+        try pool.query("DELETE FROM apple_notifications WHERE received_at < now() - \(retention)::interval")
+    }
+
+    /// Notifications received per UTC day and client id (`aud`; empty: rows the previous
+    /// release wrote, which name none), over the last `days` (1 to 92). Client ids are those the
+    /// broker accepts: bounded by its settings.
+    package func countsByClient(days: Int) throws -> [DailyCount] {
+        let days = min(max(days, 1), 92)
+        return try pool.query(
+            """
+            SELECT date_trunc('day', received_at AT TIME ZONE 'UTC') AT TIME ZONE 'UTC' AS day,
+                   COALESCE(client_id, '') AS category, count(*) AS n
+            FROM apple_notifications
+            WHERE received_at >= date_trunc('day', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC' - make_interval(days => \(days - 1))
+            GROUP BY 1, 2
+            """
+        ).map { row in
+            DailyCount(
+                day: try row.decode(Date.self, "day"), category: try row.decode(String.self, "category"),
+                count: try row.decode(Int.self, "n"))
+        }
     }
 }

@@ -22,6 +22,46 @@ package enum AuditOutcome: String, Sendable, CaseIterable {
 /// password, signing secret, nor a URL that may carry one: a webhook receiver is named by its
 /// host). Other modules (the console, the OpenID Provider) write through here too.
 package enum AuditLog {
+    /// One entry to append.
+    package struct Record: Sendable {
+        package var actor: String
+        package var action: String
+        /// What was acted on (`kind:id`); nil where the act has no object of its own.
+        package var target: String?
+        /// Nil leaves it to the audit_log_defaults trigger (from `detail`, else succeeded).
+        package var outcome: AuditOutcome?
+        package var subject: String?
+        package var deletionID: UUID?
+        package var detail: [String: JSONValue]
+
+        package init(
+            actor: String, action: String, target: String? = nil, outcome: AuditOutcome? = .succeeded, subject: String? = nil,
+            deletionID: UUID? = nil, detail: [String: JSONValue] = [:]
+        ) {
+            self.actor = actor
+            self.action = action
+            self.target = target
+            self.outcome = outcome
+            self.subject = subject
+            self.deletionID = deletionID
+            self.detail = detail
+        }
+
+        /// The same entry about a deletion request.
+        func about(deletion id: UUID) -> Record {
+            var record = self
+            record.deletionID = id
+            return record
+        }
+    }
+
+    /// Appends `record` on `connection`, inside whatever transaction it is in.
+    package static func append(_ record: Record, on connection: PostgresConnection) throws {
+        try insert(
+            connection, actor: record.actor, action: record.action, target: record.target, outcome: record.outcome,
+            subject: record.subject, deletionID: record.deletionID, detail: record.detail)
+    }
+
     /// Appends one entry for an act that succeeded, on `connection` (inside the caller's
     /// transaction). Kept for the callers that predate targets and outcomes.
     package static func record(
@@ -70,6 +110,65 @@ package enum AuditLog {
             try record(
                 connection, actor: actor, action: action, target: target, outcome: outcome, subject: subject,
                 deletionID: deletionID, detail: detail)
+        }
+    }
+
+    /// Which entries to read; nil members match anything.
+    package struct Filter: Sendable {
+        package var actor: String?
+        package var action: String?
+        package var subject: String?
+        package var deletionID: UUID?
+        package var from: Date?
+        package var to: Date?
+
+        package init(
+            actor: String? = nil, action: String? = nil, subject: String? = nil, deletionID: UUID? = nil, from: Date? = nil,
+            to: Date? = nil
+        ) {
+            self.actor = actor
+            self.action = action
+            self.subject = subject
+            self.deletionID = deletionID
+            self.from = from
+            self.to = to
+        }
+    }
+
+    package struct Entry: Sendable {
+        package var id: Int64
+        package var at: Date
+        package var actor: String
+        package var action: String
+        package var subject: String?
+        package var deletionID: UUID?
+        /// The detail as its JSON text.
+        package var detail: String
+        /// What was acted on, and what came of it (sql/0025; nil in rows of earlier releases).
+        package var target: String?
+        package var outcome: String?
+    }
+
+    /// Entries newest first; `limit` bounds an export as well as a page.
+    package static func entries(_ pool: PostgresPool, _ filter: Filter, limit: Int) throws -> [Entry] {
+        try pool.query(
+            """
+            SELECT id, at, actor, action, subject, deletion_id, detail::text AS detail, target, outcome FROM audit_log
+            WHERE (\(filter.actor)::text IS NULL OR actor = \(filter.actor)::text)
+              AND (\(filter.action)::text IS NULL OR action = \(filter.action)::text)
+              AND (\(filter.subject)::text IS NULL OR subject = \(filter.subject)::text)
+              AND (\(filter.deletionID)::uuid IS NULL OR deletion_id = \(filter.deletionID)::uuid)
+              AND (\(filter.from)::timestamptz IS NULL OR at >= \(filter.from)::timestamptz)
+              AND (\(filter.to)::timestamptz IS NULL OR at < \(filter.to)::timestamptz)
+            ORDER BY id DESC LIMIT \(limit)
+            """
+        ).map { row in
+            Entry(
+                id: try row.decode(Int64.self, "id"), at: try row.decode(Date.self, "at"),
+                actor: try row.decode(String.self, "actor"), action: try row.decode(String.self, "action"),
+                subject: try row.decode(String?.self, "subject"), deletionID: try row.decode(UUID?.self, "deletion_id"),
+                detail: try row.decode(String.self, "detail"), target: try row.decode(String?.self, "target"),
+                outcome: try row.decode(String?.self, "outcome"))
         }
     }
 }

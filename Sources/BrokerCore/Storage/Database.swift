@@ -66,7 +66,7 @@ public final class Database: Sendable {
         }
         var poolConfiguration = PostgresPool.Configuration(
             connection: connection, maximumConnections: configuration.databasePoolSize)
-        poolConfiguration.acquireTimeout = .milliseconds(configuration.databaseAcquireTimeoutMilliseconds)
+        poolConfiguration.acquireTimeout = configuration.databaseAcquireTimeout
         let pool = PostgresPool(configuration: poolConfiguration, logger: logger.labelled("postgres"))
         return Database(
             connection: connection, listenConnection: listenConnection, pool: pool, embedded: embedded, logger: logger)

@@ -29,15 +29,14 @@ package struct DormantUsers: Sendable {
     /// Opens deletion requests for up to `batch` dormant users; returns how many.
     @discardableResult
     package func step() throws -> Int {
-        let seconds = String(retention.components.seconds) + " seconds"
         let users = try pool.query(
             """
             WITH candidates AS (
                 SELECT user_id FROM apple_tokens
                 WHERE revoked_reason IS NOT NULL AND revoked_reason <> 'team_transfer'
-                  AND revoked_at < now() - \(seconds)::interval
+                  AND revoked_at < now() - \(retention)::interval
                 UNION
-                SELECT user_id FROM apple_grants WHERE consent = 'revoked' AND consent_at < now() - \(seconds)::interval)
+                SELECT user_id FROM apple_grants WHERE consent = 'revoked' AND consent_at < now() - \(retention)::interval)
             SELECT u.id FROM users u JOIN candidates c ON c.user_id = u.id
             CROSS JOIN LATERAL (
                 SELECT max(at) AS died FROM (
@@ -46,7 +45,7 @@ package struct DormantUsers: Sendable {
                     UNION ALL
                     SELECT g.consent_at FROM apple_grants g WHERE g.user_id = u.id AND g.consent = 'revoked') AS deaths
             ) AS death
-            WHERE u.status = 'active' AND death.died < now() - \(seconds)::interval
+            WHERE u.status = 'active' AND death.died < now() - \(retention)::interval
               AND NOT EXISTS (SELECT 1 FROM apple_tokens t WHERE t.user_id = u.id AND t.revoked_at IS NULL)
               AND NOT EXISTS (SELECT 1 FROM apple_identities i WHERE i.user_id = u.id AND i.last_login_at > death.died)
               AND NOT EXISTS (SELECT 1 FROM deletion_requests d WHERE d.user_id = u.id AND d.state <> 'done')

@@ -11,6 +11,11 @@ import StrictJSON
 /// every transaction still in flight are returned. A transaction that started early but
 /// commits late therefore appears before the cursor passes it, never behind it: a consumer
 /// paging with the cursor misses nothing (DESIGN.md §3's outbox pitfall).
+///
+/// Another module reacts to `outbox_events` in the writer's transaction: the OpenID Provider's
+/// trigger `broker_oidc_end_grants` ends the user's OIDC grants and sessions and queues
+/// Back-Channel Logout deliveries when `consent.revoked`, `token.invalidated`,
+/// `user.deletion_requested` or `user.deleted` is written.
 package struct EventFeed: Sendable {
     let pool: PostgresPool
 

@@ -2,11 +2,41 @@ import BrokerCrypto
 import Foundation
 import PostgresClient
 
+/// Secrets another module seals with `TOKEN_ENCRYPTION_KEY` in a table of its own (the OpenID
+/// Provider's signing keys): its store lists and rewrites them, and `ReEncryption` runs the
+/// same loop over them as over BrokerCore's. BrokerCore declares the seam and never imports
+/// the module; the command line hands the implementation over.
+package protocol SealedSecrets: Sendable {
+    /// The kind's name in `reencrypt`'s output (`oidc_signing_keys`).
+    var kind: String { get }
+    /// Up to `limit` secrets with an id above `after`, in id order, sealed with another key than `keyID`.
+    func sealedBatch(after: String, notSealedWith keyID: String, limit: Int) throws -> [SealedSecret]
+    /// Writes `sealed` back when the row still holds what was read; false when it changed meanwhile.
+    func replace(_ secret: SealedSecret, with sealed: [UInt8], keyID: String) throws -> Bool
+    /// How many are still sealed with another key than `keyID`.
+    func remaining(notSealedWith keyID: String) throws -> Int
+}
+
+/// One sealed secret as read: its row's id, the ciphertext, the key that sealed it and the
+/// associated data it was sealed with.
+package struct SealedSecret: Sendable {
+    package var id: String
+    package var sealed: [UInt8]
+    package var keyID: String
+    package var associatedData: [UInt8]
+
+    package init(id: String, sealed: [UInt8], keyID: String, associatedData: [UInt8]) {
+        self.id = id
+        self.sealed = sealed
+        self.keyID = keyID
+        self.associatedData = associatedData
+    }
+}
+
 /// `appleid-broker reencrypt`: re-seals every secret at rest with the current (first) key
 /// of `TOKEN_ENCRYPTION_KEY`, so that an older key can be removed from it: refresh and
 /// access tokens, webhook signing secrets, authorization codes waiting in deletion
-/// requests, and the OpenID Provider's signing keys (sql/0017; their associated data is
-/// the provider's, `oidc_signing_keys|<kid>`).
+/// requests, and other modules' secrets (`SealedSecrets`: the OpenID Provider's signing keys).
 ///
 /// Resumable and safe beside running brokers: rows are read in batches in key order, each
 /// row is opened with the key it names and its associated data, and written back only if
@@ -17,11 +47,14 @@ package struct ReEncryption: Sendable {
     package let pool: PostgresPool
     package let keys: TokenKeyRing
     package var batchSize = 500
+    /// Other modules' secrets, after BrokerCore's own.
+    package let others: [any SealedSecrets]
 
-    package init(pool: PostgresPool, keys: TokenKeyRing, batchSize: Int = 500) {
+    package init(pool: PostgresPool, keys: TokenKeyRing, batchSize: Int = 500, others: [any SealedSecrets] = []) {
         self.pool = pool
         self.keys = keys
         self.batchSize = batchSize
+        self.others = others
     }
 
     /// What one kind of secret came to.
@@ -33,19 +66,38 @@ package struct ReEncryption: Sendable {
         package var remaining = 0
     }
 
-    /// One kind of sealed column: how to list candidates, how to name the associated data, how to write back.
-    private struct Kind {
-        var name: String
+    /// One kind of BrokerCore's sealed columns: how to list candidates, how to name the
+    /// associated data, how to write back.
+    private struct Kind: SealedSecrets {
+        let pool: PostgresPool
+        var kind: String
         /// Selects `id` (text), `sealed`, `key_id` and `associated_data` (text) of the rows with id > $1 sealed with another key.
-        var select: (String, String) -> PostgresQuery
-        var update: (String, [UInt8], String, [UInt8], String) -> PostgresQuery
-        var remaining: (String) -> PostgresQuery
+        var select: @Sendable (String, String) -> PostgresQuery
+        var update: @Sendable (String, [UInt8], String, [UInt8], String) -> PostgresQuery
+        var count: @Sendable (String) -> PostgresQuery
+
+        func sealedBatch(after: String, notSealedWith keyID: String, limit: Int) throws -> [SealedSecret] {
+            try pool.query(select(after, keyID)).map { row in
+                SealedSecret(
+                    id: try row.decode(String.self, "id"), sealed: try row.decode([UInt8].self, "sealed"),
+                    keyID: try row.decode(String.self, "key_id"),
+                    associatedData: Array(try row.decode(String.self, "associated_data").utf8))
+            }
+        }
+
+        func replace(_ secret: SealedSecret, with sealed: [UInt8], keyID: String) throws -> Bool {
+            try !pool.query(update(secret.id, sealed, keyID, secret.sealed, secret.keyID)).isEmpty
+        }
+
+        func remaining(notSealedWith keyID: String) throws -> Int {
+            try pool.query(count(keyID)).single().decode(Int.self, "remaining")
+        }
     }
 
-    private var kinds: [Kind] {
+    private var kinds: [any SealedSecrets] {
         [
             Kind(
-                name: "refresh_tokens",
+                pool: pool, kind: "refresh_tokens",
                 select: { after, current in
                     """
                     SELECT t.id::text AS id, t.refresh_token AS sealed, t.key_id,
@@ -61,9 +113,9 @@ package struct ReEncryption: Sendable {
                     RETURNING 1
                     """
                 },
-                remaining: { current in "SELECT count(*) AS remaining FROM apple_tokens WHERE key_id <> \(current)" }),
+                count: { current in "SELECT count(*) AS remaining FROM apple_tokens WHERE key_id <> \(current)" }),
             Kind(
-                name: "access_tokens",
+                pool: pool, kind: "access_tokens",
                 select: { after, current in
                     """
                     SELECT t.id::text AS id, t.access_token AS sealed, t.access_key_id AS key_id,
@@ -80,11 +132,11 @@ package struct ReEncryption: Sendable {
                     RETURNING 1
                     """
                 },
-                remaining: { current in
+                count: { current in
                     "SELECT count(*) AS remaining FROM apple_tokens WHERE access_token IS NOT NULL AND access_key_id <> \(current)"
                 }),
             Kind(
-                name: "webhook_secrets",
+                pool: pool, kind: "webhook_secrets",
                 select: { after, current in
                     """
                     SELECT id::text AS id, secret AS sealed, key_id, 'webhook_subscriptions|' || id::text AS associated_data FROM webhook_subscriptions
@@ -98,9 +150,9 @@ package struct ReEncryption: Sendable {
                     RETURNING 1
                     """
                 },
-                remaining: { current in "SELECT count(*) AS remaining FROM webhook_subscriptions WHERE key_id <> \(current)" }),
+                count: { current in "SELECT count(*) AS remaining FROM webhook_subscriptions WHERE key_id <> \(current)" }),
             Kind(
-                name: "deletion_codes",
+                pool: pool, kind: "deletion_codes",
                 select: { after, current in
                     """
                     SELECT id::text AS id, authorization_code AS sealed, code_key_id AS key_id, 'deletion_code|' || user_id::text AS associated_data
@@ -116,56 +168,35 @@ package struct ReEncryption: Sendable {
                     RETURNING 1
                     """
                 },
-                remaining: { current in
+                count: { current in
                     "SELECT count(*) AS remaining FROM deletion_requests WHERE authorization_code IS NOT NULL AND code_key_id <> \(current)"
                 }),
-            Kind(
-                name: "oidc_signing_keys",
-                select: { after, current in
-                    """
-                    SELECT kid AS id, private_key AS sealed, key_id, 'oidc_signing_keys|' || kid AS associated_data
-                    FROM oidc_signing_keys WHERE key_id <> \(current) AND kid > \(after) ORDER BY kid LIMIT \(batchSize)
-                    """
-                },
-                update: { id, sealed, keyID, old, oldKeyID in
-                    """
-                    UPDATE oidc_signing_keys SET private_key = \(sealed), key_id = \(keyID)
-                    WHERE kid = \(id) AND key_id = \(oldKeyID) AND private_key = \(old)
-                    RETURNING 1
-                    """
-                },
-                remaining: { current in "SELECT count(*) AS remaining FROM oidc_signing_keys WHERE key_id <> \(current)" }),
         ]
     }
 
-    /// Re-seals everything; `progress` hears each batch.
+    /// Re-seals everything, BrokerCore's secrets first; `progress` hears each batch.
     package func run(progress: (Count) -> Void = { _ in }) throws -> [Count] {
         let current = keys.currentKeyID
         var counts: [Count] = []
-        for kind in kinds {
-            var count = Count(kind: kind.name)
+        for secrets in kinds + others {
+            var count = Count(kind: secrets.kind)
             var after = ""
             while true {
-                let rows = try pool.query(kind.select(after, current))
-                guard !rows.isEmpty else { break }
-                for row in rows {
-                    let id = try row.decode(String.self, "id")
-                    after = id
-                    let old = try row.decode([UInt8].self, "sealed")
-                    let oldKeyID = try row.decode(String.self, "key_id")
-                    let associatedData = Array(try row.decode(String.self, "associated_data").utf8)
-                    guard let plain = try? keys.open(old, keyID: oldKeyID, associatedData: associatedData) else {
+                let batch = try secrets.sealedBatch(after: after, notSealedWith: current, limit: batchSize)
+                guard !batch.isEmpty else { break }
+                for secret in batch {
+                    after = secret.id
+                    guard let plain = try? keys.open(secret.sealed, keyID: secret.keyID, associatedData: secret.associatedData)
+                    else {
                         count.unreadable += 1
                         continue
                     }
-                    let sealed = try keys.seal(plain, associatedData: associatedData)
-                    if try !pool.query(kind.update(id, sealed.sealed, sealed.keyID, old, oldKeyID)).isEmpty {
-                        count.resealed += 1
-                    }
+                    let sealed = try keys.seal(plain, associatedData: secret.associatedData)
+                    if try secrets.replace(secret, with: sealed.sealed, keyID: sealed.keyID) { count.resealed += 1 }
                 }
                 progress(count)
             }
-            count.remaining = try pool.query(kind.remaining(current)).single().decode(Int.self, "remaining")
+            count.remaining = try secrets.remaining(notSealedWith: current)
             counts.append(count)
         }
         return counts

@@ -220,4 +220,36 @@ package struct UserDirectory: Sendable {
         }
         return try deletion(ofPurgedUser: id) != nil ? .deleted : .notFound
     }
+
+    /// What a user's Apple identity says about them, read now (e-mail forwarding changes show
+    /// at once): the identity signed in last (not a transferred-away one), and mail
+    /// forwarding of `appID`'s group (`apple_grants`; no row: enabled).
+    package struct Profile: Sendable {
+        package var email: String?
+        package var emailVerified: Bool
+        package var isPrivateEmail: Bool
+        package var emailForwarding: String
+        package var givenName: String?
+        package var familyName: String?
+    }
+
+    /// The profile of a user for the OpenID Provider's `email` and `profile` claims, with the
+    /// mail forwarding of the app group whose primary App ID is `appID`.
+    package func profile(of userID: UUID, appID: String) throws -> Profile? {
+        try pool.query(
+            """
+            SELECT i.email, i.email_verified, i.is_private_email, coalesce(g.email_forwarding, 'enabled') AS email_forwarding,
+                   i.given_name, i.family_name
+            FROM apple_identities i LEFT JOIN apple_grants g ON g.identity_id = i.id AND g.app_id = \(appID)
+            WHERE i.user_id = \(userID) AND i.transferred_at IS NULL
+            ORDER BY i.last_login_at DESC NULLS LAST, i.created_at DESC LIMIT 1
+            """
+        ).first.map {
+            Profile(
+                email: try $0.decode(String?.self, "email"), emailVerified: try $0.decode(Bool.self, "email_verified"),
+                isPrivateEmail: try $0.decode(Bool.self, "is_private_email"),
+                emailForwarding: try $0.decode(String.self, "email_forwarding"),
+                givenName: try $0.decode(String?.self, "given_name"), familyName: try $0.decode(String?.self, "family_name"))
+        }
+    }
 }

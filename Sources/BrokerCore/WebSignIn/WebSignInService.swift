@@ -58,7 +58,7 @@ package final class WebSignInService: Sendable {
         /// then rest on the app checking the optional `app_state`).
         package let browserBinding: String
         /// How long the binding is needed: the state's lifetime.
-        package let lifetimeSeconds: Int
+        package let lifetime: Duration
     }
 
     /// Starts a sign-in: Apple's authorization page, and the browser's binding.
@@ -78,7 +78,8 @@ package final class WebSignInService: Sendable {
         let binding = Base64URL.encode(SecureRandom.bytes(32))
         let state = try WebSignInState(
             clientID: clientID, returnTo: returnTo, appState: appState, rawNonce: rawNonce,
-            expiresAt: Int(Date().timeIntervalSince1970) + settings.stateLifetimeSeconds, browser: SHA256.hexHash(binding)
+            expiresAt: Int(Date().timeIntervalSince1970) + Int(settings.stateLifetime.components.seconds),
+            browser: SHA256.hexHash(binding)
         ).sealed(with: keys)
         let location =
             appleBaseURL + "/auth/authorize?"
@@ -87,7 +88,7 @@ package final class WebSignInService: Sendable {
                 ("response_mode", "form_post"), ("scope", "name email"), ("state", state),
                 ("nonce", SHA256.hexHash(rawNonce)),
             ])
-        return Authorization(location: location, browserBinding: binding, lifetimeSeconds: settings.stateLifetimeSeconds)
+        return Authorization(location: location, browserBinding: binding, lifetime: settings.stateLifetime)
     }
 
     /// Where a browser that met an error can go back to: the `return_to` of a state this
@@ -178,7 +179,7 @@ package final class WebSignInService: Sendable {
         }
         let result = try store.createResult(
             response.json, clientID: authorization.clientID, userID: response.userID.uuidString.lowercased(),
-            lifetimeSeconds: settings.resultLifetimeSeconds)
+            lifetime: settings.resultLifetime)
         return finish("success", [("result_code", result)])
     }
 

@@ -30,14 +30,14 @@ package struct WebSignInStore: Sendable {
 
     /// Stores a login answer under a new one-time code and returns the code. The row belongs
     /// to the user and goes with them.
-    func createResult(_ response: JSONValue, clientID: String, userID: String, lifetimeSeconds: Int) throws -> String {
+    func createResult(_ response: JSONValue, clientID: String, userID: String, lifetime: Duration) throws -> String {
         let code = Base64URL.encode(SecureRandom.bytes(32))
         try pool.query(
             """
             INSERT INTO web_results (code_hash, client_id, user_id, response, expires_at)
             VALUES (\(SHA256.hexHash(code)), \(clientID), \(userID)::uuid,
                     \(String(decoding: response.serialized(), as: UTF8.self))::jsonb,
-                    now() + make_interval(secs => \(lifetimeSeconds)))
+                    now() + \(lifetime)::interval)
             """)
         return code
     }

@@ -58,7 +58,7 @@ struct ConsoleGate {
     static let maximumFormBytes = 16 * 1024
 
     let sessions: ConsoleSessionStore
-    let stepUpSeconds: Int
+    let stepUpWindow: Duration
     /// The console's origin as browsers see it (`BROKER_CONSOLE_URL`): a POST whose `Origin`
     /// names another is refused, sign-in forms included (login CSRF), also where a browser
     /// sends no Fetch metadata.
@@ -90,7 +90,7 @@ struct ConsoleGate {
                         let sent = Array((request.form["csrf_token"] ?? "").utf8)
                         guard ConstantTime.equals(sent, Array(session.csrfToken.utf8)) else { throw ConsoleRefusal.csrf }
                     }
-                    if route.stepUp, session.authTime.timeIntervalSinceNow < -Double(stepUpSeconds) {
+                    if route.stepUp, session.authTime.timeIntervalSinceNow < -Double(stepUpWindow.components.seconds) {
                         if http.method == .get { return Layout.redirect("/step-up?next=" + Self.percentEncoded(http.path)) }
                         // A form's POST answered by a redirect that ends at the identity provider breaks
                         // `form-action 'self'` (Chromium applies it to the whole redirect chain): answer a

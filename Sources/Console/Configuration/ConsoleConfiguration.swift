@@ -12,15 +12,15 @@ public struct ConsoleConfiguration: Sendable {
     /// `BROKER_CONSOLE_SESSION_IDLE_SECONDS` (default 1800) and
     /// `BROKER_CONSOLE_SESSION_MAX_SECONDS` (default 8 h): a session ends after that long
     /// without a request, or that long after sign-in, whichever comes first.
-    public var sessionIdleSeconds = 1800
-    public var sessionMaximumSeconds = 8 * 3600
+    public var sessionIdle: Duration = .seconds(1800)
+    public var sessionMaximum: Duration = .seconds(8 * 3600)
     /// `BROKER_CONSOLE_NOTIFICATION_SILENCE_SECONDS` (default 7 days): the overview warns
     /// when an app (or the whole broker) has received no Apple notification for longer: "no
     /// traffic at all" is usually the endpoint's TLS or registration (DTS, forum threads
     /// 811848, 830681). Apple sends one per event, so a quiet app may need it longer.
-    public var notificationSilenceSeconds = 7 * 86_400
+    public var notificationSilence: Duration = .seconds(7 * 86_400)
     /// How recent a proof of identity must be for a step-up route (5 minutes, issue 30).
-    public var stepUpSeconds = 300
+    public var stepUpWindow: Duration = .seconds(300)
     /// Sign-in link redemptions per client address: bursts of 10, then one every 6 s.
     public var linkRedemptionsPerSecond = 1.0 / 6
     /// Sign-ins under way kept at once (`console_oidc_transactions`), from every address
@@ -92,6 +92,7 @@ public struct ConsoleConfiguration: Sendable {
             }
             return number
         }
+        func seconds(_ name: String, in range: ClosedRange<Int>) -> Duration? { integer(name, in: range).map { .seconds($0) } }
         guard let listen = value("BROKER_CONSOLE_LISTEN") else {
             let stray = environment.keys.filter { $0.hasPrefix("CONSOLE_OIDC_") || $0.hasPrefix("BROKER_CONSOLE_") }.sorted()
             if !stray.isEmpty { throw Invalid(problems: ["\(stray[0]): set BROKER_CONSOLE_LISTEN too, or the console is off"]) }
@@ -104,13 +105,13 @@ public struct ConsoleConfiguration: Sendable {
         if let url = value("BROKER_CONSOLE_URL"), !(url.hasPrefix("https://") || url.hasPrefix("http://")) || url.hasSuffix("/") {
             problems.append("BROKER_CONSOLE_URL: expected an http(s) URL without a trailing slash, got '\(url)'")
         }
-        configuration.sessionIdleSeconds =
-            integer("BROKER_CONSOLE_SESSION_IDLE_SECONDS", in: 60...86_400) ?? configuration.sessionIdleSeconds
-        configuration.sessionMaximumSeconds =
-            integer("BROKER_CONSOLE_SESSION_MAX_SECONDS", in: 300...(7 * 86_400)) ?? configuration.sessionMaximumSeconds
-        configuration.notificationSilenceSeconds =
-            integer("BROKER_CONSOLE_NOTIFICATION_SILENCE_SECONDS", in: 3600...(365 * 86_400))
-            ?? configuration.notificationSilenceSeconds
+        configuration.sessionIdle =
+            seconds("BROKER_CONSOLE_SESSION_IDLE_SECONDS", in: 60...86_400) ?? configuration.sessionIdle
+        configuration.sessionMaximum =
+            seconds("BROKER_CONSOLE_SESSION_MAX_SECONDS", in: 300...(7 * 86_400)) ?? configuration.sessionMaximum
+        configuration.notificationSilence =
+            seconds("BROKER_CONSOLE_NOTIFICATION_SILENCE_SECONDS", in: 3600...(365 * 86_400))
+            ?? configuration.notificationSilence
         let issuer = value("CONSOLE_OIDC_ISSUER")
         let clientID = value("CONSOLE_OIDC_CLIENT_ID")
         let secret = value("CONSOLE_OIDC_CLIENT_SECRET")

@@ -143,10 +143,9 @@ struct DeletionPages {
     func retry(_ request: ConsoleRequest) throws -> HTTPResponse {
         let session = try request.signedIn
         let record = try record(request)
-        guard try service.store.retry(record.id, by: session.actor) else {
+        guard try service.retry(record.id, by: session.actor) else {
             return Layout.refusal(409, "Cannot retry", "Only a failed deletion can be retried.", session: session)
         }
-        service.wake()
         return Layout.redirect("/deletions/\(record.id.lowercasedString)")
     }
 

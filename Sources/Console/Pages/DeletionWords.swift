@@ -93,7 +93,7 @@ enum DeletionWords {
 
     /// The answer is due one month after receipt (Art. 12(3) GDPR), later when extended.
     static func due(receivedAt: Date?, createdAt: Date, extendedUntil: Date?) -> Date {
-        extendedUntil ?? (receivedAt ?? createdAt).addingTimeInterval(30 * 86_400)
+        DeletionDeadline.due(receivedAt: receivedAt, createdAt: createdAt, extendedUntil: extendedUntil)
     }
 
     static func daysLeft(_ due: Date, state: DeletionState) -> String {

@@ -19,7 +19,7 @@ import StrictJSON
 struct OIDCPages {
     let client: OIDCClient
     let sessions: ConsoleSessionStore
-    let stepUpSeconds: Int
+    let stepUpWindow: Duration
     /// Sign-ins started per client address: each stores a transaction, and anyone can start one.
     let starts: RateLimiter
     let failures: SignInFailures
@@ -95,7 +95,7 @@ struct OIDCPages {
         do {
             identity = try client.identity(
                 code: code, verifier: transaction.verifier, nonce: transaction.nonce,
-                maximumAge: transaction.stepUpOf == nil ? nil : TimeInterval(stepUpSeconds))
+                maximumAge: transaction.stepUpOf == nil ? nil : Double(stepUpWindow.components.seconds))
         } catch let failure as OIDCFailure {
             if failure.code == "no_mapped_group", let subject = failure.subject {
                 // The provider vouches for the operator, whose groups map to no role any more:

@@ -1,4 +1,5 @@
 import BrokerCore
+import Deliveries
 import Foundation
 import HTTPServer
 import PostgresClient
@@ -11,10 +12,10 @@ struct OperationsPages {
     let subscriptions: WebhookSubscriptionStore
     let apiKeys: APIKeyStore
     let sessions: ConsoleSessionStore
+    /// Keys the hash of a sub under a team, as the notification inbox stores it.
+    let hasher: SubjectHasher
     /// The client ids a key may be limited to (`APPLE_CLIENT_IDS` and the app groups' members).
     let clientIDs: Set<String>
-    /// The keyed hash of a sub under a team, as the notification inbox stores it.
-    let subjectHash: @Sendable (_ teamID: String, _ sub: String) -> String
 
     // MARK: Apple notifications
 
@@ -28,7 +29,7 @@ struct OperationsPages {
                 "<code>\(item.subjectHash.map { String($0.prefix(24)) + "…" } ?? "none")</code>",
             ]
         }
-        let findings: [[HTML]] = try store.sweepFindings(subjectHash: subjectHash).map { finding in
+        let findings: [[HTML]] = try store.sweepFindings(hasher: hasher).map { finding in
             [
                 "\(RFC3339Date.string(finding.foundAt))", "\(finding.userID.lowercasedString)", "\(finding.clientID)",
                 "\(finding.appleError ?? "")", "<code>\(String(finding.subjectHash.prefix(24)))…</code>",

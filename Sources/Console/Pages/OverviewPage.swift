@@ -9,7 +9,7 @@ struct OverviewPage {
     let apps: AppGroups
     /// Longer than this without an Apple notification is worth a look
     /// (`BROKER_CONSOLE_NOTIFICATION_SILENCE_SECONDS`).
-    let silenceSeconds: Int
+    let silence: Duration
     /// How old the Apple signing keys in memory are (nil: none fetched yet).
     let keySetAge: @Sendable () -> Duration?
     /// Calls to Apple by endpoint and status, counted by this process since it started.
@@ -117,9 +117,9 @@ struct OverviewPage {
 
     /// A warning when `since` is longer ago than the threshold, else nothing.
     private func silenceWarning(since: Date, now: Date = Date()) -> HTML {
-        guard now.timeIntervalSince(since) > Double(silenceSeconds) else { return .empty }
+        guard now.timeIntervalSince(since) > Double(silence.components.seconds) else { return .empty }
         return
-            " <strong class=\"state-failed\">no notification for over \(Self.duration(Double(silenceSeconds))): check the endpoint</strong>"
+            " <strong class=\"state-failed\">no notification for over \(Self.duration(Double(silence.components.seconds))): check the endpoint</strong>"
     }
 
     /// The last notification per app group (any of its client ids, sql/0019). An app with none

@@ -28,8 +28,8 @@ public struct ConsoleSession: Sendable {
 /// console writes (`console.*`, into the existing append-only `audit_log`).
 public struct ConsoleSessionStore: Sendable {
     let pool: PostgresPool
-    let idleSeconds: Int
-    let maximumSeconds: Int
+    let idle: Duration
+    let maximum: Duration
     let oidcTransactionLimit: Int
     /// The roles of a set of IdP groups under this process's role map (CONSOLE_OIDC_ROLE_MAP);
     /// nil without OpenID Connect. An OIDC session's roles are worked out with it on every
@@ -37,12 +37,12 @@ public struct ConsoleSessionStore: Sendable {
     let rolesOfGroups: (@Sendable ([String]) -> Set<ConsoleRole>)?
 
     public init(
-        pool: PostgresPool, idleSeconds: Int = 1800, maximumSeconds: Int = 8 * 3600, oidcTransactionLimit: Int = 10_000,
-        rolesOfGroups: (@Sendable ([String]) -> Set<ConsoleRole>)? = nil
+        pool: PostgresPool, idle: Duration = .seconds(1800), maximum: Duration = .seconds(8 * 3600),
+        oidcTransactionLimit: Int = 10_000, rolesOfGroups: (@Sendable ([String]) -> Set<ConsoleRole>)? = nil
     ) {
         self.pool = pool
-        self.idleSeconds = idleSeconds
-        self.maximumSeconds = maximumSeconds
+        self.idle = idle
+        self.maximum = maximum
         self.oidcTransactionLimit = oidcTransactionLimit
         self.rolesOfGroups = rolesOfGroups
     }
@@ -64,7 +64,7 @@ public struct ConsoleSessionStore: Sendable {
             """
             INSERT INTO console_sessions (id_hash, operator, operator_name, roles, groups, auth_time, expires_at)
             VALUES (\(Self.hash(secret)), \(operatorID), \(name), \(roleNames), \(groups.map(PostgresTextArray.init)),
-                    \(authTime), now() + make_interval(secs => \(maximumSeconds)))
+                    \(authTime), now() + \(maximum)::interval)
             """)
         return ConsoleSession(operatorID: operatorID, operatorName: name, roles: roles, authTime: authTime, secret: secret)
     }
@@ -79,7 +79,7 @@ public struct ConsoleSessionStore: Sendable {
                 """
                 UPDATE console_sessions SET last_seen_at = now()
                 WHERE id_hash = \(Self.hash(secret)) AND ended_at IS NULL AND expires_at > now()
-                  AND last_seen_at > now() - make_interval(secs => \(idleSeconds))
+                  AND last_seen_at > now() - \(idle)::interval
                 RETURNING operator, operator_name, array_to_string(roles, ',') AS roles, auth_time,
                           array_to_json(groups)::text AS groups
                 """
@@ -277,6 +277,37 @@ public struct ConsoleSessionStore: Sendable {
         return (try row.decode(String.self, "operator"), true)
     }
 
+    /// Sessions signed in and not ended or expired (the overview).
+    func activeSessions() throws -> Int {
+        try pool.query("SELECT count(*) AS n FROM console_sessions WHERE ended_at IS NULL AND expires_at > now()").single()
+            .decode(Int.self, "n")
+    }
+
+    /// Rows dropped at most per table and round, so one round's transaction stays short however
+    /// many piled up.
+    package static let pruneBatch = 1000
+
+    /// Expired sessions (sql/0018: ended ones are kept until they expire) and expired sign-in
+    /// links, used or not: neither signs anybody in any more. Returns the larger count.
+    @discardableResult
+    func pruneExpired() throws -> Int {
+        let sessions = try pool.query(
+            """
+            DELETE FROM console_sessions WHERE id_hash IN (
+                SELECT id_hash FROM console_sessions WHERE expires_at < now() ORDER BY expires_at LIMIT \(Self.pruneBatch))
+            RETURNING 1
+            """
+        ).count
+        let links = try pool.query(
+            """
+            DELETE FROM console_links WHERE token_hash IN (
+                SELECT token_hash FROM console_links WHERE expires_at < now() ORDER BY expires_at LIMIT \(Self.pruneBatch))
+            RETURNING 1
+            """
+        ).count
+        return max(sessions, links)
+    }
+
     // MARK: Audit
 
     /// One `console.*` row in `audit_log` (BrokerCore's `AuditLog`): the operator as actor, the
@@ -290,6 +321,8 @@ public struct ConsoleSessionStore: Sendable {
             detail: detail)
     }
 
+    /// The row is BrokerCore's `audit_log`, written by its `AuditLog` (the console's own SQL
+    /// touches only `console_*`).
     static func audit(
         _ connection: PostgresConnection, actor: String, action: String, target: String?, outcome: AuditOutcome = .succeeded,
         subject: String? = nil, deletionID: UUID? = nil, detail: [String: JSONValue] = [:]
@@ -298,4 +331,9 @@ public struct ConsoleSessionStore: Sendable {
             connection, actor: actor, action: action, target: target, outcome: outcome, subject: subject,
             deletionID: deletionID, detail: detail)
     }
+}
+
+/// The console's tables are pruned in BrokerCore's housekeeping rounds, by the console's own SQL.
+extension ConsoleSessionStore: ModulePruning {
+    package func prune() throws -> Bool { try pruneExpired() == Self.pruneBatch }
 }

@@ -60,8 +60,10 @@ package final class AuthorizationService: AppleFormPostContinuation {
 
     /// What the authorize endpoint answers.
     package enum Outcome: Sendable, Equatable {
-        /// Send the browser here (Apple, or the RP in query mode).
+        /// Send the browser here (the RP in query mode).
         case redirect(String)
+        /// Send the browser to Apple, with the cookie (BrowserBinding) its return must carry.
+        case apple(location: String, bindingCookie: String)
         /// The RP's answer as an auto-submitting form (`response_mode=form_post`).
         case formPost(headers: [String: String], html: String)
         /// No trustworthy redirect URI: a page, never a redirect (RFC 6749 §4.1.2.1).
@@ -81,10 +83,12 @@ package final class AuthorizationService: AppleFormPostContinuation {
     /// Checks an authorization request (its query parameters).
     /// `repeated`: the names sent more than once (RFC 6749 §3.1: "MUST NOT be included more
     /// than once"); a repeated client_id or redirect_uri leaves no redirect to trust.
-    /// `sessionSecret`: the browser's session cookie, if any.
-    package func authorize(_ parameters: [String: String], repeated: Set<String> = [], sessionSecret: String? = nil) throws
-        -> Outcome
-    {
+    /// `sessionSecret`: the browser's session cookie, if any; `bindingSecret`: its binding
+    /// cookie (BrowserBinding), if any.
+    package func authorize(
+        _ parameters: [String: String], repeated: Set<String> = [], sessionSecret: String? = nil,
+        bindingSecret: String? = nil
+    ) throws -> Outcome {
         // RFC 6749 §3.1: a parameter sent without a value is treated as omitted.
         let query = parameters.filter { !$0.value.isEmpty }
         guard repeated.isDisjoint(with: ["client_id", "redirect_uri"]) else {
@@ -212,10 +216,12 @@ package final class AuthorizationService: AppleFormPostContinuation {
             return refuse("login_required", "the user must sign in with Apple")
         }
         let appleNonce = Base64URL.encode(SecureRandom.bytes(32))
+        let binding = BrowserBinding.secret(reusing: bindingSecret)
         let pending = PendingAuthorization(
             clientID: client.clientID, redirectURI: redirectURI, state: state, nonce: nonce, codeChallenge: challenge,
             scope: scope, responseMode: mode, appleNonce: appleNonce,
-            expiresAt: Int(Date().timeIntervalSince1970) + ProviderPolicy.stateLifetimeSeconds)
+            expiresAt: Int(Date().timeIntervalSince1970) + ProviderPolicy.stateLifetimeSeconds,
+            browser: BrowserBinding.hash(binding))
         // Apple's name and email scopes only when the RP asked for the matching claims; with
         // any scope Apple requires response_mode=form_post (TN3107).
         let appleScopes = (scopes.contains("profile") ? ["name"] : []) + (scopes.contains("email") ? ["email"] : [])
@@ -225,7 +231,9 @@ package final class AuthorizationService: AppleFormPostContinuation {
         ]
         if !appleScopes.isEmpty { parameters.append(("scope", appleScopes.joined(separator: " "))) }
         parameters += [("state", try pending.sealed(with: keys)), ("nonce", SHA256.hexHash(appleNonce))]
-        return .redirect(appleBaseURL + "/auth/authorize?" + WebSignInService.query(parameters))
+        return .apple(
+            location: appleBaseURL + "/auth/authorize?" + WebSignInService.query(parameters),
+            bindingCookie: BrowserBinding.set(binding, maxAgeSeconds: ProviderPolicy.stateLifetimeSeconds))
     }
 
     /// The `response_mode` inside an unverified request object (`header.payload.signature`), if
@@ -253,6 +261,11 @@ package final class AuthorizationService: AppleFormPostContinuation {
             let client = try clients.find(pending.clientID),
             RedirectURIRule.matches(pending.redirectURI, client.metadata.redirectURIs)
         else { throw BrokerError(.invalidState, "the state is unknown, already used or expired") }
+        // Only the browser that started the authorization may finish it (BrowserBinding).
+        if let bound = pending.browser, !BrowserBinding.matches(cookies[BrowserBinding.name], hash: bound) {
+            outcomes.increment("invalid_state")
+            throw BrokerError(.invalidState, "the state is unknown, already used or expired")
+        }
         func finish(_ outcome: String, _ parameters: [(String, String)], cookies: [String] = []) -> CallbackAnswer {
             outcomes.increment(outcome)
             let answer = self.response(

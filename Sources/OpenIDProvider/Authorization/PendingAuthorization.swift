@@ -19,6 +19,9 @@ struct PendingAuthorization: Sendable, Equatable {
     var appleNonce: String
     /// Unix seconds.
     var expiresAt: Int
+    /// The hex SHA-256 of the browser's binding secret (BrowserBinding); nil in states sealed
+    /// by the previous release, which bound nothing.
+    var browser: String? = nil
 
     static let prefix = "oidc~"
     static let purpose = "oidc-authorization-state"
@@ -35,6 +38,7 @@ struct PendingAuthorization: Sendable, Equatable {
         if let nonce { members["n"] = .string(nonce) }
         if let codeChallenge { members["p"] = .string(codeChallenge) }
         if responseMode != .query { members["m"] = .string(responseMode.rawValue) }
+        if let browser { members["b"] = .string(browser) }
         let sealed = try AES256GCM.seal(
             JSONValue.object(members).serialized(), key: keys.derivedKey(Self.purpose)!,
             associatedData: Array(Self.purpose.utf8))
@@ -57,6 +61,6 @@ struct PendingAuthorization: Sendable, Equatable {
             clientID: clientID, redirectURI: redirectURI, state: members["s"]?.stringValue, nonce: members["n"]?.stringValue,
             codeChallenge: members["p"]?.stringValue, scope: scope,
             responseMode: members["m"]?.stringValue.flatMap(ResponseMode.init(rawValue:)) ?? .query, appleNonce: appleNonce,
-            expiresAt: Int(expiresAt))
+            expiresAt: Int(expiresAt), browser: members["b"]?.stringValue)
     }
 }

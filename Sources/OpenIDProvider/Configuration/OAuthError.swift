@@ -1,4 +1,3 @@
-import HTTPServer
 import StrictJSON
 
 /// An OAuth 2.0 error (RFC 6749 §5.2, RFC 7591 §3.2.2, RFC 6750 §3.1): the `error` code is
@@ -25,12 +24,4 @@ package struct OAuthError: Error, Sendable, Equatable {
         OAuthError("invalid_client_metadata", description)
     }
     static func invalidRedirectURI(_ description: String) -> OAuthError { OAuthError("invalid_redirect_uri", description) }
-
-    /// The JSON answer, never cached (RFC 6749 §5.1).
-    var response: HTTPResponse {
-        var response = HTTPResponse.json(
-            .object(["error": .string(code), "error_description": .string(description)]), status: status)
-        response.headers.set("Cache-Control", "no-store")
-        return response
-    }
 }

@@ -34,6 +34,8 @@ enum AdminRoutes {
             "/v1/oidc-clients/{id}",
             route("oidc_client.deleted") { request, actor in
                 guard try provider.clients.delete(try request.parameter("id"), actor: actor) else {
+                    try audit.record(
+                        actor: actor, action: "oidc_client.deleted", target: request.pathParameters["id"], outcome: "not_found")
                     throw Problem.notFound(path: request.path)
                 }
                 provider.cors.changed()
@@ -76,6 +78,9 @@ enum AdminRoutes {
             "/v1/oidc-resource-servers/{id}",
             route("oidc_resource_server.deleted") { request, actor in
                 guard try provider.resourceServers.delete(try request.parameter("id"), actor: actor) else {
+                    try audit.record(
+                        actor: actor, action: "oidc_resource_server.deleted", target: request.pathParameters["id"],
+                        outcome: "not_found")
                     throw Problem.notFound(path: request.path)
                 }
                 return .noContent
@@ -93,8 +98,8 @@ enum AdminRoutes {
         router.post(
             "/v1/oidc-keys/rotate",
             route("oidc_signing_key.rotated") { _, actor in
-                let kid = try provider.keys.store.rotate(prepublishSeconds: provider.keyPrepublishSeconds, actor: actor)
-                let activatesAt = Date().addingTimeInterval(TimeInterval(provider.keyPrepublishSeconds))
+                let kid = try provider.keys.store.rotate(prepublish: provider.keyPrepublish, actor: actor)
+                let activatesAt = Date().addingTimeInterval(Double(provider.keyPrepublish.components.seconds))
                 return .json(
                     .object(["kid": .string(kid), "activates_at": .string(RFC3339.string(from: activatesAt))]), status: 201)
             })
@@ -122,6 +127,8 @@ enum AdminRoutes {
             route("oidc_logout_delivery.retried") { request, actor in
                 let text = try request.parameter("id")
                 guard let id = Int64(text), try logouts.retry(id) else {
+                    // A re-drive that found no failed delivery is an act too (issue 38, item 5).
+                    try audit.record(actor: actor, action: "oidc_logout_delivery.retried", target: text, outcome: "not_found")
                     throw Problem.notFound(path: request.path)
                 }
                 try audit.record(actor: actor, action: "oidc_logout_delivery.retried", target: text, outcome: "retried")

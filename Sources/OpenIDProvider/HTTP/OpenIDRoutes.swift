@@ -32,9 +32,14 @@ enum OpenIDRoutes {
         let authorize: HTTPHandler = { request in
             let (parameters, repeated) = requestParameters(request)
             switch try provider.authorization.authorize(
-                parameters, repeated: repeated, sessionSecret: request.cookies[SessionCookie.name])
+                parameters, repeated: repeated, sessionSecret: request.cookies[SessionCookie.name],
+                bindingSecret: request.cookies[BrowserBinding.name])
             {
             case .redirect(let location): return redirect(location)
+            case .apple(let location, let bindingCookie):
+                var response = redirect(location)
+                response.headers.add("Set-Cookie", bindingCookie)
+                return response
             case .formPost(let headers, let html): return page(html, headers: headers)
             case .page(let status, let title, let message):
                 return HTMLPage.response(status: status, title: title, message: message, link: nil)

@@ -43,22 +43,22 @@ package struct SigningKeyStore: Sendable {
         try pool.withTransaction { connection in
             try connection.query("SELECT pg_advisory_xact_lock(\(Self.lock))")
             guard try connection.query("SELECT 1 FROM oidc_signing_keys LIMIT 1").isEmpty else { return }
-            try insert(try AsymmetricKey.generateRSA(bits: 2048), activatingIn: 0, connection)
+            try insert(try AsymmetricKey.generateRSA(bits: 2048), activatingIn: .zero, connection)
         }
     }
 
-    /// Publishes a new key at once; it signs after `prepublishSeconds` (RPs cache the JWKS),
+    /// Publishes a new key at once; it signs after `prepublish` (RPs cache the JWKS),
     /// when the current one retires. Returns the new key's id. `actor` is audited.
-    package func rotate(prepublishSeconds: Int, actor: String = "cli") throws -> String {
+    package func rotate(prepublish: Duration, actor: String = "cli") throws -> String {
         let key = try AsymmetricKey.generateRSA(bits: 2048)
         return try pool.withTransaction { connection in
             try connection.query("SELECT pg_advisory_xact_lock(\(Self.lock))")
             try connection.query(
                 """
-                UPDATE oidc_signing_keys SET retired_at = greatest(activates_at, now() + make_interval(secs => \(prepublishSeconds)))
+                UPDATE oidc_signing_keys SET retired_at = greatest(activates_at, now() + \(prepublish)::interval)
                 WHERE retired_at IS NULL
                 """)
-            let kid = try insert(key, activatingIn: prepublishSeconds, connection)
+            let kid = try insert(key, activatingIn: prepublish, connection)
             try AuditLog.record(
                 connection, actor: actor, action: "oidc_signing_key.rotated",
                 detail: ["target": .string(kid), "outcome": .string("rotated")])
@@ -67,7 +67,7 @@ package struct SigningKeyStore: Sendable {
     }
 
     @discardableResult
-    private func insert(_ key: AsymmetricKey, activatingIn seconds: Int, _ connection: PostgresConnection) throws -> String {
+    private func insert(_ key: AsymmetricKey, activatingIn delay: Duration, _ connection: PostgresConnection) throws -> String {
         let kid = Base64URL.encode(SecureRandom.bytes(16))
         let members = try JWK(key: key, keyID: kid).publicJSON()
         let sealed = try tokenKeys.seal(Array(try key.privateKeyPEM().utf8), associatedData: Self.associatedData(kid))
@@ -75,7 +75,7 @@ package struct SigningKeyStore: Sendable {
             """
             INSERT INTO oidc_signing_keys (kid, public_jwk, private_key, key_id, activates_at)
             VALUES (\(kid), \(String(decoding: JSONValue.object(members).serialized(), as: UTF8.self))::jsonb,
-                    \(sealed.sealed), \(sealed.keyID), now() + make_interval(secs => \(seconds)))
+                    \(sealed.sealed), \(sealed.keyID), now() + \(delay)::interval)
             """)
         return kid
     }
@@ -114,5 +114,40 @@ package struct SigningKeyStore: Sendable {
                 kid: kid, key: try AsymmetricKey.privateKey(pem: String(decoding: pem, as: UTF8.self)),
                 activatesAt: try row.decode(Date.self, "activates_at"))
         }
+    }
+}
+
+/// `appleid-broker reencrypt` re-seals the private halves through BrokerCore's `ReEncryption`,
+/// by this store's SQL (associated data `oidc_signing_keys|<kid>`).
+extension SigningKeyStore: SealedSecrets {
+    package var kind: String { "oidc_signing_keys" }
+
+    package func sealedBatch(after: String, notSealedWith keyID: String, limit: Int) throws -> [SealedSecret] {
+        try pool.query(
+            """
+            SELECT kid, private_key, key_id FROM oidc_signing_keys
+            WHERE key_id <> \(keyID) AND kid > \(after) ORDER BY kid LIMIT \(limit)
+            """
+        ).map { row in
+            let kid = try row.decode(String.self, "kid")
+            return SealedSecret(
+                id: kid, sealed: try row.decode([UInt8].self, "private_key"), keyID: try row.decode(String.self, "key_id"),
+                associatedData: Self.associatedData(kid))
+        }
+    }
+
+    package func replace(_ secret: SealedSecret, with sealed: [UInt8], keyID: String) throws -> Bool {
+        try !pool.query(
+            """
+            UPDATE oidc_signing_keys SET private_key = \(sealed), key_id = \(keyID)
+            WHERE kid = \(secret.id) AND key_id = \(secret.keyID) AND private_key = \(secret.sealed)
+            RETURNING 1
+            """
+        ).isEmpty
+    }
+
+    package func remaining(notSealedWith keyID: String) throws -> Int {
+        try pool.query("SELECT count(*) AS remaining FROM oidc_signing_keys WHERE key_id <> \(keyID)").single().decode(
+            Int.self, "remaining")
     }
 }

@@ -1,61 +1,45 @@
+import Deliveries
 import Foundation
 import Observability
 import PostgresClient
 import StrictJSON
 
-/// Back-Channel Logout deliveries (sql/0017 `oidc_logout_deliveries`): claimed with a lease
-/// and `SKIP LOCKED` by dispatcher lanes, as webhook deliveries are; listed and re-driven
-/// by the admin API.
+/// Back-Channel Logout deliveries (sql/0017 `oidc_logout_deliveries`, the provider's): the
+/// logout lane's rows (`LogoutLane`), claimed oldest due first through the delivery engine's
+/// shared queue; listed and re-driven by the admin API. Rows are written by the trigger
+/// `broker_oidc_end_grants` on BrokerCore's `outbox_events` (consent.revoked,
+/// token.invalidated, user.deletion_requested, user.deleted end the user's grants and
+/// sessions), which NOTIFYs `dueChannel`.
 package struct LogoutDeliveryStore: Sendable {
     let pool: PostgresPool
 
     package init(pool: PostgresPool) { self.pool = pool }
 
-    struct Claimed: Sendable {
-        let id: Int64
+    /// The lane's table: the provider owns it, the engine works it.
+    static let table = DeliveryTable("oidc_logout_deliveries")
+    /// NOTIFYed when deliveries are queued (sql/functions/broker_oidc_end_grants.sql).
+    package static let dueChannel = "oidc_logout_due"
+
+    package var queue: DeliveryQueueStore { DeliveryQueueStore(pool: pool, table: Self.table) }
+
+    /// What a claimed logout delivery carries.
+    package struct Item: Sendable {
         let clientID: String
         let url: String
         let sub: UUID
         let sid: String?
-        let attempts: Int
-        let createdAt: Date
     }
 
-    /// The next due delivery, leased for `leaseSeconds` (a crashed lane's returns after it).
-    func claim(leaseSeconds: Int) throws -> Claimed? {
-        try pool.query(
-            """
-            UPDATE oidc_logout_deliveries SET attempts = attempts + 1,
-                next_attempt_at = now() + make_interval(secs => \(leaseSeconds))
-            WHERE id = (SELECT id FROM oidc_logout_deliveries WHERE state = 'pending' AND next_attempt_at <= now()
-                        ORDER BY next_attempt_at LIMIT 1 FOR UPDATE SKIP LOCKED)
-            RETURNING id, client_id, url, sub, sid, attempts, created_at
-            """
-        ).first.map {
-            Claimed(
-                id: try $0.decode(Int64.self, "id"), clientID: try $0.decode(String.self, "client_id"),
-                url: try $0.decode(String.self, "url"), sub: try $0.decode(UUID.self, "sub"),
-                sid: try $0.decode(String?.self, "sid"), attempts: try $0.decode(Int.self, "attempts"),
-                createdAt: try $0.decode(Date.self, "created_at"))
+    /// The oldest due delivery, leased for `lease` (a crashed lane's returns after it).
+    func claim(lease: Duration) throws -> ClaimedDelivery<Item>? {
+        try queue.claimOldestDue(lease: lease, returning: "client_id, url, sub, sid").map {
+            ClaimedDelivery(
+                id: try $0.decode(Int64.self, "id"), attempts: try $0.decode(Int.self, "attempts"),
+                createdAt: try $0.decode(Date.self, "created_at"),
+                item: Item(
+                    clientID: try $0.decode(String.self, "client_id"), url: try $0.decode(String.self, "url"),
+                    sub: try $0.decode(UUID.self, "sub"), sid: try $0.decode(String?.self, "sid")))
         }
-    }
-
-    func recordDelivered(_ id: Int64, status: Int) throws {
-        try pool.query(
-            """
-            UPDATE oidc_logout_deliveries SET state = 'delivered', delivered_at = now(), last_status = \(status), last_error = NULL
-            WHERE id = \(id)
-            """)
-    }
-
-    func recordFailure(_ id: Int64, expired: Bool, delayMilliseconds: Int, status: Int?, error: String) throws {
-        try pool.query(
-            """
-            UPDATE oidc_logout_deliveries SET state = CASE WHEN \(expired) THEN 'failed' ELSE 'pending' END,
-                next_attempt_at = now() + make_interval(secs => \(Double(delayMilliseconds) / 1000)),
-                last_status = \(status), last_error = \(error)
-            WHERE id = \(id)
-            """)
     }
 
     /// Deliveries, newest first, optionally in one state (the admin API).
@@ -82,34 +66,11 @@ package struct LogoutDeliveryStore: Sendable {
     }
 
     /// Queues a failed delivery again, now; false when there is no failed delivery with that id.
-    package func retry(_ id: Int64) throws -> Bool {
-        !(try pool.query(
-            """
-            UPDATE oidc_logout_deliveries SET state = 'pending', next_attempt_at = now(), attempts = 0, created_at = now()
-            WHERE id = \(id) AND state = 'failed' RETURNING 1
-            """
-        ).isEmpty)
-    }
+    package func retry(_ id: Int64) throws -> Bool { try queue.redrive(id) }
 
-    /// Delivered deliveries older than `retentionSeconds`, failed ones older than `deadLetterRetentionSeconds`
+    /// Delivered deliveries older than `retention`, failed ones older than `deadLetterRetention`
     /// (the webhook retention settings).
-    func prune(retentionSeconds: Int, deadLetterRetentionSeconds: Int) throws {
-        try pool.query(
-            """
-            DELETE FROM oidc_logout_deliveries
-            WHERE (state = 'delivered' AND delivered_at < now() - make_interval(secs => \(retentionSeconds)))
-               OR (state = 'failed' AND created_at < now() - make_interval(secs => \(deadLetterRetentionSeconds)))
-            """)
-    }
-
-    /// Waiting and failed deliveries, for `/metrics`.
-    func backlog() throws -> (pending: Double, failed: Double) {
-        let row = try pool.query(
-            """
-            SELECT count(*) FILTER (WHERE state = 'pending') AS pending, count(*) FILTER (WHERE state = 'failed') AS failed
-            FROM oidc_logout_deliveries
-            """
-        ).single()
-        return (Double(try row.decode(Int.self, "pending")), Double(try row.decode(Int.self, "failed")))
+    func prune(retention: Duration, deadLetterRetention: Duration) throws {
+        try queue.prune(retention: retention, deadLetterRetention: deadLetterRetention)
     }
 }

@@ -103,8 +103,8 @@ package struct SessionStore: Sendable {
 
     /// Ends the session `sid` of `userID` (RP-Initiated Logout) with every grant given in it:
     /// their tokens stop working at once, and each relying party with a
-    /// `backchannel_logout_uri` gets a Back-Channel Logout delivery through the outbox, as
-    /// Apple's events do (broker_oidc_end_grants). Works after the session row is pruned:
+    /// `backchannel_logout_uri` gets a Back-Channel Logout delivery, its lane woken at once
+    /// (`NOTIFY oidc_logout_due`), as Apple's events do (broker_oidc_end_grants). Works after the session row is pruned:
     /// grants keep their sid. Returns how many grants ended.
     @discardableResult
     func end(sid: String, userID: UUID, reason: String) throws -> Int {
@@ -115,7 +115,7 @@ package struct SessionStore: Sendable {
                 UPDATE oidc_sessions SET ended_at = now(), end_reason = \(reason)
                 WHERE sid = \(sid) AND user_id = \(userID) AND ended_at IS NULL
                 """)
-            return try connection.query(
+            let ended = try connection.query(
                 """
                 WITH ended AS (
                     UPDATE oidc_grants SET ended_at = now(), end_reason = \(reason)
@@ -130,10 +130,16 @@ package struct SessionStore: Sendable {
                            CASE WHEN c.backchannel_logout_session_required THEN e.sid END, \(reason)
                     FROM ended e JOIN oidc_clients c ON c.client_id = e.client_id
                     WHERE c.backchannel_logout_uri IS NOT NULL
+                    RETURNING 1
                 )
-                SELECT count(*) AS ended FROM ended
+                SELECT (SELECT count(*) FROM ended) AS ended, (SELECT count(*) FROM deliveries) AS queued
                 """
-            ).single().decode(Int.self, "ended")
+            ).single()
+            // Wakes the logout lane in every process at commit, as the trigger does for Apple's events.
+            if try ended.decode(Int.self, "queued") > 0 {
+                try connection.query("SELECT pg_notify(\(LogoutDeliveryStore.dueChannel), '')")
+            }
+            return try ended.decode(Int.self, "ended")
         }
     }
 

@@ -1,7 +1,6 @@
 import BrokerCrypto
 import Foundation
 import HTTPClient
-import HTTPServer
 import JOSE
 import StrictJSON
 
@@ -171,13 +170,8 @@ struct ClientAuthentication: Sendable {
     static func failed(basic: Bool) -> ClientAuthenticationFailure { ClientAuthenticationFailure(basic: basic) }
 }
 
-/// `invalid_client`; the answer carries `WWW-Authenticate: Basic` when the client tried Basic (RFC 6749 §5.2).
+/// `invalid_client`; the answer (HTTP/OAuthResponses.swift) carries `WWW-Authenticate: Basic`
+/// when the client tried Basic (RFC 6749 §5.2).
 struct ClientAuthenticationFailure: Error {
     let basic: Bool
-
-    var response: HTTPResponse {
-        var response = OAuthError.invalidClient("client authentication failed").response
-        if basic { response.headers.set("WWW-Authenticate", "Basic realm=\"token\"") }
-        return response
-    }
 }

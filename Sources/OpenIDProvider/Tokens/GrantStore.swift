@@ -7,8 +7,8 @@ import PostgresClient
 /// on one code or refresh token cannot both win.
 package struct GrantStore: Sendable {
     let pool: PostgresPool
-    /// The primary App ID of `OIDC_APPLE_CLIENT_ID`'s app group: consent and mail forwarding
-    /// are kept per group (sql/0007 `apple_grants`).
+    /// The primary App ID of `OIDC_APPLE_CLIENT_ID`'s app group (a grant's `app_id`: Apple's
+    /// consent is kept per group, and its events end the grants of that group).
     let appID: String
 
     package init(pool: PostgresPool, appID: String) {
@@ -135,6 +135,18 @@ package struct GrantStore: Sendable {
     }
 
     /// Spends a refresh token of `clientID`; a reused one ends its grant.
+    /// The scopes of the live grant behind an unused refresh token of `clientID`, without using
+    /// it: a refresh refused for its request (a wider scope) must not spend the token.
+    func scopes(ofUnusedRefreshToken token: String, clientID: String) throws -> Set<String>? {
+        try pool.query(
+            """
+            SELECT g.scope FROM oidc_tokens t JOIN oidc_grants g ON g.id = t.grant_id
+            WHERE t.token_hash = \(SHA256.hexHash(token)) AND t.kind = 'refresh' AND g.client_id = \(clientID)
+              AND t.used_at IS NULL AND t.expires_at > now() AND g.ended_at IS NULL
+            """
+        ).first.map { Set(try $0.decode(String.self, "scope").split(separator: " ").map(String.init)) }
+    }
+
     func useRefreshToken(_ token: String, clientID: String) throws -> RefreshUse {
         let hash = SHA256.hexHash(token)
         if let row = try pool.query(
@@ -249,34 +261,6 @@ package struct GrantStore: Sendable {
             RETURNING 1
             """
         ).count
-    }
-
-    /// The claims the user's Apple identity gives, read now (e-mail forwarding changes show at once).
-    struct Identity: Sendable {
-        var email: String?
-        var emailVerified: Bool
-        var isPrivateEmail: Bool
-        var emailForwarding: String
-        var givenName: String?
-        var familyName: String?
-    }
-
-    func identity(of userID: UUID) throws -> Identity? {
-        try pool.query(
-            """
-            SELECT i.email, i.email_verified, i.is_private_email, coalesce(g.email_forwarding, 'enabled') AS email_forwarding,
-                   i.given_name, i.family_name
-            FROM apple_identities i LEFT JOIN apple_grants g ON g.identity_id = i.id AND g.app_id = \(appID)
-            WHERE i.user_id = \(userID) AND i.transferred_at IS NULL
-            ORDER BY i.last_login_at DESC NULLS LAST, i.created_at DESC LIMIT 1
-            """
-        ).first.map {
-            Identity(
-                email: try $0.decode(String?.self, "email"), emailVerified: try $0.decode(Bool.self, "email_verified"),
-                isPrivateEmail: try $0.decode(Bool.self, "is_private_email"),
-                emailForwarding: try $0.decode(String.self, "email_forwarding"),
-                givenName: try $0.decode(String?.self, "given_name"), familyName: try $0.decode(String?.self, "family_name"))
-        }
     }
 
     private static func grant(_ row: PostgresRow) throws -> Grant {

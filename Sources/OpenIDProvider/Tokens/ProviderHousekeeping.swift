@@ -1,32 +1,34 @@
+import BrokerCore
 import PostgresClient
 
-/// Keeps the provider's tables bounded (the `sweep` role runs it every few minutes): spent
-/// codes and tokens, finished grants and sessions, old logout deliveries.
-package struct ProviderHousekeeping: Sendable {
+/// Keeps the provider's tables bounded: spent codes and tokens, finished grants and sessions, old logout
+/// deliveries. BrokerCore's housekeeping (the `sweep` role, every few minutes) runs it through
+/// its `ModulePruning` seam.
+package struct ProviderHousekeeping: ModulePruning {
     let grants: GrantStore
     let sessions: SessionStore
     let logouts: LogoutDeliveryStore
     let assertions: ClientAssertionStore
-    let retentionSeconds: Int
-    let deadLetterRetentionSeconds: Int
+    let retention: Duration
+    let deadLetterRetention: Duration
 
     /// - Parameters: the webhook delivery retention settings, which logout deliveries follow.
-    package init(pool: PostgresPool, retentionSeconds: Int, deadLetterRetentionSeconds: Int) {
+    package init(pool: PostgresPool, retention: Duration, deadLetterRetention: Duration) {
         // The app id only matters for claims; pruning reads no identity.
         grants = GrantStore(pool: pool, appID: "")
         sessions = SessionStore(pool: pool, appID: "")
         logouts = LogoutDeliveryStore(pool: pool)
         assertions = ClientAssertionStore(pool: pool)
-        self.retentionSeconds = retentionSeconds
-        self.deadLetterRetentionSeconds = deadLetterRetentionSeconds
+        self.retention = retention
+        self.deadLetterRetention = deadLetterRetention
     }
 
-    /// One pass; never more to do at once (a worker step).
-    package func step() throws -> Bool {
+    /// One pass; never more to do at once.
+    package func prune() throws -> Bool {
         try grants.prune()
         try sessions.prune()
         try assertions.prune()
-        try logouts.prune(retentionSeconds: retentionSeconds, deadLetterRetentionSeconds: deadLetterRetentionSeconds)
+        try logouts.prune(retention: retention, deadLetterRetention: deadLetterRetention)
         return false
     }
 }

@@ -1,3 +1,4 @@
+import BrokerCore
 import BrokerCrypto
 import Foundation
 import Locking
@@ -11,6 +12,8 @@ package struct TokenService: Sendable {
     let endpoints: Endpoints
     var issuer: String { endpoints.issuer }
     let grants: GrantStore
+    /// BrokerCore's users: the claims come from the user's Apple identity, read through it.
+    let users: UserDirectory
     let keys: SigningKeys
     let authentication: ClientAuthentication
     let resourceServers: ResourceServerStore
@@ -21,11 +24,13 @@ package struct TokenService: Sendable {
     private let clientLabels = ClientLabels(maximum: ProviderPolicy.maximumClientLabels)
 
     init(
-        endpoints: Endpoints, clients: ClientStore, grants: GrantStore, keys: SigningKeys, clientKeys: ClientKeys,
+        endpoints: Endpoints, clients: ClientStore, grants: GrantStore, users: UserDirectory, keys: SigningKeys,
+        clientKeys: ClientKeys,
         resourceServers: ResourceServerStore, assertions: ClientAssertionStore, metrics: MetricsRegistry
     ) {
         self.endpoints = endpoints
         self.grants = grants
+        self.users = users
         self.keys = keys
         self.resourceServers = resourceServers
         authentication = ClientAuthentication(
@@ -110,11 +115,19 @@ package struct TokenService: Sendable {
         }
         guard let token = form["refresh_token"] else { throw OAuthError.invalidRequest("refresh_token is required") }
         guard token.utf8.count <= 256 else { throw OAuthError.invalidGrant("the refresh token is unknown, expired or revoked") }
+        // RFC 6749 §6: a scope the grant does not hold is invalid_scope, checked before the token
+        // is used: spent by a refused request, its retry would look like reuse and end the grant.
+        let requested = form["scope"].map { Set($0.split(separator: " ").map(String.init)) }
+        if let requested, let held = try grants.scopes(ofUnusedRefreshToken: token, clientID: client.clientID),
+            !requested.isSubset(of: held)
+        {
+            throw OAuthError("invalid_scope", "a refresh cannot widen the scope")
+        }
         switch try grants.useRefreshToken(token, clientID: client.clientID) {
         case .unknown: throw OAuthError.invalidGrant("the refresh token is unknown, expired or revoked")
         case .reused: throw OAuthError.invalidGrant("the refresh token was used already; the grant is ended")
         case .found(let grant):
-            if let scope = form["scope"], !Set(scope.split(separator: " ").map(String.init)).isSubset(of: grant.scopes) {
+            if let requested, !requested.isSubset(of: grant.scopes) {
                 throw OAuthError("invalid_scope", "a refresh cannot widen the scope")
             }
             return try answer(grant, client: client, nonce: nil)
@@ -147,7 +160,8 @@ package struct TokenService: Sendable {
     /// The claims `email` and `profile` give, from the user's identity as it is now.
     private func profileClaims(_ grant: GrantStore.Grant) throws -> [String: JSONValue] {
         let scopes = grant.scopes
-        guard scopes.contains("email") || scopes.contains("profile"), let identity = try grants.identity(of: grant.userID)
+        guard scopes.contains("email") || scopes.contains("profile"),
+            let identity = try users.profile(of: grant.userID, appID: grants.appID)
         else { return [:] }
         var claims: [String: JSONValue] = [:]
         if scopes.contains("email"), let email = identity.email {

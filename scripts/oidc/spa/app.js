@@ -1,8 +1,10 @@
 // A single-page relying party, as such apps sign in with OpenID Connect (OAuth 2.0 for
 // Browser-Based Apps): a public client, the authorization code flow with PKCE S256, the code
 // exchanged by fetch() across origins (the provider's CORS), userinfo with a Bearer header
-// (a preflighted request), and silent renewal with prompt=none in a hidden iframe, which only
-// works while the person's session at the provider lives. No library: what a browser gives.
+// (a preflighted request), and silent renewal with prompt=none, which only works while the
+// person's session at the provider lives. The renewal is a top-level navigation that comes
+// straight back: in a hidden iframe of another site the provider's cookie is a third-party
+// cookie, which browsers now withhold (Chromium does by default). No library: what a browser gives.
 "use strict";
 
 const show = (id, text) => { document.getElementById(id).textContent = text; };
@@ -16,9 +18,9 @@ async function settings() {
   return { ...config, discovery };
 }
 
-async function authorizeURL(s, redirectPath, extra) {
+async function authorizeURL(s, redirectPath, extra, purpose) {
   const verifier = random(), state = random(), nonce = random();
-  sessionStorage.setItem("pkce:" + state, JSON.stringify({ verifier, nonce, redirectPath }));
+  sessionStorage.setItem("pkce:" + state, JSON.stringify({ verifier, nonce, redirectPath, purpose }));
   const challenge = b64url(await crypto.subtle.digest("SHA-256", new TextEncoder().encode(verifier)));
   const query = new URLSearchParams({
     response_type: "code", client_id: s.client_id, redirect_uri: location.origin + redirectPath,
@@ -35,7 +37,7 @@ async function redeem(s, search) {
   sessionStorage.removeItem("pkce:" + state);
   if (!pending) throw new Error("unknown state");
   if (answer.get("iss") !== s.discovery.issuer) throw new Error("iss is not the provider's");
-  if (answer.get("error")) return { error: answer.get("error") };
+  if (answer.get("error")) return { error: answer.get("error"), purpose: pending.purpose };
   const response = await fetch(s.discovery.token_endpoint, {
     method: "POST", headers: { "Content-Type": "application/x-www-form-urlencoded" },
     body: new URLSearchParams({
@@ -48,7 +50,7 @@ async function redeem(s, search) {
   const idToken = claims(tokens.id_token);
   if (idToken.nonce !== pending.nonce) throw new Error("nonce mismatch");
   if (idToken.aud !== s.client_id || idToken.iss !== s.discovery.issuer) throw new Error("aud or iss mismatch");
-  return { tokens, idToken };
+  return { tokens, idToken, purpose: pending.purpose };
 }
 
 async function userinfo(s, accessToken) {
@@ -58,36 +60,12 @@ async function userinfo(s, accessToken) {
 }
 
 async function signIn() {
-  location.assign(await authorizeURL(await settings(), "/callback.html", {}));
+  location.assign(await authorizeURL(await settings(), "/callback.html", {}, "sign-in"));
 }
 
-// Silent renewal: prompt=none in a hidden iframe; silent.html hands its query to this page.
+// Silent renewal: prompt=none; the provider answers at once, without a page, from its session.
 async function renew() {
-  show("renew-status", "renewing");
-  const s = await settings();
-  const url = await authorizeURL(s, "/silent.html", { prompt: "none" });
-  const search = await new Promise((resolve, reject) => {
-    const frame = document.createElement("iframe");
-    frame.style.display = "none";
-    const timer = setTimeout(() => reject(new Error("no answer from the provider in the iframe")), 15000);
-    window.addEventListener("message", function listen(event) {
-      if (event.origin !== location.origin || event.source !== frame.contentWindow) return;
-      window.removeEventListener("message", listen);
-      clearTimeout(timer);
-      frame.remove();
-      resolve(event.data);
-    });
-    frame.src = url;
-    document.body.appendChild(frame);
-  });
-  const result = await redeem(s, search);
-  if (result.error) { show("renew-status", result.error); return; }
-  const info = await userinfo(s, result.tokens.access_token);
-  show("renew-sub", result.idToken.sub);
-  show("renew-auth-time", String(result.idToken.auth_time));
-  show("renew-sid", result.idToken.sid);
-  show("renew-userinfo-sub", info.sub);
-  show("renew-status", "renewed");
+  location.assign(await authorizeURL(await settings(), "/callback.html", { prompt: "none" }, "renew"));
 }
 
 async function main() {
@@ -98,17 +76,31 @@ async function main() {
     show("status", "signed in");
     for (const [key, value] of Object.entries(signedIn)) show(key, value);
   }
+  const renewed = JSON.parse(sessionStorage.getItem("renewed") || "null");
+  if (renewed) for (const [key, value] of Object.entries(renewed)) show(key, value);
 }
 
 async function callback() {
   try {
     const s = await settings();
     const result = await redeem(s, location.search);
-    if (result.error) throw new Error(result.error);
-    const info = await userinfo(s, result.tokens.access_token);
-    sessionStorage.setItem("signed-in", JSON.stringify({
-      sub: result.idToken.sub, "auth-time": String(result.idToken.auth_time), sid: result.idToken.sid, "userinfo-sub": info.sub,
-    }));
+    if (result.purpose === "renew") {
+      const renewed = { "renew-status": result.error || "renewed" };
+      if (!result.error) {
+        const info = await userinfo(s, result.tokens.access_token);
+        Object.assign(renewed, {
+          "renew-sub": result.idToken.sub, "renew-auth-time": String(result.idToken.auth_time),
+          "renew-sid": result.idToken.sid, "renew-userinfo-sub": info.sub,
+        });
+      }
+      sessionStorage.setItem("renewed", JSON.stringify(renewed));
+    } else {
+      if (result.error) throw new Error(result.error);
+      const info = await userinfo(s, result.tokens.access_token);
+      sessionStorage.setItem("signed-in", JSON.stringify({
+        sub: result.idToken.sub, "auth-time": String(result.idToken.auth_time), sid: result.idToken.sid, "userinfo-sub": info.sub,
+      }));
+    }
     location.replace("/");
   } catch (e) {
     show("error", e.message);

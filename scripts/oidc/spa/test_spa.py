@@ -1,8 +1,9 @@
 """A single-page application signs in through the broker in headless Chromium (issue 36): a
 public client with PKCE S256, the code exchanged and userinfo read by fetch() across origins
 (the SPA on http://localhost, the provider on http://127.0.0.1: another site, so CORS and
-SameSite are the browser's real rules), then silent renewal with prompt=none in a hidden
-iframe, answered from the session at the provider without Apple.
+SameSite are the browser's real rules), then silent renewal with prompt=none (a top-level
+navigation that comes straight back: in an iframe of another site the provider's cookie would be
+a third-party cookie, which Chromium withholds), answered from the session without Apple.
 scripts/oidc-spa-browser.sh starts the stack and sets ISSUER, API_KEY, SIM_URL."""
 import json, os, shutil, tempfile, threading, urllib.request
 from functools import partial
@@ -11,6 +12,7 @@ from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
+from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException, TimeoutException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
@@ -56,7 +58,7 @@ def spa():
     origin = f"http://localhost:{server.server_address[1]}"
     client = post_json(ISSUER + "/register", {
         "client_name": "single-page app", "token_endpoint_auth_method": "none",
-        "redirect_uris": [origin + "/callback.html", origin + "/silent.html"], "scope": "openid email"}, os.environ["API_KEY"])
+        "redirect_uris": [origin + "/callback.html"], "scope": "openid email"}, os.environ["API_KEY"])
     config.update({"issuer": ISSUER, "client_id": client["client_id"]})
     yield origin
     server.shutdown()
@@ -83,20 +85,29 @@ def text(driver, element):
 
 
 def wait_for(driver, element, predicate, what):
+    """Waits, across the page loads of a redirect, until `element` satisfies `predicate` or the
+    page shows an error."""
+    def settled(d):
+        try:
+            return predicate(text(d, element)) or bool(text(d, "error"))
+        except (NoSuchElementException, StaleElementReferenceException):
+            return False
     try:
-        WebDriverWait(driver, 20).until(lambda d: predicate(text(d, element)) or text(d, "error"))
-    except Exception:
+        WebDriverWait(driver, 30).until(settled)
+    except TimeoutException:
         pass
-    error = text(driver, "error")
     console = [entry["message"] for entry in driver.get_log("browser")][-5:]
-    assert not error, f"{what}: the page says {error!r}; console: {console}"
+    error = text(driver, "error")
+    assert not error, f"{what}: the page says {error!r} at {driver.current_url}; console: {console}"
     assert predicate(text(driver, element)), f"{what}: {element} is {text(driver, element)!r}; console: {console}"
 
 
 def test_silent_renewal_without_a_session_is_login_required(spa, browser):
     browser.get(spa + "/")
+    before = apple_authorizations()
     browser.find_element(By.ID, "renew").click()
     wait_for(browser, "renew-status", lambda t: t == "login_required", "prompt=none in a new browser")
+    assert apple_authorizations() == before, "prompt=none never shows Apple's page"
 
 
 def test_sign_in_with_pkce_and_cors_then_silent_renewal_without_apple(spa, browser):
@@ -104,14 +115,18 @@ def test_sign_in_with_pkce_and_cors_then_silent_renewal_without_apple(spa, brows
     before = apple_authorizations()
     browser.find_element(By.ID, "sign-in").click()
     # To the provider, Apple's page (the simulator's self-posting form), the callback, the SPA.
-    WebDriverWait(browser, 30).until(
-        lambda d: d.current_url.startswith(spa) and (d.current_url == spa + "/" or text(d, "error")))
-    assert not text(browser, "error"), f"sign-in: {text(browser, 'error')!r} at {browser.current_url}"
     wait_for(browser, "status", lambda t: t == "signed in", "sign-in")
     assert apple_authorizations() == before + 1, "one trip to Apple"
     sub = text(browser, "sub")
     assert sub and text(browser, "userinfo-sub") == sub, "userinfo read by fetch() across origins, with the ID token's subject"
-    # Silent renewal: a hidden iframe, prompt=none, the session cookie sent cross-site.
+    # The provider's session cookie, as the browser keeps it for the provider's site.
+    browser.get(ISSUER + "/.well-known/openid-configuration")
+    cookies = {c["name"]: c for c in browser.get_cookies()}
+    session = cookies.get("__Host-abk_oidc")
+    assert session and session["secure"] and session["httpOnly"] and session["sameSite"] == "None" and session["path"] == "/", \
+        f"the session cookie at the provider: {cookies}"
+    browser.get(spa + "/")
+    # Silent renewal: prompt=none, answered at once from the provider's session.
     browser.find_element(By.ID, "renew").click()
     wait_for(browser, "renew-status", lambda t: t == "renewed", "silent renewal")
     assert text(browser, "renew-sub") == sub

@@ -1,16 +1,16 @@
 import Foundation
-import HTTPClient
 import Synchronization
 
-/// Resolves a webhook receiver's host name to the public addresses a delivery is pinned to,
-/// within a time limit. getaddrinfo has none of its own (a resolver that does not answer holds
-/// a lane for resolv.conf's timeouts times its attempts), so it runs on a thread of its own
-/// and the delivery stops waiting at `timeout`; the thread ends when getaddrinfo returns and
-/// its answer is dropped. At most `maximumInFlight` lookups run at once: past that a lookup
-/// fails at once rather than pile up threads behind a dead resolver.
+/// Resolves a receiver's host name (a webhook's, a relying party's) to the public addresses a
+/// request is pinned to (`OutboundAddress`), within a time limit. getaddrinfo has none of its
+/// own (a resolver that does not answer holds a lane for resolv.conf's timeouts times its
+/// attempts), so it runs on a thread of its own and the caller stops waiting at `timeout`; the
+/// thread ends when getaddrinfo returns and its answer is dropped. At most `maximumInFlight`
+/// lookups run at once: past that a lookup fails at once rather than pile up threads behind a
+/// dead resolver.
 package struct ReceiverResolver: Sendable {
     var timeout: Duration
-    var maximumInFlight = 64
+    package var maximumInFlight = 64
     /// The lookup itself (replaced in tests).
     var lookup: @Sendable (String) throws -> [String] = { try OutboundAddress.publicAddresses(of: $0) }
     private let inFlight = InFlight()
