@@ -244,6 +244,31 @@ struct RevocationPrecisionTests {
         #expect(try metric(broker, #"login_code_unsendable_total{outcome="spent"} 1"#))
     }
 
+    @Test("Apple's 429 on a login's code exchange is no lost answer: 503 with Retry-After, and a retry exchanges the code")
+    func throttledCodeStaysGood() throws {
+        let broker = try TestBroker()
+        let minted = try broker.mint { $0.withCode = true }
+        // Apple throttles /auth/token: it refuses the call before using the code (issue 35, item 10).
+        broker.setFaults(on: ["token"]) {
+            $0.errorRate = 1
+            $0.errorStatuses = [429]
+            $0.retryAfterSeconds = 7
+        }
+        let before = broker.simulator.statistics.token
+        let first = try broker.login(["identity_token": minted.idToken, "authorization_code": minted.code!])
+        #expect(first.status == 503, "\(first.bodyText)")
+        #expect(first.json["code"] as? String == "apple_unavailable")
+        #expect(first.header("retry-after") == "7", "Apple's own Retry-After reaches the caller")
+        #expect(broker.simulator.statistics.token - before == 1)
+        broker.simulator.faults = FaultSettings()
+        let retry = try broker.login(["identity_token": minted.idToken, "authorization_code": minted.code!])
+        #expect(retry.status == 200, "\(retry.bodyText)")
+        #expect(retry.json["code_exchange"] as? String == "exchanged", "the same code, unused, is exchanged now")
+        #expect(retry.json["refresh_token_stored"] as? Bool == true)
+        #expect(broker.simulator.statistics.token - before == 2)
+        #expect(try !metric(broker, #"login_code_unsendable_total{outcome="spent"}"#))
+    }
+
     // MARK: 10. c_hash
 
     @Test("a code that is not the identity token's (its c_hash) is 400 without a call to Apple")

@@ -175,6 +175,11 @@ public final class LoginService: Sendable {
                     exchangedAt = tokens.exchangedAt
                     signedInAt = max(signedInAt, tokens.exchangedAt)
                     codeExchange = .exchanged
+                } catch let throttled as Throttled {
+                    // Apple refused the call before using the code (429): it stays good, so the
+                    // ledger lets go of it and a retry of this login exchanges it.
+                    ledger.finish(code, succeeded: false)
+                    throw throttled.error
                 } catch let error as BrokerError where error.code == .appleUnavailable || error.code == .appleResponseInvalid {
                     // Sent, and no usable answer: Apple may have consumed the code (§11.4).
                     codeOutcomes.increment("answer_lost")
@@ -241,12 +246,26 @@ public final class LoginService: Sendable {
     /// Exchanges an authorization code (with the redirect_uri of a web authorization, none
     /// for a native code) and checks that the id_token Apple returns names the same user.
     /// `exchangedAt` is that id_token's `iat`: when Apple vouched for the authorization.
+    /// Apple throttled a code exchange (429): `error` is the login's answer, and the code is
+    /// still unused.
+    private struct Throttled: Error {
+        let error: BrokerError
+    }
+
     private func exchange(_ code: String, for identity: AppleIdentity, redirectURI: String?) throws
         -> (refreshToken: String, accessToken: String, expiresIn: Int, exchangedAt: Date)
     {
         let tokens: AppleTokenResponse
         do {
             tokens = try apple.exchangeCode(code, clientID: identity.clientID, redirectURI: redirectURI)
+        } catch let error as AppleAPIError where error.isTooManyRequests {
+            // The only try was answered 429 (a code is sent once, so no earlier try could have
+            // used it): Apple throttled the call and did nothing with the code (TN3194).
+            throw Throttled(
+                error: BrokerError(
+                    .appleUnavailable,
+                    "Apple answered 429 (too many requests) before using the authorization code: retry this login with the same code after Retry-After",
+                    retryAfterSeconds: max(error.retryAfter ?? 5, 1)))
         } catch let error as AppleAPIError {
             throw BrokerError(error)
         }
