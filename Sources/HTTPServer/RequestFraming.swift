@@ -11,7 +11,9 @@
 /// non-`chunked` `Transfer-Encoding` (the only coding libmicrohttpd decodes; any other leaves
 /// the body's end to the connection's), and whitespace or any other non-token character in a
 /// field name (RFC 9112 §5.1: a server MUST reject whitespace before the colon with 400).
-/// A malformed `Content-Length` value libmicrohttpd answers by itself (400, then it closes).
+/// A `Content-Length` value other than decimal digits (a sign, a list, hex) libmicrohttpd
+/// answers itself (its own 400, then it closes) before this check runs; refused here too, so the
+/// rule holds whatever a libmicrohttpd release lets through.
 enum RequestFraming {
     /// Why the head's framing is refused, or nil when it is unambiguous.
     static func problem(_ fields: [(String, String)]) -> String? {
@@ -22,7 +24,14 @@ enum RequestFraming {
                 return "a header field name holds whitespace or another character a field name cannot hold"
             }
             switch name.lowercased() {
-            case "content-length": lengths += 1
+            case "content-length":
+                lengths += 1
+                // Digits only (RFC 9110 §8.6): a sign, a list ("3, 3"), hex or trailing junk is
+                // read differently by different parsers.
+                let digits = value.trimmingCharacters(in: " \t")
+                guard !digits.isEmpty, digits.utf8.allSatisfy({ (UInt8(ascii: "0")...UInt8(ascii: "9")).contains($0) }) else {
+                    return "a Content-Length that is not a decimal number"
+                }
             case "transfer-encoding":
                 codings += 1
                 guard value.trimmingCharacters(in: " \t").lowercased() == "chunked" else {

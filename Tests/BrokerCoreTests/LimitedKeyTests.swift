@@ -264,6 +264,28 @@ struct LimitedKeyTests {
         #expect(refused.json["code"] as? String == "user_shared_with_other_apps")
         #expect(try broker.count("SELECT count(*) FROM deletion_requests WHERE user_id = \(shared)") == 0)
 
+        // Also where no grant row says so: the previous release's sign-ins (broker_login, v0.24.0,
+        // during a rolling upgrade) write none, so the web app's sign-in is known only from the
+        // client ids the identity signed in with (apple_identity_apps).
+        let webOnly = try broker.mint {
+            $0.clientID = TestBroker.webClientID
+            $0.withCode = false
+        }
+        let legacyLogin = try broker.login(["identity_token": webOnly.idToken])
+        #expect(legacyLogin.status == 200)
+        let legacy = try #require((legacyLogin.json["user_id"] as? String).flatMap(UUID.init(uuidString:)))
+        let legacyApp = try broker.mint {
+            $0.clientID = TestBroker.clientID
+            $0.withCode = true
+            $0.sub = webOnly.sub
+        }
+        #expect(try broker.login(["identity_token": legacyApp.idToken, "authorization_code": legacyApp.code!]).status == 200)
+        try broker.pool.query("DELETE FROM apple_grants WHERE user_id = \(legacy) AND app_id = \(TestBroker.webClientID)")
+        let legacyRefused = try broker.requestDeletion(legacy, app)
+        #expect(legacyRefused.status == 403)
+        #expect(legacyRefused.json["code"] as? String == "user_shared_with_other_apps")
+        #expect(try broker.count("SELECT count(*) FROM deletion_requests WHERE user_id = \(legacy)") == 0)
+
         // The app's own user: a code of the web app handed over with its deletion never reaches Apple.
         let (own, ownSub) = try broker.signIn(clients: [TestBroker.clientID])
         let webCode = try broker.mint {

@@ -538,7 +538,7 @@ struct HTTPServerTests {
     }
 
     @Test(
-        "ambiguous framing (both length fields, a repeated or spaced Content-Length, another Transfer-Encoding) is 400 before any handler, and the connection closes"
+        "ambiguous framing (both length fields, a repeated, spaced or malformed Content-Length, another Transfer-Encoding) is 400 before any handler, and the connection closes"
     )
     func ambiguousFraming() throws {
         let handled = Atomic<Int>(0)
@@ -564,6 +564,12 @@ struct HTTPServerTests {
             "Transfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n",
             "Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
         ]
+        // Malformed Content-Length values (a sign, a list, hex, trailing junk, none):
+        // libmicrohttpd answers them itself (its own 400 page) before any handler, and closes.
+        let malformed = [
+            "Content-Length: +3\r\n\r\nabc", "Content-Length: 3, 3\r\n\r\nabc", "Content-Length: 0x3\r\n\r\nabc",
+            "Content-Length: 3abc\r\n\r\nabc", "Content-Length: -1\r\n\r\n", "Content-Length: \r\n\r\n",
+        ]
         try withServer(router) { server, url, metrics in
             for head in heads {
                 let connection = try #require(RawConnection(port: Int(server.port), timeoutSeconds: 5))
@@ -572,6 +578,14 @@ struct HTTPServerTests {
                 #expect(answer.hasPrefix("HTTP/1.1 400 "), "\(head.debugDescription): \(answer.prefix(120))")
                 #expect(answer.contains("ambiguous_framing"), "\(head.debugDescription)")
                 #expect(answer.lowercased().contains("connection: close"), "\(head.debugDescription)")
+                #expect(!answer.contains("counted"), "\(head.debugDescription)")
+                #expect(connection.isClosedByPeer(), "\(head.debugDescription): the connection stayed open")
+            }
+            for head in malformed {
+                let connection = try #require(RawConnection(port: Int(server.port), timeoutSeconds: 5))
+                connection.send("POST /count HTTP/1.1\r\nHost: x\r\n" + head + smuggled)
+                let answer = connection.receive()
+                #expect(answer.hasPrefix("HTTP/1.1 400 "), "\(head.debugDescription): \(answer.prefix(120))")
                 #expect(!answer.contains("counted"), "\(head.debugDescription)")
                 #expect(connection.isClosedByPeer(), "\(head.debugDescription): the connection stayed open")
             }
@@ -588,7 +602,7 @@ struct HTTPServerTests {
         }
     }
 
-    @Test("the framing rule: token field names, one length field of one kind, chunked the only coding")
+    @Test("the framing rule: token field names, one length field of one kind, a length of digits only, chunked the only coding")
     func framingRule() {
         #expect(RequestFraming.problem([("Host", "x"), ("Content-Length", "3")]) == nil)
         #expect(RequestFraming.problem([("transfer-encoding", " chunked ")]) == nil)
@@ -598,5 +612,9 @@ struct HTTPServerTests {
         #expect(RequestFraming.problem([("X-Note", "a b"), ("Bad\u{1}Name", "")]) != nil)
         #expect(RequestFraming.problem([("", "value")]) != nil)
         #expect(RequestFraming.problem([("Transfer-Encoding", "identity")]) != nil)
+        #expect(RequestFraming.problem([("Content-Length", " 12\t")]) == nil)
+        for value in ["+3", "3, 3", "0x3", "3abc", "-1", "", " ", "٣"] {
+            #expect(RequestFraming.problem([("Content-Length", value)]) != nil, "\(value.debugDescription)")
+        }
     }
 }

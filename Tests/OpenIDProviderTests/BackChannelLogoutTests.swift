@@ -139,6 +139,11 @@ struct BackChannelLogoutTests {
         #expect(
             try harness.send("POST", "/v1/oidc-logout-deliveries/\(id)/retry", headers: [("Authorization", "Bearer \(key)")])
                 .status == 404, "only a failed delivery is re-driven")
+        // Both re-drives are audited with their target and outcome (issue 38, item 5).
+        let audited = try harness.pool.query(
+            "SELECT concat_ws(' ', target, outcome) FROM audit_log WHERE action = 'oidc_logout_delivery.retried' ORDER BY id"
+        ).map { try $0.decode(String.self, 0) }
+        #expect(audited == ["oidc_logout_delivery:\(id) succeeded", "oidc_logout_delivery:\(id) failed"])
     }
 
     @Test("email-disabled and email-enabled show in userinfo at once")

@@ -83,6 +83,21 @@ struct ProviderInsiderTests {
         #expect(try audit(harness, "oidc_client.created").contains { $0.actor == actor && $0.detail.contains(id) })
         #expect(try audit(harness, "oidc_client.deleted").contains { $0.actor == actor && $0.detail.contains(id) })
         #expect(try audit(harness, "oidc_signing_key.rotated").contains { $0.actor == actor })
+        // Each row's audit columns name the act's target and outcome (issue 38, item 5), a
+        // deletion of nothing too; the refusals are refused.
+        #expect(try call("DELETE", "/v1/oidc-clients/\(id)", inside.secret).status == 404)
+        let columns = try harness.pool.query(
+            "SELECT concat_ws(' ', action, target, outcome) FROM audit_log WHERE actor = \(actor) ORDER BY id"
+        ).map { try $0.decode(String.self, 0) }
+        #expect(columns.contains("oidc_client.created oidc_client:\(id) succeeded"), "\(columns)")
+        #expect(columns.contains("oidc_client.deleted oidc_client:\(id) succeeded"), "\(columns)")
+        #expect(columns.contains("oidc_client.deleted oidc_client:\(id) failed"), "\(columns)")
+        #expect(columns.contains { $0.hasPrefix("oidc_signing_key.rotated oidc_signing_key:") && $0.hasSuffix(" succeeded") })
+        let refused = try harness.pool.query(
+            "SELECT concat_ws(' ', target, outcome) FROM audit_log WHERE actor = \("api:" + outside.key.id) ORDER BY id"
+        ).map { try $0.decode(String.self, 0) }
+        #expect(refused.count == 9 && refused.allSatisfy { $0 == "refused" || $0.hasSuffix(" refused") }, "\(refused)")
+        #expect(refused.contains("oidc_client:\(client.id) refused"), "\(refused)")
         let keys = try call("GET", "/v1/oidc-keys", inside.secret)
         #expect((keys.json["keys"] as? [[String: Any]])?.count == 2)
         // No secret or personal data in the audit rows.

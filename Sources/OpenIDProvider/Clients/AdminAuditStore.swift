@@ -3,7 +3,8 @@ import PostgresClient
 import StrictJSON
 
 /// Audit entries of the provider's admin acts that no other store writes in its own
-/// transaction: refusals (a limited key outside the provider's app) and logout re-drives.
+/// transaction: refusals (a limited key outside the provider's app), logout re-drives and deletions
+/// or re-drives that found nothing (outcome `not_found`, a failed act to the audit trigger).
 /// Identifiers only (actor `api:<key id>`, target, outcome), never personal data or secrets.
 struct AdminAuditStore: Sendable {
     let pool: PostgresPool

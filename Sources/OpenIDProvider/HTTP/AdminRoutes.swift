@@ -37,6 +37,8 @@ enum AdminRoutes {
                 path + "/{id}",
                 route("\(kind).deleted") { request, actor in
                     guard try delete(try request.parameter("id"), actor) else {
+                        try audit.record(
+                            actor: actor, action: "\(kind).deleted", target: request.pathParameters["id"], outcome: "not_found")
                         throw Problem.notFound(path: request.path)
                     }
                     afterDelete()
@@ -113,6 +115,8 @@ enum AdminRoutes {
             route("oidc_logout_delivery.retried") { request, actor in
                 let text = try request.parameter("id")
                 guard let id = Int64(text), try logouts.retry(id) else {
+                    // A re-drive that found no failed delivery is an act too (issue 38, item 5).
+                    try audit.record(actor: actor, action: "oidc_logout_delivery.retried", target: text, outcome: "not_found")
                     throw Problem.notFound(path: request.path)
                 }
                 try audit.record(actor: actor, action: "oidc_logout_delivery.retried", target: text, outcome: "retried")
