@@ -194,8 +194,8 @@ let package = Package(
         .target(
             name: "TestSupport",
             dependencies: [
-                "PostgresClient", "EmbeddedPostgres", "HTTPClient", "ProcessRunner", "Observability", "BrokerCore",
-                "BrokerCrypto",
+                "PostgresClient", "EmbeddedPostgres", "HTTPClient", "HTTPServer", "ProcessRunner", "Observability",
+                "BrokerCore", "BrokerCrypto",
             ],
             path: "Tests/TestSupport",
             swiftSettings: swiftSettings

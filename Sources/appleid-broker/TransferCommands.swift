@@ -20,10 +20,7 @@ enum TransferCommands {
         let recipient = subcommand == "export" ? try arguments.required("recipient-team") : ""
         let configuration = try BrokerConfiguration.load(environment: environment, requireApple: true)
         guard let settings = configuration.apple else { return 2 }
-        let clientID = arguments.options["client-id"] ?? settings.clientIDs[0]
-        guard settings.clientIDs.contains(clientID) else {
-            throw arguments.usageError("--client-id must be one of APPLE_CLIENT_IDS")
-        }
+        let clientID = try Self.clientID(arguments, settings)
         guard let rate = Double(arguments.options["rate"] ?? "10"), rate >= 0, rate.isFinite else {
             throw arguments.usageError("--rate must be calls per second (0: no limit)")
         }
@@ -37,13 +34,7 @@ enum TransferCommands {
         watcher.start()
 
         return try BrokerCommand.withDatabase(environment) { database in
-            let logger = Logger(label: "transfer", sink: LogSink(level: .warning, descriptor: 2))
-            let apple = AppleClient(
-                baseURL: settings.baseURL, transport: CurlTransport(),
-                secrets: ClientSecretProvider(
-                    teamID: settings.teamID, keyID: settings.keyID, keyPath: settings.privateKeyPath,
-                    keyIDPath: settings.keyIDPath),
-                timeout: settings.timeout, metrics: MetricsRegistry(), logger: logger)
+            let apple = appleClient(settings)
             let transfer = TeamTransfer(
                 pool: database.pool, apple: apple, teamID: settings.teamID, clientID: clientID, rate: rate,
                 shouldStop: { stop.isRaised })
@@ -91,21 +82,12 @@ enum TransferCommands {
         let recipient = try arguments.required("recipient-team")
         let configuration = try BrokerConfiguration.load(environment: environment, requireApple: true)
         guard let settings = configuration.apple else { return 2 }
-        let clientID = arguments.options["client-id"] ?? settings.clientIDs[0]
-        guard settings.clientIDs.contains(clientID) else {
-            throw arguments.usageError("--client-id must be one of APPLE_CLIENT_IDS")
-        }
+        let clientID = try Self.clientID(arguments, settings)
         let transferredAt = try date(arguments, "transferred-at") ?? Date()
         // The Services IDs move with their primary App ID (TN3159): the whole group goes.
         let group = settings.appGroups.group(of: clientID)
         return try BrokerCommand.withDatabase(environment) { database in
-            let logger = Logger(label: "transfer", sink: LogSink(level: .warning, descriptor: 2))
-            let apple = AppleClient(
-                baseURL: settings.baseURL, transport: CurlTransport(),
-                secrets: ClientSecretProvider(
-                    teamID: settings.teamID, keyID: settings.keyID, keyPath: settings.privateKeyPath,
-                    keyIDPath: settings.keyIDPath),
-                timeout: settings.timeout, metrics: MetricsRegistry(), logger: logger)
+            let apple = appleClient(settings)
             let transfer = TeamTransfer(pool: database.pool, apple: apple, teamID: settings.teamID, clientID: clientID, rate: 0)
             do {
                 let retired = try transfer.complete(
@@ -118,6 +100,26 @@ enum TransferCommands {
                 return 1
             }
         }
+    }
+
+    /// `--client-id`, one of APPLE_CLIENT_IDS (the first when not given).
+    static func clientID(_ arguments: ParsedArguments, _ settings: AppleConfiguration) throws -> String {
+        let clientID = arguments.options["client-id"] ?? settings.clientIDs[0]
+        guard settings.clientIDs.contains(clientID) else {
+            throw arguments.usageError("--client-id must be one of APPLE_CLIENT_IDS")
+        }
+        return clientID
+    }
+
+    /// The Apple client a transfer calls Apple with; it logs warnings and worse to stderr.
+    static func appleClient(_ settings: AppleConfiguration) -> AppleClient {
+        let logger = Logger(label: "transfer", sink: LogSink(level: .warning, descriptor: 2))
+        return AppleClient(
+            baseURL: settings.baseURL, transport: CurlTransport(),
+            secrets: ClientSecretProvider(
+                teamID: settings.teamID, keyID: settings.keyID, keyPath: settings.privateKeyPath,
+                keyIDPath: settings.keyIDPath),
+            timeout: settings.timeout, metrics: MetricsRegistry(), logger: logger)
     }
 
     /// An option holding a date (`2026-12-01`, midnight UTC) or an RFC 3339 time.

@@ -36,14 +36,6 @@ struct AppleBehaviourTests {
             NotificationRequest(url: broker.baseURL + "/v1/apple/notifications", type: type, sub: sub, clientID: clientID))
     }
 
-    private func waitUntil(seconds: Double = 20, _ condition: () throws -> Bool) rethrows {
-        let deadline = Date().addingTimeInterval(seconds)
-        while Date() < deadline {
-            if try condition() { return }
-            Thread.sleep(forTimeInterval: 0.05)
-        }
-    }
-
     @Test("two apps in one team: a consent-revoked for one leaves the other authorized, and its token is revoked at deletion")
     func consentPerApp() throws {
         let broker = try TestBroker(roles: [.api, .notifications, .deletion], extra: Self.twoApps)

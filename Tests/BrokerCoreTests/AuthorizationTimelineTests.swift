@@ -17,14 +17,6 @@ struct AuthorizationTimelineTests {
     /// The app and its web Services ID share one authorization at Apple.
     static let grouped = ["APPLE_APP_GROUPS": "\(TestBroker.clientID)=\(TestBroker.webClientID)"]
 
-    private func waitUntil(seconds: Double = 15, _ condition: () throws -> Bool) rethrows {
-        let deadline = Date().addingTimeInterval(seconds)
-        while Date() < deadline {
-            if try condition() { return }
-            Thread.sleep(forTimeInterval: 0.05)
-        }
-    }
-
     /// Waits until the wall clock is in a later second than `date`: a sign-in then carries an
     /// `iat` (whole seconds) after it.
     private func nextSecond(after date: Date) {
@@ -80,7 +72,7 @@ struct AuthorizationTimelineTests {
         #expect(try broker.count("SELECT count(*) FROM apple_notifications") == 0, "the sign-in came first")
         // The simulator records a delivery when the broker's answer reaches it, a moment after the
         // broker's commit: wait for both, not the rows alone.
-        try waitUntil {
+        try waitUntil(seconds: 15) {
             try broker.count("SELECT count(*) FROM apple_notifications") == 2
                 && broker.simulator.notificationDeliveries.count == 2
         }
@@ -154,7 +146,7 @@ struct AuthorizationTimelineTests {
         faults.requestErrorSeed = 6
         broker.simulator.faults = faults
         try broker.pool.query("UPDATE apple_tokens SET next_validation_at = now()")
-        try waitUntil { try metric(broker, "\nrefresh_sweep_breaker_open 1") }
+        try waitUntil(seconds: 15) { try metric(broker, "\nrefresh_sweep_breaker_open 1") }
         #expect(try metric(broker, "\nrefresh_sweep_breaker_open 1"))
         #expect(try metric(broker, #"refresh_sweep_breaker_trips_total{error="request_error_share"} 1"#))
         #expect(try broker.count("SELECT count(*) FROM apple_tokens WHERE revoked_at IS NOT NULL") == 0, "no verdict applied")
@@ -172,7 +164,7 @@ struct AuthorizationTimelineTests {
         faults.revokedGrantError = "invalid_request"
         broker.simulator.faults = faults
         try broker.pool.query("UPDATE apple_tokens SET next_validation_at = now()")
-        try waitUntil { try metric(broker, "\nrefresh_sweep_breaker_open 1") }
+        try waitUntil(seconds: 15) { try metric(broker, "\nrefresh_sweep_breaker_open 1") }
         #expect(try metric(broker, #"refresh_sweep_breaker_trips_total{error="revoked_burst"} 1"#))
         #expect(try metric(broker, #"refresh_token_validations_total{outcome="verdict_paused"} 6"#))
         #expect(try broker.count("SELECT count(*) FROM apple_grants WHERE consent = 'revoked'") == 0)
@@ -207,7 +199,9 @@ struct AuthorizationTimelineTests {
         faults.revokedGrantError = "invalid_request"  // Apple's words: "The user has revoked authorization"
         broker.simulator.faults = faults
         try broker.pool.query("UPDATE apple_tokens SET next_validation_at = now() WHERE client_id = \(TestBroker.clientID)")
-        try waitUntil { try broker.count("SELECT count(*) FROM apple_tokens WHERE revoked_reason = 'token_invalid'") == 2 }
+        try waitUntil(seconds: 15) {
+            try broker.count("SELECT count(*) FROM apple_tokens WHERE revoked_reason = 'token_invalid'") == 2
+        }
         #expect(try broker.count("SELECT count(*) FROM apple_grants WHERE consent = 'revoked'") == 0, "the consents stay")
         #expect(try events(broker, "consent.revoked") == 0)
         #expect(

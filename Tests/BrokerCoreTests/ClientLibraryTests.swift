@@ -69,7 +69,7 @@ struct ClientLibraryTests {
         #expect(try await client.events(after: page.nextCursor).events.isEmpty)
 
         // A real delivery verifies with the library; a changed body or an old one does not.
-        try waitUntil { !receiver.deliveries.isEmpty }
+        waitUntil { !receiver.deliveries.isEmpty }
         let delivery = try #require(receiver.deliveries.first)
         let verifier = try #require(WebhookVerifier(secret: secret))
         let verified = try verifier.verify(

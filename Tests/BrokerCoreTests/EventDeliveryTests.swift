@@ -52,7 +52,7 @@ struct EventDeliveryTests {
         let minted = try broker.mint()
         let userID = try broker.login(["identity_token": minted.idToken]).json["user_id"] as! String
         try notifications(broker, sub: minted.sub, count: 2, base: Int64(Date().timeIntervalSince1970 * 1000))
-        try waitUntil { receiver.deliveries.count >= 3 }
+        waitUntil { receiver.deliveries.count >= 3 }
         let deliveries = receiver.deliveries
         #expect(deliveries.map(\.type) == ["user.created", "email.forwarding_disabled", "email.forwarding_enabled"])
         #expect(deliveries.allSatisfy { $0.signatureValid })
@@ -64,7 +64,7 @@ struct EventDeliveryTests {
         // with other tests' transactions open it may lag the dispatcher by a moment.
         let eventsKey = try broker.key([.events])
         var feed: [[String: Any]] = []
-        try waitUntil {
+        waitUntil {
             feed = (try? broker.get("/v1/events", key: eventsKey).json["events"] as? [[String: Any]]) ?? []
             return feed.count >= 3
         }
@@ -93,7 +93,7 @@ struct EventDeliveryTests {
         receiver.set(.stall(seconds: 1))
         Thread.sleep(forTimeInterval: 0.6)
         receiver.set(.accept)
-        try waitUntil(seconds: 30) { Set(receiver.deliveries.map(\.id)).count >= 24 }
+        waitUntil(seconds: 30) { Set(receiver.deliveries.map(\.id)).count >= 24 }
         let deliveries = receiver.deliveries
         #expect(Set(deliveries.map(\.id)).count == 24, "none lost")
         #expect(deliveries.allSatisfy { $0.signatureValid })
@@ -130,7 +130,7 @@ struct EventDeliveryTests {
         receiver.set(.accept)
         let id = list.first!["id"] as! Int
         #expect(try broker.post("/v1/webhook-deliveries/\(id)/retry", json: "{}", key: admin).status == 202)
-        try waitUntil { !receiver.deliveries.isEmpty }
+        waitUntil { !receiver.deliveries.isEmpty }
         #expect(receiver.deliveries.count == 1)
 
         #expect(
@@ -140,7 +140,7 @@ struct EventDeliveryTests {
         Thread.sleep(forTimeInterval: 0.5)
         #expect(receiver.deliveries.count == 1, "nothing while paused")
         #expect(try broker.post("/v1/webhook-subscriptions/\(subscriptionID)/resume", json: "{}", key: admin).status == 200)
-        try waitUntil { receiver.deliveries.count == 2 }
+        waitUntil { receiver.deliveries.count == 2 }
         #expect(receiver.deliveries.count == 2)
         #expect(
             try broker.client.send(
@@ -292,7 +292,7 @@ struct EventDeliveryTests {
             let dispatcher = try ChildProcess.start(
                 BrokerExecutable.path, ["serve"], environment: environment, output: .file(log))
             let target = receiver.deliveries.count + 25
-            try waitUntil(seconds: 20) { receiver.deliveries.count >= target }
+            waitUntil(seconds: 20) { receiver.deliveries.count >= target }
             dispatcher.send(SIGKILL)
             dispatcher.wait()
         }
@@ -305,7 +305,7 @@ struct EventDeliveryTests {
             finisher.send(SIGTERM)
             finisher.wait()
         }
-        try waitUntil(seconds: 30) { Set(receiver.deliveries.map(\.id)).count >= 120 }
+        waitUntil(seconds: 30) { Set(receiver.deliveries.map(\.id)).count >= 120 }
         #expect(Set(receiver.deliveries.map(\.id)).count == 120)
         // The receiver has the last body a moment before the dispatcher records its answer.
         try waitUntil(seconds: 10) {

@@ -118,7 +118,7 @@ struct LoginTests {
         // The pool counts a connection's statements when it comes back, which may be a moment after
         // the answer reached the client: count from and to a pool with every connection back.
         func settled() throws -> Int {
-            try waitUntil(seconds: 10) { broker.pool.statistics.open == broker.pool.statistics.idle }
+            waitUntil(seconds: 10) { broker.pool.statistics.open == broker.pool.statistics.idle }
             return broker.pool.statistics.statements
         }
         func statements(_ login: () throws -> HTTPClientResponse) throws -> (status: Int, code: String?, statements: Int) {

@@ -20,14 +20,6 @@ struct RevocationPrecisionTests {
         try broker.get("/v1/users/\(id.lowercasedString)/credential-state", key: broker.key([.read])).json["state"] as? String
     }
 
-    private func waitUntil(seconds: Double = 10, _ condition: () throws -> Bool) rethrows {
-        let deadline = Date().addingTimeInterval(seconds)
-        while Date() < deadline {
-            if try condition() { return }
-            Thread.sleep(forTimeInterval: 0.05)
-        }
-    }
-
     /// Logs in a new user with a code (a refresh token stored).
     private func signedIn(_ broker: TestBroker) throws -> (id: UUID, sub: String) {
         let minted = try broker.mint { $0.withCode = true }
@@ -52,7 +44,7 @@ struct RevocationPrecisionTests {
         broker.simulator.faults = faults
         try broker.pool.query("UPDATE apple_tokens SET next_validation_at = now()")
         // (The gauge's HELP text contains "refresh_sweep_breaker_open 1": match the sample line.)
-        try waitUntil { try metric(broker, "\nrefresh_sweep_breaker_open 1") }
+        try waitUntil(seconds: 10) { try metric(broker, "\nrefresh_sweep_breaker_open 1") }
         #expect(try metric(broker, "\nrefresh_sweep_breaker_open 1"))
         #expect(try metric(broker, #"refresh_sweep_breaker_trips_total{error="invalid_request"} 1"#))
         #expect(try metric(broker, #"refresh_token_validations_total{outcome="request_error"} 3"#))
@@ -72,16 +64,18 @@ struct RevocationPrecisionTests {
         faults.malformedRequestSubs = [victimSub]
         broker.simulator.faults = faults
         try broker.pool.query("UPDATE apple_tokens SET next_validation_at = now()")
-        try waitUntil {
+        try waitUntil(seconds: 10) {
             try broker.count("SELECT count(*) FROM apple_tokens WHERE last_validation_error = 'invalid_request'") == 1
         }
-        try waitUntil { try broker.count("SELECT count(*) FROM apple_tokens WHERE last_validated_at IS NOT NULL") == 1 }
+        try waitUntil(seconds: 10) {
+            try broker.count("SELECT count(*) FROM apple_tokens WHERE last_validated_at IS NOT NULL") == 1
+        }
         #expect(try credentialState(broker, victim) == "authorized", "one invalid_request is no verdict")
         #expect(try broker.count("SELECT count(*) FROM apple_grants WHERE consent = 'revoked'") == 0)
         // Later: the victim's refresh is refused again while the other token refreshes. Without
         // Apple's words it decides no consent (protocol reference §12.2): at most the token is dead.
         try broker.pool.query("UPDATE apple_tokens SET next_validation_at = now()")
-        try waitUntil { try credentialState(broker, victim) == "token_invalid" }
+        try waitUntil(seconds: 10) { try credentialState(broker, victim) == "token_invalid" }
         #expect(try credentialState(broker, victim) == "token_invalid")
         #expect(try credentialState(broker, fine) == "authorized")
         #expect(try broker.count("SELECT count(*) FROM apple_grants WHERE consent = 'revoked'") == 0)
@@ -104,7 +98,7 @@ struct RevocationPrecisionTests {
             "/v1/deletions", json: #"{"user_id":"\#(userID.lowercasedString)","reason":"test","requested_by":"test"}"#,
             key: broker.key([.compliance]))
         #expect(answer.status == 202, "\(answer.bodyText)")
-        try waitUntil {
+        try waitUntil(seconds: 10) {
             try broker.count("SELECT count(*) FROM deletion_steps WHERE step = 'revoke' AND outcome = 'request_error'") >= 2
         }
         #expect(try broker.count("SELECT count(*) FROM deletion_requests WHERE state = 'done'") == 0, "not done on a 400")
@@ -131,7 +125,7 @@ struct RevocationPrecisionTests {
         let (userID, sub) = try signedIn(broker)
         #expect(broker.simulator.changePassword(teamID: TestBroker.teamID, sub: sub) == 1)
         try broker.pool.query("UPDATE apple_tokens SET next_validation_at = now()")
-        try waitUntil { try credentialState(broker, userID) == "token_invalid" }
+        try waitUntil(seconds: 10) { try credentialState(broker, userID) == "token_invalid" }
         #expect(try credentialState(broker, userID) == "token_invalid")
         #expect(try broker.count("SELECT count(*) FROM apple_grants WHERE consent = 'revoked'") == 0, "the consent stays")
         #expect(try broker.count("SELECT count(*) FROM outbox_events WHERE type = 'consent.revoked'") == 0)
@@ -153,7 +147,7 @@ struct RevocationPrecisionTests {
         // Dead again, then deleted: nothing live to revoke, so manual_required.
         broker.simulator.changePassword(teamID: TestBroker.teamID, sub: sub)
         try broker.pool.query("UPDATE apple_tokens SET next_validation_at = now(), access_token = NULL")
-        try waitUntil { try credentialState(broker, userID) == "token_invalid" }
+        try waitUntil(seconds: 10) { try credentialState(broker, userID) == "token_invalid" }
         let deletion = try broker.post(
             "/v1/deletions", json: #"{"user_id":"\#(userID.lowercasedString)","reason":"test","requested_by":"test"}"#,
             key: broker.key([.compliance]))

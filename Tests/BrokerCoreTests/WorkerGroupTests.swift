@@ -58,10 +58,10 @@ struct WorkerGroupTests {
         lanes.start()
         defer { lanes.stop() }
         // Each lane looks once when it starts.
-        try waitUntil(seconds: 5) { work.state.withLock { $0.steps } >= 4 }
+        waitUntil(seconds: 5) { work.state.withLock { $0.steps } >= 4 }
         #expect(work.state.withLock { $0.steps } == 4)
         lanes.wake()
-        try waitUntil(seconds: 5) { work.state.withLock { $0.steps } >= 5 }
+        waitUntil(seconds: 5) { work.state.withLock { $0.steps } >= 5 }
         Thread.sleep(forTimeInterval: 0.3)  // room for any extra wake to show up
         #expect(work.state.withLock { $0.steps } == 5)
     }
@@ -72,10 +72,10 @@ struct WorkerGroupTests {
         let lanes = group(work, lanes: 4)
         lanes.start()
         defer { lanes.stop() }
-        try waitUntil(seconds: 5) { work.state.withLock { $0.steps } >= 4 }
+        waitUntil(seconds: 5) { work.state.withLock { $0.steps } >= 4 }
         work.state.withLock { $0.pending = 60 }
         lanes.wake()
-        try waitUntil(seconds: 10) { work.state.withLock { $0.pending == 0 && $0.busy == 0 } }
+        waitUntil(seconds: 10) { work.state.withLock { $0.pending == 0 && $0.busy == 0 } }
         let state = work.state.withLock { $0 }
         #expect(state.pending == 0, "the backlog drained after a single wake")
         #expect(state.lanes.count == 4, "every lane took part: \(state.lanes.sorted())")
@@ -95,12 +95,12 @@ struct ActiveSubscriptionProbeTests {
             "/v1/webhook-subscriptions", json: #"{"url":"http://127.0.0.1:9/hook","topics":["*"]}"#, key: admin)
         #expect(created.status == 201)
         #expect(probe.anyActive() == false, "the answer is remembered for a second")
-        try waitUntil(seconds: 3) { probe.anyActive() }
+        waitUntil(seconds: 3) { probe.anyActive() }
         #expect(probe.anyActive() == true)
 
         let id = try #require(created.json["id"] as? String)
         #expect(try broker.post("/v1/webhook-subscriptions/\(id)/pause", json: "{}", key: admin).status == 200)
-        try waitUntil(seconds: 3) { !probe.anyActive() }
+        waitUntil(seconds: 3) { !probe.anyActive() }
         #expect(probe.anyActive() == false, "a paused subscription receives nothing")
 
         // A database it cannot reach: wake anyway (a needless wake costs one claim).

@@ -34,15 +34,7 @@ struct DeliveryEngineTests {
                 state.received.withLock { $0.append(String(decoding: request.body, as: UTF8.self)) }
                 return HTTPResponse(status: state.status.withLock { $0 })
             }
-            var configuration = HTTPServer.Configuration()
-            configuration.listen = "127.0.0.1:0"
-            configuration.accessLog = false
-            configuration.workerThreads = 2
-            configuration.shutdownGracePeriod = .milliseconds(100)
-            server = HTTPServer(
-                configuration: configuration, router: router, logger: Logger(label: "receiver", sink: .capturing(level: .error)),
-                metrics: MetricsRegistry())
-            try server.start()
+            server = try startLoopbackServer(router, label: "receiver")
         }
 
         deinit { server.shutdown() }

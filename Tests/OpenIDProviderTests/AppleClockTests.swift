@@ -23,39 +23,6 @@ struct AppleClockTests {
         return harness
     }
 
-    /// Signs the Apple user (a new one when `sub` is nil) in to `client`: tokens, the user's id, the Apple sub.
-    func signIn(_ harness: ProviderHarness, _ client: ProviderHarness.RegisteredClient, sub: String? = nil) throws -> (
-        access: String, refresh: String, userID: String, sub: String
-    ) {
-        let back = try harness.signIn(
-            [
-                ("response_type", "code"), ("client_id", client.id), ("redirect_uri", client.redirectURI),
-                ("scope", "openid email offline_access"), ("nonce", "n-1"),
-            ],
-            sim: sub.map { [("sim_sub", $0)] } ?? [])
-        let tokens = try harness.token(
-            [
-                ("grant_type", "authorization_code"), ("code", try #require(back.query["code"], "\(back.query)")),
-                ("redirect_uri", client.redirectURI),
-            ], as: client
-        ).json
-        let claims = try harness.verifiedClaims(try #require(tokens["id_token"] as? String))
-        let userID = try #require(claims["sub"]?.stringValue)
-        let appleSub = try harness.pool.query("SELECT sub FROM apple_identities WHERE user_id = \(UUID(uuidString: userID)!)")
-            .single().decode(String.self, "sub")
-        return (
-            try #require(tokens["access_token"] as? String), try #require(tokens["refresh_token"] as? String), userID, appleSub
-        )
-    }
-
-    private func waitUntil(seconds: Double = 15, _ condition: () throws -> Bool) rethrows {
-        let deadline = Date().addingTimeInterval(seconds)
-        while Date() < deadline {
-            if try condition() { return }
-            Thread.sleep(forTimeInterval: 0.05)
-        }
-    }
-
     @Test("token.invalidated (a password change found by the sweep) ends the group's grants: refresh fails, logout sent")
     func tokenInvalidatedEndsGrants() throws {
         let harness = try Self.harness(
@@ -63,7 +30,7 @@ struct AppleClockTests {
             extra: ["BROKER_SWEEP_INTERVAL_SECONDS": "1", "BROKER_SWEEP_CONCURRENCY": "1"])
         let receiver = try LogoutReceiver()
         let client = try harness.confidentialClient(extra: ["backchannel_logout_uri": receiver.url])
-        let signedIn = try signIn(harness, client)
+        let signedIn = try harness.signInWithCode(client)
         // The user changes their password: Apple's refresh answers invalid_grant, "sign in again".
         #expect(harness.simulator.changePassword(teamID: ProviderHarness.teamID, sub: signedIn.sub) == 1)
         try harness.pool.query("UPDATE apple_tokens SET next_validation_at = now()")
@@ -84,7 +51,7 @@ struct AppleClockTests {
         let harness = try Self.harness(roles: "api,notifications,dispatch")
         let receiver = try LogoutReceiver()
         let client = try harness.confidentialClient(extra: ["backchannel_logout_uri": receiver.url])
-        let first = try signIn(harness, client)
+        let first = try harness.signInWithCode(client)
         var faults = FaultSettings()
         faults.notificationURL = harness.baseURL + "/v1/apple/notifications"
         faults.notificationDelayMilliseconds = 3000
@@ -96,9 +63,9 @@ struct AppleClockTests {
         // The user signs in again (a second later: an `iat` has whole seconds); then Apple's
         // notification arrives, late, and once more with a new jti.
         while Int(Date().timeIntervalSince1970) <= Int(revokedAt.timeIntervalSince1970) { Thread.sleep(forTimeInterval: 0.01) }
-        let second = try signIn(harness, client, sub: first.sub)
+        let second = try harness.signInWithCode(client, sub: first.sub)
         #expect(second.userID == first.userID)
-        try waitUntil { try harness.count("SELECT count(*) FROM apple_notifications") == 2 }
+        try waitUntil(seconds: 15) { try harness.count("SELECT count(*) FROM apple_notifications") == 2 }
         #expect(try harness.count("SELECT count(*) FROM apple_notifications WHERE outcome = 'stale'") == 2)
         #expect(try harness.count("SELECT count(*) FROM oidc_logout_deliveries") == 0, "no Back-Channel Logout")
         #expect(try harness.count("SELECT count(*) FROM oidc_grants WHERE ended_at IS NOT NULL") == 0)

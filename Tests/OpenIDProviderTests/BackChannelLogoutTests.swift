@@ -17,32 +17,6 @@ struct BackChannelLogoutTests {
             roles: "api,notifications,dispatch")
     }
 
-    /// Signs the same Apple user into `client` (a new user when `sub` is nil); its tokens, sid and Apple sub.
-    func signIn(_ harness: ProviderHarness, _ client: ProviderHarness.RegisteredClient, sub: String? = nil) throws -> (
-        access: String, refresh: String, sid: String, userID: String, sub: String
-    ) {
-        let back = try harness.signIn(
-            [
-                ("response_type", "code"), ("client_id", client.id), ("redirect_uri", client.redirectURI),
-                ("scope", "openid email offline_access"), ("nonce", "n-1"),
-            ],
-            sim: sub.map { [("sim_sub", $0)] } ?? [])
-        let tokens = try harness.token(
-            [
-                ("grant_type", "authorization_code"), ("code", try #require(back.query["code"], "\(back.query)")),
-                ("redirect_uri", client.redirectURI),
-            ], as: client
-        ).json
-        let claims = try harness.verifiedClaims(try #require(tokens["id_token"] as? String))
-        let userID = try #require(claims["sub"]?.stringValue)
-        let appleSub = try harness.pool.query("SELECT sub FROM apple_identities WHERE user_id = \(UUID(uuidString: userID)!)")
-            .single().decode(String.self, "sub")
-        return (
-            try #require(tokens["access_token"] as? String), try #require(tokens["refresh_token"] as? String),
-            try #require(claims["sid"]?.stringValue), userID, appleSub
-        )
-    }
-
     func notify(_ harness: ProviderHarness, _ type: String, sub: String, laterBy seconds: Int64 = 0) throws {
         var request = NotificationRequest(
             url: harness.baseURL + "/v1/apple/notifications", type: type, sub: sub, clientID: "com.example.app")
@@ -63,8 +37,8 @@ struct BackChannelLogoutTests {
         let withSessions = try harness.confidentialClient(
             extra: ["backchannel_logout_uri": receiver.url, "backchannel_logout_session_required": true])
         let withoutLogout = try harness.confidentialClient(redirectURI: "https://other.example.com/cb")
-        let first = try signIn(harness, withSessions)
-        let second = try signIn(harness, withoutLogout, sub: first.sub)
+        let first = try harness.signInWithCode(withSessions)
+        let second = try harness.signInWithCode(withoutLogout, sub: first.sub)
         #expect(second.userID == first.userID, "sub is the broker's user_id, the same at every RP")
 
         try notify(harness, "consent-revoked", sub: first.sub)
@@ -103,7 +77,7 @@ struct BackChannelLogoutTests {
             extra: ["BROKER_DISPATCH_INTERVAL_MS": "60000"], roles: "api,notifications,dispatch")
         let receiver = try LogoutReceiver()
         let client = try harness.confidentialClient(extra: ["backchannel_logout_uri": receiver.url])
-        let signedIn = try signIn(harness, client)
+        let signedIn = try harness.signInWithCode(client)
         let sent = Date()
         try notify(harness, "consent-revoked", sub: signedIn.sub)
         #expect(receiver.wait(for: 1, seconds: 20).count == 1)
@@ -116,7 +90,7 @@ struct BackChannelLogoutTests {
         let receiver = try LogoutReceiver()
         receiver.answer(503)
         let client = try harness.confidentialClient(extra: ["backchannel_logout_uri": receiver.url])
-        let signedIn = try signIn(harness, client)
+        let signedIn = try harness.signInWithCode(client)
         try notify(harness, "account-delete", sub: signedIn.sub)
         #expect(try userinfo(harness, signedIn.access).status == 401)
         Thread.sleep(forTimeInterval: 0.3)
@@ -139,7 +113,7 @@ struct BackChannelLogoutTests {
         let receiver = try LogoutReceiver()
         receiver.answer(500)
         let client = try harness.confidentialClient(extra: ["backchannel_logout_uri": receiver.url])
-        let signedIn = try signIn(harness, client)
+        let signedIn = try harness.signInWithCode(client)
         try notify(harness, "consent-revoked", sub: signedIn.sub)
         let deadline = Date().addingTimeInterval(15)
         while try harness.count("SELECT count(*) FROM oidc_logout_deliveries WHERE state = 'failed'") == 0 && Date() < deadline {
@@ -176,7 +150,7 @@ struct BackChannelLogoutTests {
     func emailForwarding() throws {
         let harness = try Self.harness()
         let client = try harness.confidentialClient()
-        let signedIn = try signIn(harness, client)
+        let signedIn = try harness.signInWithCode(client)
         #expect(try userinfo(harness, signedIn.access).json["email_forwarding"] as? String == "enabled")
         try notify(harness, "email-disabled", sub: signedIn.sub)
         #expect(try userinfo(harness, signedIn.access).json["email_forwarding"] as? String == "disabled")

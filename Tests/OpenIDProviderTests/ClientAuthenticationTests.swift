@@ -4,7 +4,6 @@ import HTTPClient
 import HTTPServer
 import JOSE
 import Locking
-import Observability
 import PostgresClient
 import StrictJSON
 import Synchronization
@@ -164,15 +163,7 @@ struct ClientAuthenticationTests {
                 state.fetches.withLock { $0 += 1 }
                 return HTTPResponse(status: 200, headers: ["Content-Type": "application/json"], body: state.body.withLock { $0 })
             }
-            var configuration = HTTPServer.Configuration()
-            configuration.listen = "127.0.0.1:0"
-            configuration.accessLog = false
-            configuration.workerThreads = 2
-            configuration.shutdownGracePeriod = .milliseconds(100)
-            server = HTTPServer(
-                configuration: configuration, router: router, logger: Logger(label: "rp", sink: .capturing(level: .error)),
-                metrics: MetricsRegistry())
-            try server.start()
+            server = try startLoopbackServer(router, label: "rp")
         }
 
         deinit { server.shutdown() }

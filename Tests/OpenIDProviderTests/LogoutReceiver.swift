@@ -2,8 +2,8 @@ import Foundation
 import HTTPClient
 import HTTPServer
 import Locking
-import Observability
 import Synchronization
+import TestSupport
 
 /// A relying party's back-channel logout endpoint on loopback: records each form-posted
 /// `logout_token`; answers `status` (200 unless told otherwise).
@@ -37,15 +37,7 @@ final class LogoutReceiver: Sendable {
             state.tokens.withLock { $0.append(token) }
             return HTTPResponse(status: 200, headers: ["Cache-Control": "no-store"])
         }
-        var configuration = HTTPServer.Configuration()
-        configuration.listen = "127.0.0.1:0"
-        configuration.accessLog = false
-        configuration.workerThreads = 2
-        configuration.shutdownGracePeriod = .milliseconds(100)
-        server = HTTPServer(
-            configuration: configuration, router: router, logger: Logger(label: "rp", sink: .capturing(level: .error)),
-            metrics: MetricsRegistry())
-        try server.start()
+        server = try startLoopbackServer(router, label: "rp")
     }
 
     deinit { server.shutdown() }

@@ -23,7 +23,7 @@ public func onThreads<T: Sendable>(_ count: Int, _ body: @escaping @Sendable (In
 
 /// Polls `condition` every 50 ms until it holds or `seconds` pass; the caller asserts
 /// afterwards, so a timeout shows up as that assertion failing.
-public func waitUntil(seconds: Double = 20, _ condition: () throws -> Bool) throws {
+public func waitUntil(seconds: Double = 20, _ condition: () throws -> Bool) rethrows {
     let deadline = Date().addingTimeInterval(seconds)
     while Date() < deadline {
         if try condition() { return }

@@ -768,12 +768,22 @@ class OIDCCDisplayPopup(ServerTest):
         return super().authorization_request_steps() + [with_extra("AddDisplayPopupToAuthorizationEndpointRequest", "display", "popup")]
 
 
-class OIDCCPromptLogin(ServerTest):
-    name = "oidcc-prompt-login"
+class TwoAuthorizationsTest(ServerTest):
+    """The modules that run the authorization flow twice in one browser (first_time tells which
+    run this is); the first run's ID token is kept as first_id_token."""
 
     def start(self):
         self.first_time = True
         self.perform_authorization_flow()
+
+    def request_authorization_code(self):
+        super().request_authorization_code()
+        if self.first_time:
+            self.env["first_id_token"] = self.env["id_token"]
+
+
+class OIDCCPromptLogin(TwoAuthorizationsTest):
+    name = "oidcc-prompt-login"
 
     def create_authorization_request(self):
         if not self.first_time:
@@ -792,11 +802,6 @@ class OIDCCPromptLogin(ServerTest):
                   else "placeholder (second login page): NOT sent to Apple")
         if self.browser.apple_trips == trips:
             self.results.append(("(placeholder)", "FAILURE", "prompt=login did not send the browser to a login page"))
-
-    def request_authorization_code(self):
-        super().request_authorization_code()
-        if self.first_time:
-            self.env["first_id_token"] = self.env["id_token"]
 
     def on_post_authorization_flow_complete(self):
         if self.first_time:
@@ -820,12 +825,8 @@ class OIDCCPromptNoneNotLoggedIn(ServerTest):
         self.call(c.CheckErrorFromAuthorizationEndpointIsOneThatRequiredAUserInterface)
 
 
-class SameAuthTwiceTest(ServerTest):
+class SameAuthTwiceTest(TwoAuthorizationsTest):
     """AbstractOIDCCSameAuthTwiceServerTest."""
-
-    def start(self):
-        self.first_time = True
-        self.perform_authorization_flow()
 
     def create_authorization_request(self):
         super().create_authorization_request()
@@ -836,11 +837,6 @@ class SameAuthTwiceTest(ServerTest):
 
     def first_request(self, request):
         pass
-
-    def request_authorization_code(self):
-        super().request_authorization_code()
-        if self.first_time:
-            self.env["first_id_token"] = self.env["id_token"]
 
     def on_post_authorization_flow_complete(self):
         if self.first_time:
@@ -865,12 +861,8 @@ class OIDCCPromptNoneLoggedIn(SameAuthTwiceTest):
         request["prompt"] = "none"
 
 
-class OIDCCMaxAge1(ServerTest):
+class OIDCCMaxAge1(TwoAuthorizationsTest):
     name = "oidcc-max-age-1"
-
-    def start(self):
-        self.first_time = True
-        self.perform_authorization_flow()
 
     def create_authorization_request(self):
         if not self.first_time:
@@ -888,11 +880,6 @@ class OIDCCMaxAge1(ServerTest):
             self.note("placeholder (second login page): the browser was sent to Apple's page again")
         else:
             self.results.append(("(placeholder)", "FAILURE", "max_age=1 did not send the browser to a login page"))
-
-    def request_authorization_code(self):
-        super().request_authorization_code()
-        if self.first_time:
-            self.env["first_id_token"] = self.env["id_token"]
 
     def perform_id_token_validation(self):
         super().perform_id_token_validation()

@@ -17,30 +17,38 @@ enum AdminRoutes {
                 return try handler(request, try admin.actor(request, action: action, target: target, audit: audit))
             }
         }
-        router.get(
-            "/v1/oidc-clients",
-            route("oidc_client.listed") { _, _ in
-                .json(.object(["clients": .array(try provider.clients.list().map(\.json))]))
-            })
-        router.get(
-            "/v1/oidc-clients/{id}",
-            route("oidc_client.read") { request, _ in
-                guard let client = try provider.clients.find(try request.parameter("id")) else {
-                    throw Problem.notFound(path: request.path)
-                }
-                return .json(client.json)
-            })
-        router.delete(
-            "/v1/oidc-clients/{id}",
-            route("oidc_client.deleted") { request, actor in
-                guard try provider.clients.delete(try request.parameter("id"), actor: actor) else {
-                    try audit.record(
-                        actor: actor, action: "oidc_client.deleted", target: request.pathParameters["id"], outcome: "not_found")
-                    throw Problem.notFound(path: request.path)
-                }
-                provider.cors.changed()
-                return .noContent
-            })
+        /// The list, read and delete routes of one kind of registration at `path`.
+        func registrations(
+            _ router: inout Router, _ path: String, _ kind: String, listKey: String,
+            list: @escaping @Sendable () throws -> [JSONValue], find: @escaping @Sendable (String) throws -> JSONValue?,
+            delete: @escaping @Sendable (_ id: String, _ actor: String) throws -> Bool,
+            afterDelete: @escaping @Sendable () -> Void = {}
+        ) {
+            router.get(path, route("\(kind).listed") { _, _ in .json(.object([listKey: .array(try list())])) })
+            router.get(
+                path + "/{id}",
+                route("\(kind).read") { request, _ in
+                    guard let found = try find(try request.parameter("id")) else {
+                        throw Problem.notFound(path: request.path)
+                    }
+                    return .json(found)
+                })
+            router.delete(
+                path + "/{id}",
+                route("\(kind).deleted") { request, actor in
+                    guard try delete(try request.parameter("id"), actor) else {
+                        try audit.record(
+                            actor: actor, action: "\(kind).deleted", target: request.pathParameters["id"], outcome: "not_found")
+                        throw Problem.notFound(path: request.path)
+                    }
+                    afterDelete()
+                    return .noContent
+                })
+        }
+        registrations(
+            &router, "/v1/oidc-clients", "oidc_client", listKey: "clients",
+            list: { try provider.clients.list().map(\.json) }, find: { try provider.clients.find($0)?.json },
+            delete: { try provider.clients.delete($0, actor: $1) }, afterDelete: { provider.cors.changed() })
 
         router.post(
             "/v1/oidc-resource-servers",
@@ -61,30 +69,10 @@ enum AdminRoutes {
                     throw BrokerError.invalidRequest(error.description)
                 }
             })
-        router.get(
-            "/v1/oidc-resource-servers",
-            route("oidc_resource_server.listed") { _, _ in
-                .json(.object(["resource_servers": .array(try provider.resourceServers.list().map(\.json))]))
-            })
-        router.get(
-            "/v1/oidc-resource-servers/{id}",
-            route("oidc_resource_server.read") { request, _ in
-                guard let server = try provider.resourceServers.find(try request.parameter("id")) else {
-                    throw Problem.notFound(path: request.path)
-                }
-                return .json(server.json)
-            })
-        router.delete(
-            "/v1/oidc-resource-servers/{id}",
-            route("oidc_resource_server.deleted") { request, actor in
-                guard try provider.resourceServers.delete(try request.parameter("id"), actor: actor) else {
-                    try audit.record(
-                        actor: actor, action: "oidc_resource_server.deleted", target: request.pathParameters["id"],
-                        outcome: "not_found")
-                    throw Problem.notFound(path: request.path)
-                }
-                return .noContent
-            })
+        registrations(
+            &router, "/v1/oidc-resource-servers", "oidc_resource_server", listKey: "resource_servers",
+            list: { try provider.resourceServers.list().map(\.json) }, find: { try provider.resourceServers.find($0)?.json },
+            delete: { try provider.resourceServers.delete($0, actor: $1) })
 
         router.get(
             "/v1/oidc-keys",
