@@ -191,6 +191,9 @@ extension AppleSimulatorTests {
             #expect(abs(eventTime - revokedAt.timeIntervalSince1970) < 2, "the revocation's time, not the delivery's")
         }
         #expect(posts[0].events["event_time"] == posts[1].events["event_time"])
+        // The simulator records a delivery once the receiver's answer reaches it, after the receiver saw the post.
+        let deadline = Date().addingTimeInterval(10)
+        while simulator.notificationDeliveries.count < 2 && Date() < deadline { Thread.sleep(forTimeInterval: 0.01) }
         let deliveries = simulator.notificationDeliveries
         #expect(deliveries.map(\.copy) == [0, 1])
         #expect(deliveries.allSatisfy { $0.status == 200 && $0.attempt == 1 })

@@ -214,14 +214,16 @@ struct DeletionOutcomeTests {
         #expect(response.status == 202, "\(response.bodyText)")
         let id = try #require(response.json["deletion_id"] as? String)
         // The request's own exchange met the 429: Apple did nothing, so the code waits for another try.
+        // (The job may try again while the 429s last, as it would at Apple: each try is throttled.)
         let first = steps(try record(broker, id)).filter { $0.hasPrefix("code_exchange") }
-        #expect(first == ["code_exchange:\(TestBroker.clientID):throttled"], "\(first)")
+        #expect(!first.isEmpty && first.allSatisfy { $0 == "code_exchange:\(TestBroker.clientID):throttled" }, "\(first)")
         broker.simulator.faults = FaultSettings()
         try waitForDeletions(broker)
         let done = try record(broker, id)
         let exchanges = steps(done).filter { $0.hasPrefix("code_exchange") }
+        #expect(exchanges.last == "code_exchange:\(TestBroker.clientID):exchanged", "\(exchanges)")
         #expect(
-            exchanges == ["code_exchange:\(TestBroker.clientID):throttled", "code_exchange:\(TestBroker.clientID):exchanged"],
+            exchanges.count >= 2 && exchanges.dropLast().allSatisfy { $0 == "code_exchange:\(TestBroker.clientID):throttled" },
             "\(exchanges)")
         #expect(done["state"] as? String == "done")
         #expect(done["apple_revocation"] as? String == "revoked")
