@@ -71,6 +71,29 @@ struct DeletionServiceTests {
         #expect(note.ticket == "T-1" && abs(note.receivedAt!.timeIntervalSince(first)) < 1)
     }
 
+    @Test("a code the request exchanges itself holds the deletion back from the job from the commit that attaches it")
+    func codeHeldForTheRequest() throws {
+        let fixture = try StoreFixture()
+        let store = DeletionStore(pool: fixture.pool, teamID: fixture.teamID)
+        let code = DeletionStore.SealedCode(sealed: [1, 2, 3], keyID: "k1", clientID: nil, redirectURI: nil)
+        // The API exchanges the code right after this commit: no job may claim the request in between,
+        // or it would decide the revoke phase without the tokens the exchange yields.
+        let first = try fixture.user().user
+        let held = try #require(
+            try store.request(
+                userID: first, source: .api, reason: "r", requestedBy: "q", code: code, exchangeLease: .seconds(60)))
+        #expect(try store.claim(limit: 10, lease: .seconds(30)).isEmpty)
+        #expect(try fixture.count("SELECT count(*) FROM deletion_requests WHERE code_exchange_until > now()") == 1)
+        // The exchange over, the job gets it at once.
+        #expect(try store.takeCode(held.id, lease: .seconds(60)) != nil)
+        try store.releaseLease(held.id)
+        #expect(try store.claim(limit: 10, lease: .seconds(30)).map(\.id) == [held.id])
+        // A code left to the job (the CLI, or a database failure in the request): due at once.
+        let second = try fixture.user().user
+        let queued = try #require(try store.request(userID: second, source: .cli, reason: "r", requestedBy: "q", code: code))
+        #expect(try store.claim(limit: 10, lease: .seconds(30)).map(\.id) == [queued.id])
+    }
+
     @Test("a retry queues only a failed request again, audited, and wakes the job in this process")
     func retry() throws {
         let fixture = try StoreFixture()

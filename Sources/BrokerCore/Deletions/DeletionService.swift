@@ -192,7 +192,8 @@ package struct DeletionService: Sendable {
                 }
                 guard
                     let opened = try store.request(
-                        userID: userID, source: source, reason: request.reason, requestedBy: request.requestedBy, code: code)
+                        userID: userID, source: source, reason: request.reason, requestedBy: request.requestedBy, code: code,
+                        exchangeLease: exchangeCode == nil ? nil : HandedOverCode.requestLease)
                 else { continue }  // Purged between the two queries: resolve again.
                 if let state = opened.codeRefusedIn {
                     // Never 202 with the code dropped: the caller learns it was not used, and why.

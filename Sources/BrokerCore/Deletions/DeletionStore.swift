@@ -257,6 +257,13 @@ package struct DeletionStore: Sendable {
         package var clientID: String?
         package var redirectURI: String?
 
+        package init(sealed: [UInt8], keyID: String, clientID: String?, redirectURI: String?) {
+            self.sealed = sealed
+            self.keyID = keyID
+            self.clientID = clientID
+            self.redirectURI = redirectURI
+        }
+
         /// Binds a sealed code to the user it is for.
         package static func associatedData(userID: UUID) -> [UInt8] { Array("deletion_code|\(userID.lowercasedString)".utf8) }
     }
@@ -274,9 +281,14 @@ package struct DeletionStore: Sendable {
     /// Opens the user's deletion request, or returns the one they have (open or failed: a
     /// failed one is re-driven by `retry`, never reopened beside it); nil when the user vanished meanwhile.
     /// A code is attached in the same transaction, so no worker can claim the request without it.
-    package func request(userID: UUID, source: DeletionSource, reason: String, requestedBy: String, code: SealedCode? = nil)
-        throws -> Opened?
-    {
+    /// - Parameter exchangeLease: the caller exchanges `code` itself right after (the API): the code
+    ///   is attached already marked under way (as `takeCode(_:lease:)` marks it) in the same
+    ///   transaction, so no job claims the new request, nor ends an open one's revoke phase,
+    ///   between this commit and the exchange.
+    package func request(
+        userID: UUID, source: DeletionSource, reason: String, requestedBy: String, code: SealedCode? = nil,
+        exchangeLease: Duration? = nil
+    ) throws -> Opened? {
         try pool.withTransaction { connection in
             guard
                 let row = try connection.query(
@@ -289,7 +301,12 @@ package struct DeletionStore: Sendable {
                 let attached = try connection.query(
                     """
                     UPDATE deletion_requests SET authorization_code = \(code.sealed), code_key_id = \(code.keyID),
-                        code_client_id = \(code.clientID), code_redirect_uri = \(code.redirectURI)
+                        code_client_id = \(code.clientID), code_redirect_uri = \(code.redirectURI),
+                        code_exchange_until = COALESCE(now() + \(exchangeLease)::interval, code_exchange_until),
+                        -- A job's lease on a revoking request is never shortened (two lanes would share it).
+                        next_attempt_at = CASE WHEN state = 'requested'
+                                               THEN COALESCE(now() + \(exchangeLease)::interval, next_attempt_at)
+                                               ELSE next_attempt_at END
                     WHERE id = \(id) AND state IN ('requested', 'revoking')
                     """)
                 if attached.affectedRows == 0 {
@@ -627,7 +644,7 @@ package struct DeletionStore: Sendable {
                 code_client_id = \(code.clientID), code_redirect_uri = \(code.redirectURI),
                 -- A job's lease on a revoking request is never shortened (two lanes would share it).
                 next_attempt_at = CASE WHEN state = 'requested' THEN now() ELSE next_attempt_at END
-                    + \(String(afterSeconds) + " seconds")::interval
+                    + \(Duration.seconds(afterSeconds))::interval
             WHERE id = \(id) AND authorization_code IS NULL AND state IN ('requested', 'revoking')
             """
         ).affectedRows == 1

@@ -26,6 +26,9 @@ package struct HandedOverCode: Sendable {
         self.validator = validator
     }
 
+    /// How long an exchange in the API's request holds its deletion back from the job.
+    package static let requestLease: Duration = .seconds(60)
+
     /// Apple throttled the exchange (429): the code went back to the request, for another try
     /// after `retryAfter` seconds.
     package struct Throttled: Error {
@@ -39,7 +42,7 @@ package struct HandedOverCode: Sendable {
     ///   no job has claimed yet is held back from the job).
     /// - Throws: `Throttled` when Apple answered 429 (the code is back on the request).
     package func exchange(deletionID: UUID, userID: UUID, inRequest: Bool = false) throws {
-        guard let code = try store.takeCode(deletionID, lease: inRequest ? .seconds(60) : nil) else { return }
+        guard let code = try store.takeCode(deletionID, lease: inRequest ? Self.requestLease : nil) else { return }
         defer { if inRequest { try? store.releaseLease(deletionID) } }
         func step(_ outcome: DeletionStepOutcome, _ detail: String? = nil, clientID: String? = nil) throws {
             try store.addStep(deletionID, step: .codeExchange, clientID: clientID, outcome: outcome, detail: detail)
