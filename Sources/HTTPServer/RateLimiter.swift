@@ -63,6 +63,17 @@ public final class RateLimiter: Sendable {
         }
     }
 
+    /// Gives back the token `acquire` took for `key` (up to `burst`): for budgets against
+    /// guessing, which an attempt that proved right should not spend.
+    public func refund(_ key: String) {
+        guard isEnabled else { return }
+        buckets.withLock { buckets in
+            guard var bucket = buckets[key] else { return }
+            bucket.tokens = min(burst, bucket.tokens + 1)
+            buckets[key] = bucket
+        }
+    }
+
     /// Drops the cheapest tenth of the table: the buckets that would hold most tokens now.
     private func evict(
         _ buckets: inout [String: (tokens: Double, updated: ContinuousClock.Instant)], now: ContinuousClock.Instant

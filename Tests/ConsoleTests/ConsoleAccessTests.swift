@@ -138,6 +138,15 @@ struct ConsoleAccessTests {
         for _ in 0..<12 { statuses.append(try broker.post("/link", form: [("token", "guess")]).status) }
         #expect(statuses.prefix(9).allSatisfy { $0 == 403 })
         #expect(statuses.last == 429)
+        // Only wrong tokens spend the budget: valid links, more than a burst of them, all sign in,
+        // and guessing stays limited after them.
+        let busy = try ConsoleBroker()
+        var signIns: [Int] = []
+        for _ in 0..<14 { signIns.append(try busy.post("/link", form: [("token", try busy.link(.viewer))]).status) }
+        #expect(signIns.allSatisfy { $0 == 303 }, "\(signIns)")
+        var guesses: [Int] = []
+        for _ in 0..<12 { guesses.append(try busy.post("/link", form: [("token", "guess")]).status) }
+        #expect(guesses.last == 429, "\(guesses)")
     }
 
     @Test("sign-out ends the session on the server; signing in again gives a new session id and ends the old one")

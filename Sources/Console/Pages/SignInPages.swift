@@ -6,7 +6,8 @@ import HTTPServer
 struct SignInPages {
     let sessions: ConsoleSessionStore
     /// Link redemptions per client address (guessing a 256-bit token is hopeless; this
-    /// keeps the attempt from costing the database).
+    /// keeps the attempt from costing the database). A link that signs in gives its token
+    /// back: only wrong tokens spend the budget, so operators signing in often are never held up.
     let redemptions: RateLimiter
     let oidcConfigured: Bool
     let failures: SignInFailures
@@ -44,6 +45,7 @@ struct SignInPages {
                 403, "Link not valid", "This sign-in link is unknown, used already or expired. Ask for a new one.",
                 session: nil)
         }
+        redemptions.refund(RateLimiter.addressKey(request.http.remoteAddress))
         // A new session id at every sign-in; whatever session the browser had ends.
         if let previous = request.session { try sessions.end(secret: previous.secret) }
         let session = try sessions.open(operatorID: link.operatorID, name: link.operatorID, roles: link.roles, authTime: Date())
