@@ -520,16 +520,27 @@ def check_invariants(postgres, ledger, receivers, subscriptions, replayed_not_du
         "   AND s.outcome IN ('revoked', 'already_invalid')) OR (d.source = 'apple' AND s.step = 'revoke_skipped'))"
         " FROM deletion_requests d LEFT JOIN deletion_steps s ON s.deletion_id = d.id GROUP BY d.id, d.source, d.state")
     by_id = {row[0]: row for row in rows}
+    # A token found alive, then dead when the attempt after a lost answer or a killed broker
+    # checks it again: Apple may have ended it on our revoke, or a password change may have
+    # (§12.3), and nothing tells the two apart, so the deletion rightly claims no revocation and
+    # asks for the manual step. Allowed only with that history; any other manual step is a fault.
+    unproven = {row[0] for row in postgres.query(
+        "SELECT d.id FROM deletion_requests d WHERE d.apple_revocation = 'manual_required'"
+        " AND EXISTS (SELECT 1 FROM deletion_steps s WHERE s.deletion_id = d.id AND s.step = 'check_token'"
+        "   AND s.outcome = 'alive')"
+        " AND EXISTS (SELECT 1 FROM deletion_steps s WHERE s.deletion_id = d.id AND s.step = 'check_token'"
+        "   AND s.outcome = 'token_dead')")}
     problems = [f"deletion {d}: not found" for d in ledger.deletions if d not in by_id]
     problems += [f"deletion {row[0]} ({row[1]}): state {row[2]}, {row[3]} revocations recorded"
-                 for row in rows if row[2] != "done" or row[3] == "0"]
+                 for row in rows if row[2] != "done" or (row[3] == "0" and row[0] not in unproven)]
     sources = {}
     for row in rows:
         sources[row[1]] = sources.get(row[1], 0) + 1
     revoke_attempts = postgres.query(
         "SELECT step || ' ' || outcome, count(*) FROM deletion_steps WHERE step LIKE 'revoke%' GROUP BY 1 ORDER BY 1")
     verdict("3. every deletion reached done with its revocation recorded", problems,
-            f"{len(rows)} deletions ({', '.join(f'{s} {c}' for s, c in sorted(sources.items()))}); steps "
+            f"{len(rows)} deletions ({', '.join(f'{s} {c}' for s, c in sorted(sources.items()))}), "
+            f"{len(unproven)} left to the manual step after a lost answer; steps "
             + ", ".join(f"{o} {c}" for o, c in revoke_attempts))
 
     # 4. Events to every subscriber.

@@ -50,6 +50,12 @@ class Receiver(BaseHTTPRequestHandler):
         pass
 
 
+
+def timeline_text(browser):
+    """The deletion page's timeline table (the per-app-group table stands before it since issue 35)."""
+    tables = browser.find_elements("css selector", "main table")
+    return next(t.text for t in tables if t.find_element("css selector", "caption").text.startswith("Timeline"))
+
 def test_deletion_journey_with_apple_failing_then_retry(browser):
     receiver = ThreadingHTTPServer(("127.0.0.1", 0), Receiver)
     threading.Thread(target=receiver.serve_forever, daemon=True).start()
@@ -101,7 +107,7 @@ def test_deletion_journey_with_apple_failing_then_retry(browser):
         wait_for(settled, timeout=90, interval=0.5, what="the deletion to fail")
         assert deletion(deletion_id)["completed_at"] is None
         # The timeline says why: Apple's refusals, per client id (the job stops at the first).
-        timeline = browser.find_element("css selector", "main table").text
+        timeline = timeline_text(browser)
         assert any(app in line and "will retry" in line for line in timeline.splitlines() for app in APPS), timeline
     finally:
         faults()
@@ -119,7 +125,7 @@ def test_deletion_journey_with_apple_failing_then_retry(browser):
             assert not words.lower().startswith("deleted"), f"shown '{words}' while the deletion is {state}"
         return state == "done" and words.startswith("Deleted")
     wait_for(done, timeout=60, interval=0.5, what="the retried deletion to be done")
-    timeline = browser.find_element("css selector", "main table").text
+    timeline = timeline_text(browser)
     for app in APPS:
         assert any(app in line and line.rstrip().endswith("revoked") for line in timeline.splitlines()), f"{app}:\n{timeline}"
     revoked = {entry["client_id"] for entry in sim("GET", "/sim/revocations") if entry.get("sub") == sub and entry["outcome"] == "revoked"}

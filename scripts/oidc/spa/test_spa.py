@@ -12,7 +12,8 @@ from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
-from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException, TimeoutException
+from selenium.common.exceptions import (
+    NoSuchElementException, StaleElementReferenceException, TimeoutException, WebDriverException)
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
@@ -92,6 +93,12 @@ def wait_for(driver, element, predicate, what):
             return predicate(text(d, element)) or bool(text(d, "error"))
         except (NoSuchElementException, StaleElementReferenceException):
             return False
+        except WebDriverException as error:
+            # The element went with the page a redirect replaced, reported by this Chromium as an
+            # inspector error rather than as a stale element.
+            if "does not belong to the document" in str(error):
+                return False
+            raise
     try:
         WebDriverWait(driver, 30).until(settled)
     except TimeoutException:
