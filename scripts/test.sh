@@ -6,7 +6,7 @@
 # others keep the two cores busy. A lane runs its stages in order and stops at its first failure;
 # `await EVENT` holds a lane until another lane has signalled EVENT (`signal EVENT` after a
 # stage that succeeded). The builds that only feed a later lane run at low priority (nice), so
-# that the debug build, which everything else waits for, gets the cores first.
+# that the release and ThreadSanitizer builds, which everything else waits for, get the cores first.
 # Each stage's output goes to its lane's log, printed whole when the lane ends; a table of stage
 # times (start, wall and CPU seconds of every process of the stage) closes the run, and
 # docs/testing.md keeps the figures. Add a stage by adding a line to a lane below.
@@ -18,19 +18,20 @@ cd "$(dirname "$0")/.."
 scripts/bootstrap.sh test
 python3 scripts/check-imports.py  # every target declares the package modules it imports
 
-# The debug build, warnings are errors. (It keeps SwiftPM's index store, which costs a fifth of a
-# build: on Linux, XCTest's test discovery reads it.)
-build_flags=(--build-tests -Xswiftc -warnings-as-errors)
+# `scripts/test.sh ARGS`: the debug build, warnings are errors, then the suites it names.
 if [ $# -gt 0 ]; then
-  swift build "${build_flags[@]}"
+  swift build --build-tests -Xswiftc -warnings-as-errors
   exec swift test --skip-build --parallel "$@"
 fi
 
 logs=$(mktemp -d "${TMPDIR:-/tmp}/appleid-broker-test.XXXXXX")
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$logs"' EXIT
 started=$SECONDS
-BIN=$(swift build --show-bin-path)
-# Stages use the binaries this run built, and never build in .build themselves.
+# Two builds of this checkout, not four: the Swift suites run once, in the ThreadSanitizer build
+# (a debug build with the sanitizer, warnings are errors), and every stage that starts a broker
+# runs the release binaries, the ones `make run` and a deployment run (docs/testing.md, "Two
+# builds"). Stages never build in .build themselves.
+BIN=$(swift build -c release --show-bin-path)
 export BROKER_BIN=$BIN NO_COLOR=1
 # The make test budgets of the stages that have a longer version of their own (docs/testing.md).
 export FUZZ_RUNS=${FUZZ_RUNS:-100000} LOAD_SECONDS=${LOAD_SECONDS:-30}
@@ -55,7 +56,7 @@ timed() {
 # Low priority for a stage that only feeds a later one (a build): it takes what the others leave.
 low=(nice -n 10)
 # The events, each with the lane that signals it.
-declare -A signalled_by=([debug-build]=build [python-tools]=tools [previous-release]=fuzz)
+declare -A signalled_by=([release-build]=release [python-tools]=tools [previous-release]=fuzz)
 signal() { touch "$logs/event.$1"; }
 # await EVENT: waits until EVENT is signalled; fails when the lane that signals it ended without it.
 await() {
@@ -75,50 +76,46 @@ tools() {
   timed tools "Python tools (schemathesis, Selenium, …; openapi-python-client)" \
     bash -c 'source scripts/lib/tools-venv.sh && source scripts/lib/generator-venv.sh' && signal python-tools
 }
-# The debug build everything else runs (and, holding SwiftPM's lock on .build, the release build waits for).
-build() {
-  timed build "debug build (warnings are errors)" swift build "${build_flags[@]}" && signal debug-build
-}
-# The Swift suites, then the checks against a live broker.
+# The Swift suites: the build of every target and test target with ThreadSanitizer (warnings are
+# errors), then every suite under it. The longest lane, so it starts at once at full priority.
 suites() {
-  await debug-build &&
-  timed suites "Swift suites" "$BIN/appleid-brokerPackageTests.xctest" --testing-library swift-testing &&
-  await python-tools &&
-  timed suites "API conformance (pinned cases, schemathesis with a fixed seed)" scripts/api-conformance.sh &&
-  timed suites "deployment checks" scripts/check-deploy.sh &&
-  timed suites "integration examples (Python, Node, Go; standardwebhooks)" scripts/examples.sh &&
-  timed suites "generated Python client" scripts/generated-client.sh &&
-  timed suites "OpenID Connect relying parties (Authlib, mod_auth_openidc)" scripts/oidc-rps.sh &&
-  await previous-release &&
-  timed suites "rolling upgrade (the previous release beside this build on one database)" scripts/rolling-upgrade.sh
+  timed suites "ThreadSanitizer build (every target and test, warnings are errors)" scripts/test-tsan.sh --build-only &&
+  timed suites "Swift suites under ThreadSanitizer" scripts/test-tsan.sh
 }
-# The release binaries and what runs them: make run and the README's tour, the console in a browser, resilience.
+# The release binaries, and what runs them the way a user does: make run and the README's tour,
+# the console in a browser, resilience.
 release() {
-  await debug-build &&
   timed release "release build (broker, simulator)" \
     bash -c 'swift build -c release --product appleid-broker && swift build -c release --product apple-sim' &&
+  signal release-build &&
   timed release "the README's tour (make run + its commands)" scripts/tour.sh &&
   await python-tools &&
   timed release "console in Chromium (browser tests)" scripts/console-browser.sh &&
   timed release "resilience (PostgreSQL crashes, broker killed, Apple fails; ${LOAD_SECONDS}s of load)" scripts/resilience.sh
 }
-# The Swift suites again under ThreadSanitizer (its build at low priority, its run not: tests wait on deadlines).
-tsan() {
-  timed tsan "ThreadSanitizer build" "${low[@]}" scripts/test-tsan.sh --build-only &&
-  timed tsan "Swift suites under ThreadSanitizer" scripts/test-tsan.sh
+# Independent clients and peers against a live (release) broker.
+http() {
+  await release-build && await python-tools &&
+  timed http "API conformance (pinned cases, schemathesis with a fixed seed)" scripts/api-conformance.sh &&
+  timed http "deployment checks" scripts/check-deploy.sh &&
+  timed http "integration examples (Python, Node, Go; standardwebhooks)" scripts/examples.sh &&
+  timed http "generated Python client" scripts/generated-client.sh &&
+  timed http "OpenID Connect relying parties (Authlib, mod_auth_openidc)" scripts/oidc-rps.sh &&
+  await previous-release &&
+  timed http "rolling upgrade (the previous release beside this build on one database)" scripts/rolling-upgrade.sh
 }
 # libFuzzer (fixed seed and runs) and the previous release's build, both only feeding themselves or a later
-# stage; then the OpenID Foundation's plans, a stage of their own that fits here.
+# stage, at low priority; then the OpenID Foundation's plans and the single-page app, stages that fit here.
 fuzz() {
   timed fuzz "fuzzing (libFuzzer + AddressSanitizer, ${FUZZ_RUNS} inputs per target from a fixed seed; builds included)" \
     "${low[@]}" scripts/fuzz.sh &&
   timed fuzz "previous release build (for the rolling upgrade)" "${low[@]}" scripts/rolling-upgrade.sh --build-only &&
   signal previous-release &&
-  await debug-build && await python-tools &&
+  await release-build && await python-tools &&
   timed fuzz "OpenID Foundation conformance plans (Basic, Config, Form Post, RP-Initiated, Back-Channel)" scripts/oidc-conformance.sh &&
   timed fuzz "single-page sign-in through the provider in Chromium (PKCE, CORS, prompt=none renewal)" scripts/oidc-spa-browser.sh
 }
-lanes=(tools build suites release tsan fuzz)
+lanes=(tools suites release http fuzz)
 
 # ---- run ----
 
