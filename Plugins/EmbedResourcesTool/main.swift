@@ -23,4 +23,10 @@ for path in arguments.dropFirst() {
     swift += "        (\"\(name)\", \(hashes)\"\"\"\n\(text)\n\"\"\"\(hashes)),\n"
 }
 swift += "    ]\n\n    static func text(named name: String) -> String? { files.first { $0.name == name }?.text }\n}\n"
-try Data(swift.utf8).write(to: URL(fileURLWithPath: output), options: .atomic)
+// Unchanged constants are not rewritten: SwiftPM relinks this tool when another product is
+// built (`--product apple-sim`), which reruns this command, and a rewritten file would then
+// recompile BrokerCore (a minute of CPU in make run after make test's release build).
+let url = URL(fileURLWithPath: output)
+if (try? Data(contentsOf: url)) != Data(swift.utf8) {
+    try Data(swift.utf8).write(to: url, options: .atomic)
+}
