@@ -221,7 +221,7 @@ struct ProviderFlowTests {
     }
 
     @Test(
-        "a refresh sequence (OpenID Connect Core §12.2): each ID token keeps iss, sub, aud, auth_time and sid, with a later iat and no nonce; every access token works"
+        "a refresh sequence (OpenID Connect Core §12.2): each ID token keeps iss, sub, aud, auth_time and sid, with a later iat and no nonce; every access token works; a narrower scope narrows the access token alone (RFC 6749 §6)"
     )
     func refreshSequence() throws {
         let harness = try ProviderHarness()
@@ -254,6 +254,35 @@ struct ProviderFlowTests {
         // A refused request spends nothing: the same refresh token still works, and the grant lives.
         let after = try harness.token([("grant_type", "refresh_token"), ("refresh_token", refresh)], as: client)
         #expect(after.status == 200, "\(after.bodyText)")
+
+        // RFC 6749 §6: a narrower scope gives an access token of that scope only (userinfo and
+        // the ID token leave out what was not asked for); the new refresh token keeps the grant's.
+        let narrow = try harness.token(
+            [
+                ("grant_type", "refresh_token"), ("refresh_token", try #require(after.json["refresh_token"] as? String)),
+                ("scope", "offline_access openid"),
+            ], as: client)
+        #expect(narrow.status == 200, "\(narrow.bodyText)")
+        #expect(narrow.json["scope"] as? String == "openid offline_access", "\(narrow.bodyText)")
+        let narrowClaims = try harness.verifiedClaims(try #require(narrow.json["id_token"] as? String))
+        #expect(narrowClaims["email"] == nil && narrowClaims["name"] == nil, "\(narrowClaims)")
+        let narrowAccess = try #require(narrow.json["access_token"] as? String)
+        let narrowInfo = try harness.send("GET", "/oidc/userinfo", headers: [("Authorization", "Bearer \(narrowAccess)")])
+        #expect(narrowInfo.status == 200 && narrowInfo.json["email"] == nil, "\(narrowInfo.bodyText)")
+        #expect(narrowInfo.json["sub"] as? String == original["sub"]?.stringValue)
+        let empty = try harness.token(
+            [
+                ("grant_type", "refresh_token"), ("refresh_token", try #require(narrow.json["refresh_token"] as? String)),
+                ("scope", " "),
+            ], as: client)
+        #expect(empty.json["error"] as? String == "invalid_scope", "\(empty.bodyText)")
+        let whole = try harness.token(
+            [("grant_type", "refresh_token"), ("refresh_token", try #require(narrow.json["refresh_token"] as? String))],
+            as: client)
+        #expect(whole.json["scope"] as? String == "openid email profile offline_access", "\(whole.bodyText)")
+        let wholeAccess = try #require(whole.json["access_token"] as? String)
+        let wholeInfo = try harness.send("GET", "/oidc/userinfo", headers: [("Authorization", "Bearer \(wholeAccess)")])
+        #expect(wholeInfo.json["email"] as? String != nil, "\(wholeInfo.bodyText)")
     }
 
     @Test("RFC 9700 §2.1.1: a code_verifier for a code issued without a code_challenge is invalid_grant (PKCE downgrade)")

@@ -24,7 +24,8 @@ package struct GrantStore: Sendable {
         let clientID: String
         let userID: UUID
         let sid: String
-        let scope: String
+        /// The grant's scope, or an access token's own when a refresh asked for less (RFC 6749 §6).
+        var scope: String
         let authTime: Date
 
         var scopes: Set<String> { Set(scope.split(separator: " ").map(String.init)) }
@@ -111,17 +112,20 @@ package struct GrantStore: Sendable {
     }
 
     /// Issues an access token and, when asked, a refresh token for a grant (one statement).
-    func issueTokens(grantID: UUID, refresh: Bool) throws -> (access: String, refresh: String?) {
+    /// - Parameter accessScope: the access token's own scope when a refresh asked for less than
+    ///   the grant holds (RFC 6749 §6); nil: the grant's. A refresh token always keeps the grant's.
+    func issueTokens(grantID: UUID, refresh: Bool, accessScope: String? = nil) throws -> (access: String, refresh: String?) {
         let access = Self.secret()
         let refreshToken = refresh ? Self.secret() : nil
         try pool.query(
             """
-            INSERT INTO oidc_tokens (token_hash, grant_id, kind, expires_at)
-            SELECT hash, \(grantID)::uuid, kind, now() + make_interval(secs => lifetime)
-            FROM (VALUES (\(SHA256.hexHash(access))::text, 'access', \(ProviderPolicy.accessTokenLifetimeSeconds)::int),
+            INSERT INTO oidc_tokens (token_hash, grant_id, kind, expires_at, scope)
+            SELECT hash, \(grantID)::uuid, kind, now() + make_interval(secs => lifetime), scope
+            FROM (VALUES (\(SHA256.hexHash(access))::text, 'access', \(ProviderPolicy.accessTokenLifetimeSeconds)::int,
+                          \(accessScope)::text),
                          (\(refreshToken.map { SHA256.hexHash($0) })::text, 'refresh',
-                          \(ProviderPolicy.refreshTokenLifetimeSeconds)::int))
-                 AS t (hash, kind, lifetime)
+                          \(ProviderPolicy.refreshTokenLifetimeSeconds)::int, NULL))
+                 AS t (hash, kind, lifetime, scope)
             WHERE hash IS NOT NULL
             """)
         return (access, refreshToken)
@@ -194,7 +198,8 @@ package struct GrantStore: Sendable {
         guard token.utf8.count <= 256 else { return nil }
         return try pool.query(
             """
-            SELECT g.id, g.client_id, g.user_id, g.sid, g.scope, g.auth_time, t.expires_at FROM oidc_tokens t
+            SELECT g.id, g.client_id, g.user_id, g.sid, coalesce(t.scope, g.scope) AS scope, g.auth_time, t.expires_at
+            FROM oidc_tokens t
             JOIN oidc_grants g ON g.id = t.grant_id
             WHERE t.token_hash = \(SHA256.hexHash(token)) AND t.kind = 'access' AND t.expires_at > now() AND g.ended_at IS NULL
             """
@@ -206,7 +211,8 @@ package struct GrantStore: Sendable {
         guard token.utf8.count <= 256 else { return nil }
         return try pool.query(
             """
-            SELECT g.id, g.client_id, g.user_id, g.sid, g.scope, g.auth_time FROM oidc_tokens t JOIN oidc_grants g ON g.id = t.grant_id
+            SELECT g.id, g.client_id, g.user_id, g.sid, coalesce(t.scope, g.scope) AS scope, g.auth_time
+            FROM oidc_tokens t JOIN oidc_grants g ON g.id = t.grant_id
             WHERE t.token_hash = \(SHA256.hexHash(token)) AND t.kind = 'access' AND t.expires_at > now() AND g.ended_at IS NULL
             """
         ).first.map(Self.grant)

@@ -118,6 +118,7 @@ package struct TokenService: Sendable {
         // RFC 6749 §6: a scope the grant does not hold is invalid_scope, checked before the token
         // is used: spent by a refused request, its retry would look like reuse and end the grant.
         let requested = form["scope"].map { Set($0.split(separator: " ").map(String.init)) }
+        if let requested, requested.isEmpty { throw OAuthError("invalid_scope", "the scope is empty") }
         if let requested, let held = try grants.scopes(ofUnusedRefreshToken: token, clientID: client.clientID),
             !requested.isSubset(of: held)
         {
@@ -130,14 +131,24 @@ package struct TokenService: Sendable {
             if let requested, !requested.isSubset(of: grant.scopes) {
                 throw OAuthError("invalid_scope", "a refresh cannot widen the scope")
             }
-            return try answer(grant, client: client, nonce: nil)
+            // RFC 6749 §6: the access token (and the ID token's claims) get what was asked for, in
+            // the grant's order; the new refresh token keeps the grant's whole scope.
+            let narrowed = requested.map { requested in
+                grant.scope.split(separator: " ").filter { requested.contains(String($0)) }.joined(separator: " ")
+            }
+            return try answer(grant, client: client, nonce: nil, narrowedTo: narrowed == grant.scope ? nil : narrowed)
         }
     }
 
     /// Tokens for a grant: access token, ID token, and a refresh token with offline_access.
-    private func answer(_ grant: GrantStore.Grant, client: ClientStore.Client, nonce: String?) throws -> JSONValue {
+    /// - Parameter narrowedTo: a refresh's smaller scope for the access token and the ID token's claims.
+    private func answer(
+        _ grant: GrantStore.Grant, client: ClientStore.Client, nonce: String?, narrowedTo scope: String? = nil
+    ) throws -> JSONValue {
         let offline = grant.scopes.contains("offline_access") && client.metadata.grantTypes.contains("refresh_token")
-        let tokens = try grants.issueTokens(grantID: grant.id, refresh: offline)
+        let tokens = try grants.issueTokens(grantID: grant.id, refresh: offline, accessScope: scope)
+        var grant = grant
+        if let scope { grant.scope = scope }
         let now = Int64(Date().timeIntervalSince1970)
         var claims: [String: JSONValue] = [
             "iss": .string(issuer), "sub": .string(grant.userID.uuidString.lowercased()), "aud": .string(client.clientID),
