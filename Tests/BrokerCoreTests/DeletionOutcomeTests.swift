@@ -186,11 +186,20 @@ struct DeletionOutcomeTests {
         #expect((refused.json["detail"] as? String)?.contains("retry") == true)
         #expect(broker.simulator.statistics.token == calls, "the code was not sent to Apple: it stays good")
 
-        // Retried, the deletion takes the same code, still good, at once.
+        // Retried, the deletion takes the same code, still good, at once. Apple's revoke stalls
+        // for a while first (before doing anything), so the retried deletion cannot end before the
+        // code arrives, however slow this run is (under ThreadSanitizer it once did: 409).
+        var stall = FaultSettings()
+        stall.timeoutRate = 1
+        stall.timeoutMilliseconds = 5_000
+        stall.timeoutAfterWork = false
+        stall.endpoints = ["revoke"]
+        broker.simulator.faults = stall
         #expect(try broker.post("/v1/deletions/\(id)/retry", json: "{}", key: broker.key([.compliance])).status == 202)
         let handed = try requestDeletion(
             broker, ["user_id": userID.lowercasedString, "reason": "r", "requested_by": "q", "authorization_code": code])
         #expect(handed.status == 202, "\(handed.bodyText)")
+        broker.simulator.faults = FaultSettings()
         try waitForDeletions(broker)
         let done = try record(broker, id)
         #expect(done["state"] as? String == "done", "\(steps(done))")
