@@ -83,9 +83,29 @@ perf_record() {
   mkfifo "$WORK/$name.ctl" "$WORK/$name.ack"
   perf record -F 499 -g -D -1 --control "fifo:$WORK/$name.ctl,$WORK/$name.ack" -o "$WORK/$name.perf" \
     -p "$(echo "$@" | tr ' ' ',')" > "$WORK/$name.perf.log" 2>&1 &
-  PERF_PIDS+=($!)
-  timeout 120 bash -c 'echo enable > "$1" && head -c 3 < "$2" | grep -q ack' _ "$WORK/$name.ctl" "$WORK/$name.ack" \
-    || { echo "perf record ($name) did not start: see $WORK/$name.perf.log" >&2; return 1; }
+  local pid=$!
+  PERF_PIDS+=("$pid")
+  # Enabled once it listens; a perf that exited (a pid it was given is gone) ends the wait at once.
+  local _
+  for _ in $(seq 1 60); do
+    kill -0 "$pid" 2> /dev/null || break
+    timeout 2 bash -c 'echo enable > "$1" && head -c 3 < "$2" | grep -q ack' _ "$WORK/$name.ctl" "$WORK/$name.ack" \
+      && return 0
+  done
+  echo "perf record ($name) did not start: see $WORK/$name.perf.log" >&2
+  return 1
+}
+
+# perf_record_tree NAME ROOT_PID: perf on a process tree. One of its processes may end between
+# the listing and perf's start (an autovacuum worker, a short backend), and perf then refuses the
+# whole list ("Couldn't create thread/CPU maps: No such process"): list again and retry.
+perf_record_tree() {
+  local try
+  for try in 1 2 3 4 5; do
+    perf_record "$1" $(tree_pids "$2") 2> /dev/null && return 0
+    echo "perf record ($1): a process of the tree ended before perf started (try $try), listing again" >&2
+  done
+  perf_record "$1" $(tree_pids "$2")
 }
 
 flame_graph() {  # flame_graph NAME TITLE : $WORK/NAME.perf → bench-results/login-NAME.{svg,folded}
@@ -125,7 +145,7 @@ if [ "$PROFILE" = 1 ]; then
   peers_psql appleid_broker_bench -qc "SELECT pg_stat_statements_reset()" > /dev/null
   PERF_PIDS=()
   perf_record broker "$BROKER_PID"
-  perf_record postgres $(tree_pids "$PG_MASTER_PID")
+  perf_record_tree postgres "$PG_MASTER_PID"
   TOKENS="$WORK/tokens.txt" wrk -t1 -c"$CONNS" -d"$DUR" -s "$ROOT/bench/login.lua" "$URL" > "$WORK/profile.wrk"
   kill -INT "${PERF_PIDS[@]}" 2> /dev/null || true
   wait "${PERF_PIDS[@]}" 2> /dev/null || true
