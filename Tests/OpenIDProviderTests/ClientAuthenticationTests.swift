@@ -252,6 +252,15 @@ struct ClientAuthenticationTests {
         #expect((active.json["sub"] as? String)?.count == 36)
         #expect(active.json["aud"] as? String == serverID)
         #expect(try introspect(access, basic: false).json["active"] as? Bool == true, "client_secret_post")
+        // RFC 6749 §6: an access token from a refresh that asked for less carries only that scope.
+        let narrowed = try harness.token(
+            [
+                ("grant_type", "refresh_token"), ("refresh_token", try #require(myTokens["refresh_token"] as? String)),
+                ("scope", "openid"),
+            ], as: mine)
+        let narrowedActive = try introspect(try #require(narrowed.json["access_token"] as? String))
+        #expect(narrowedActive.json["scope"] as? String == "openid", "\(narrowedActive.bodyText)")
+        #expect(try introspect(access).json["scope"] as? String == "openid email profile offline_access")
         let other = try introspect(try #require(theirTokens["access_token"] as? String))
         #expect(other.json["active"] as? Bool == false && other.json.count == 1, "another audience: \(other.bodyText)")
         #expect(try introspect(try #require(myTokens["refresh_token"] as? String)).json["active"] as? Bool == false)
@@ -270,6 +279,6 @@ struct ClientAuthenticationTests {
         let discovery = try harness.send("GET", "/oidc/.well-known/openid-configuration").json
         #expect(discovery["introspection_endpoint"] as? String == ProviderHarness.issuer + "/introspect")
         let metrics = try harness.send("GET", "/metrics").bodyText
-        #expect(metrics.contains(#"oidc_introspections_total{outcome="active"} 2"#), "\(metrics)")
+        #expect(metrics.contains(#"oidc_introspections_total{outcome="active"} 4"#), "\(metrics)")
     }
 }
