@@ -55,13 +55,8 @@ import PackageDescription
 /// AddressSanitizer, and the fuzz targets below exist. Build tools are left alone.
 let fuzzing = Context.environment["BROKER_FUZZ"] == "1"
 
-/// `BROKER_TSAN=1` (scripts/test-tsan.sh): `Lock` (the Locking module) becomes PThreadMutex,
-/// which ThreadSanitizer can see (Sources/Locking says why). Same upcoming features otherwise.
-let threadSanitizer = Context.environment["BROKER_TSAN"] == "1"
-
 let swiftSettings: [SwiftSetting] =
     [.enableUpcomingFeature("ExistentialAny"), .enableUpcomingFeature("MemberImportVisibility")]
-    + (threadSanitizer ? [.define("BROKER_TSAN")] : [])
     + (fuzzing ? [.unsafeFlags(["-sanitize=fuzzer,address"])] : [])
 
 let package = Package(
@@ -280,7 +275,7 @@ let package = Package(
     ]
 )
 
-// One lock type for every Swift target: `Lock` (Mutex, or PThreadMutex under ThreadSanitizer).
+// One lock type for every Swift target: `Lock`, a pthread mutex (Sources/Locking/Lock.swift says why).
 // Not the C wrappers (a name prefix would also skip Console and CommandArguments).
 package.targets.append(.target(name: "Locking", swiftSettings: swiftSettings))
 for target in package.targets

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The Swift test suite under ThreadSanitizer. BROKER_TSAN=1 makes `Lock` (Sources/Locking) a
-# pthread mutex (PThreadMutex says why); the build goes to .build/tsan.
+# The Swift test suite under ThreadSanitizer; the build goes to .build/tsan. It sees every lock:
+# `Lock` (Sources/Locking) is a pthread mutex, which the sanitizer intercepts.
 # Any report fails the run (TSAN_OPTIONS halt_on_error). Warnings are errors: in make test this is
 # the one build of the test targets (docs/testing.md says why).
 #   scripts/test-tsan.sh [swift test arguments]   builds, then runs the suites
@@ -8,7 +8,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/bootstrap.sh test
-export BROKER_TSAN=1 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1"
+export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1"
 echo "== build with -sanitize=thread" >&2
 swift build --build-tests --sanitize=thread --build-path .build/tsan -Xswiftc -warnings-as-errors
 [ "${1:-}" = --build-only ] && exit 0

@@ -2,13 +2,9 @@
     import Glibc
 #endif
 
-/// A lock with the shape of `Synchronization.Mutex`, on `pthread_mutex_t`.
-///
-/// Only for ThreadSanitizer builds (`scripts/test-tsan.sh` compiles with `-D BROKER_TSAN`,
-/// which makes each module's `Mutex` this type): the standard library's Mutex waits on a
-/// futex inside an uninstrumented library, so ThreadSanitizer sees none of the ordering it
-/// provides and reports every access it guards as a race. pthread mutexes are intercepted
-/// by ThreadSanitizer, so what it reports with this lock in place is real.
+/// A lock with the shape of `Synchronization.Mutex` (`withLock`), on a default
+/// `pthread_mutex_t`: an atomic exchange when free, a plain futex wait when taken, no spinning
+/// and no priority inheritance (`Lock` says why that matters here).
 public final class PThreadMutex<Value>: @unchecked Sendable {
     private var value: Value
     private let mutex = UnsafeMutablePointer<pthread_mutex_t>.allocate(capacity: 1)
