@@ -222,6 +222,12 @@ public struct Histogram: Sendable {
     var count: UInt64 = 0
 
     init(bucketCount: Int) { counts = Array(repeating: 0, count: bucketCount) }
+
+    mutating func record(_ value: Double, inBucket index: Int) {
+        counts[index] += 1
+        sum += value
+        count += 1
+    }
 }
 
 /// Histograms sharing a name and buckets, one series per label-value tuple.
@@ -248,12 +254,10 @@ public final class HistogramFamily: MetricFamily, Sendable {
     public func observe(_ value: Double, labelValues: [String]) {
         precondition(labelValues.count == labelNames.count, "\(name): wrong number of label values")
         let index = buckets.firstIndex(where: { value <= $0 }) ?? buckets.count
+        // In place (the dictionary's defaulted subscript): a copy taken out and stored back
+        // would copy the bucket array on every request, inside the lock.
         series.withLock { all in
-            var histogram = all[labelValues] ?? Histogram(bucketCount: buckets.count + 1)
-            histogram.counts[index] += 1
-            histogram.sum += value
-            histogram.count += 1
-            all[labelValues] = histogram
+            all[labelValues, default: Histogram(bucketCount: buckets.count + 1)].record(value, inBucket: index)
         }
     }
 

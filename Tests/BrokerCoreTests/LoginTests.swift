@@ -370,6 +370,15 @@ struct LoginTests {
         let user = try broker.get("/v1/users/\(responses[0].json["user_id"]!)", key: broker.key([.read]))
         #expect(!user.bodyText.contains(plain))
         #expect(!broker.logs.capturedLines.contains { $0.contains(plain) || $0.contains(code) })
+
+        // A repeat login (the one-statement fast path) reports the live token, and none once it
+        // is revoked: its has_token reads the user's rows alone (LoginStore says why).
+        let again = try broker.login(["identity_token": try broker.mint { $0.sub = minted.sub }.idToken])
+        #expect(again.json["refresh_token_stored"] as? Bool == true, "\(again.bodyText)")
+        try broker.pool.query("UPDATE apple_tokens SET revoked_at = now(), revoked_reason = 'token_invalid'")
+        let afterRevocation = try broker.login(["identity_token": try broker.mint { $0.sub = minted.sub }.idToken])
+        #expect(afterRevocation.status == 200, "\(afterRevocation.bodyText)")
+        #expect(afterRevocation.json["refresh_token_stored"] as? Bool == false)
     }
 
     @Test("a bad or reused authorization code is 400 authorization_code_invalid and writes nothing")

@@ -198,13 +198,9 @@ public final class LoginService: Sendable {
 
         let record: LoginStore.Record
         do {
-            let firstValidation = Int(RefreshTokenSweep.nextValidation(after: validationInterval).components.seconds)
-            // broker_login schedules the first validation at "1 day + p_validation_jitter"; the
-            // offset makes it BROKER_REFRESH_VALIDATION_SECONDS (+ jitter) without a new version
-            // of the function (the previous release calls the same one).
             record = try store.login(
-                identity, user: request.user, sealedRefreshToken: sealed,
-                validationJitterSeconds: firstValidation - 86_400, signedInAt: signedInAt, tokenAuthorizedAt: exchangedAt)
+                identity, user: request.user, sealedRefreshToken: sealed, validationInterval: validationInterval,
+                signedInAt: signedInAt, tokenAuthorizedAt: exchangedAt)
         } catch {
             // The code was exchanged: sending it again could only be refused.
             if let claimedCode, sealed != nil {

@@ -47,9 +47,9 @@ struct LoginStore: Sendable {
     /// `tokenAuthorizedAt` the Apple time of the exchange that yielded `sealedRefreshToken`.
     func login(
         _ identity: AppleIdentity, user: AppleUserField?, sealedRefreshToken: (keyID: String, sealed: [UInt8])?,
-        validationJitterSeconds: Int, signedInAt: Date, tokenAuthorizedAt: Date?
+        validationInterval: Duration, signedInAt: Date, tokenAuthorizedAt: Date?
     ) throws -> Record {
-        let sign = SignIn(at: signedInAt, tokenAuthorizedAt: tokenAuthorizedAt, validationJitterSeconds: validationJitterSeconds)
+        let sign = SignIn(at: signedInAt, tokenAuthorizedAt: tokenAuthorizedAt, validationInterval: validationInterval)
         if sealedRefreshToken == nil, let record = try unchangedRepeatLogin(identity, user: user, signedInAt: signedInAt) {
             return record
         }
@@ -73,7 +73,16 @@ struct LoginStore: Sendable {
     private struct SignIn {
         var at: Date
         var tokenAuthorizedAt: Date?
-        var validationJitterSeconds: Int
+        /// BROKER_REFRESH_VALIDATION_SECONDS: a stored token's first validation is due after it.
+        var validationInterval: Duration
+
+        /// broker_login_v2 schedules the first validation at "1 day + p_validation_jitter"; the
+        /// offset makes it the interval plus its jitter without a new version of the function
+        /// (the previous release calls the same one). Drawn only when broker_login_v2 runs: a
+        /// random draw is a getrandom(2) call, which a repeat login need not pay.
+        var validationJitterSeconds: Int {
+            Int(RefreshTokenSweep.nextValidation(after: validationInterval).components.seconds) - 86_400
+        }
     }
 
     /// A first login with a `transfer_sub` that `transfer import` staged but has not linked yet
@@ -187,11 +196,16 @@ struct LoginStore: Sendable {
         // broker_identity_unchanged_v2 over a century is "nothing but the time changed"; with the
         // resolution it is broker_login_v2's own test, which is this and a recent last_login_at.
         // `predates` is predatesRevocation's test (a second's grace: iat has whole seconds).
+        // `has_token` leaves `revoked_at` out of the WHERE on purpose: with it, a generic plan
+        // made while apple_tokens was small may AND the identity's index with the partial index
+        // of every live token (apple_tokens_due), and then reads that whole index on every login
+        // (27% of PostgreSQL's CPU under the login benchmark, growing with the table).
         guard
             let row = try pool.query(
                 """
                 SELECT i.id, i.user_id, i.email, i.email_verified, i.is_private_email, i.real_user_status, u.status, i.unverified_email,
-                       EXISTS (SELECT 1 FROM apple_tokens t WHERE t.identity_id = i.id AND t.revoked_at IS NULL) AS has_token,
+                       coalesce((SELECT bool_or(t.revoked_at IS NULL) FROM apple_tokens t WHERE t.identity_id = i.id), false)
+                           AS has_token,
                        broker_identity_unchanged_v2(i, \(identity.clientID), coalesce(g.consent = 'revoked', false),
                            \(identity.email), \(identity.emailVerified),
                            \(identity.isPrivateEmail), \(identity.realUserStatus), \(user?.name?.firstName),
