@@ -64,6 +64,13 @@ def table(bench):
                     f"{x['postgres_cpu_us_per_request']:.0f} | {x['p99_ms']:.1f} | {label} | {number(y['requests_per_second'])} | "
                     f"{y['server_cpu_us_per_request']:.0f} + {y['postgres_cpu_us_per_request']:.0f} | {y['p99_ms']:.1f} | "
                     f"{r['throughput_ratio']:.2f}× | {r['cpu_ratio']:.2f} | {r['p99_ratio']:.2f} |")
+        steal = [f"over the Go peer's A/B {go['host_steal_percent']:.1f}%"] if go.get("host_steal_percent") is not None else []
+        steal += [f"{previous.get('version')} round {r['round']}: {r['current']['host_steal_percent']:.1f}% (this build), "
+                  f"{r['previous']['host_steal_percent']:.1f}% ({previous.get('version')})"
+                  for r in previous.get("rounds", []) if "host_steal_percent" in r.get("current", {})]
+        if steal:
+            lines += ["", "Host steal (the hypervisor's share of this machine's CPU time, /proc/stat; it slows a round "
+                      "and raises its CPU per request): " + "; ".join(steal) + "."]
     components = bench.get("components", [])
     if components:
         lines += ["", "| component | throughput | p50 / p99 ms | broker peak RSS MiB |", "| --- | ---: | --- | ---: |"]

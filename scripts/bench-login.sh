@@ -195,8 +195,11 @@ if [ "$AB" = 1 ]; then
   kill -TERM "$BROKER_PID" && wait "$BROKER_PID" || true
   BROKER_PID=
   peers_jwks_stop
+  steal0=$(host_cpu)
   SVC_CMD="$BIN/appleid-broker serve" SVC_PORT=$AB_PORT SVC_PATH=/v1/apple/login API_KEY=$AB_KEY \
     "$PEERS/bench_ab.sh" "$AB_ROUNDS" "$DUR" "$CONNS" | grep -E "^round|ratio|WARNING" || true
+  AB_STEAL=$(steal_percent "$steal0" "$(host_cpu)")
+  echo "host steal during the A/B: $AB_STEAL% of CPU time (the hypervisor's; it slows both sides' rounds unevenly)"
   AB_LOG=$WORK/ab-go-peer.txt
   cp "$PEERS_WORK/logs/ab.txt" "$AB_LOG"
   unset DATABASE_URL
@@ -230,12 +233,14 @@ if [ "$PREVIOUS" = 1 ]; then
     order="current previous"
     [ $((round % 2)) = 0 ] && order="previous current"
     for side in $order; do
+      steal0=$(host_cpu)
       DATABASE_URL=$(database_url "appleid_broker_$side") BROKER_LISTEN=127.0.0.1:${SIDE_PORT[$side]} \
         URLPATH=/v1/apple/login API_KEY=${SIDE_KEY[$side]} \
         "$PEERS/bench_http.sh" "${side}_r$round" "${SIDE_PORT[$side]}" "$TOKENS_RS256" "$DUR" "$CONNS" \
         -- "${SIDE_BIN[$side]}/appleid-broker" serve >> "$PREVIOUS_LOG"
-      grep -A12 "^== ${side}_r$round" "$PREVIOUS_LOG" | awk -v s="$side" -v r="$round" \
-        '/Requests\/sec/{q=$2} /^ +99%/{p=$2} /server CPU/{c=$3; g=$7} END{printf "round %s %-8s %9s req/s  p99 %8s  broker %6s + PostgreSQL %6s us/req\n", r, s, q, p, c, g}'
+      echo "   host steal $(steal_percent "$steal0" "$(host_cpu)")%" >> "$PREVIOUS_LOG"
+      grep -A13 "^== ${side}_r$round" "$PREVIOUS_LOG" | awk -v s="$side" -v r="$round" \
+        '/Requests\/sec/{q=$2} /^ +99%/{p=$2} /server CPU/{c=$3; g=$7} /host steal/{h=$3} END{printf "round %s %-8s %9s req/s  p99 %8s  broker %6s + PostgreSQL %6s us/req  host steal %s\n", r, s, q, p, c, g, h}'
     done
   done
   peers_jwks_stop
@@ -243,5 +248,5 @@ fi
 
 python3 "$ROOT/scripts/bench/login_report.py" --results "$RESULTS" --phases "$PHASES" --work "$WORK" \
   --connections "$CONNS" --duration "$DUR" --tokens "$TOKENS" --rss "$LOGIN_RSS" \
-  --pgbench "${PGBENCH_TPS:-0}" ${AB_LOG:+--go-peer-log "$AB_LOG"} \
+  --pgbench "${PGBENCH_TPS:-0}" ${AB_LOG:+--go-peer-log "$AB_LOG" --go-peer-steal "$AB_STEAL"} \
   ${PREVIOUS_LOG:+--previous-log "$PREVIOUS_LOG" --previous-version "v$PREVIOUS_VERSION" --previous-commit "$PREVIOUS_COMMIT"}

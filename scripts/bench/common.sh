@@ -42,6 +42,19 @@ cpu_ticks() {  # cpu_ticks PID... : utime+stime summed
   echo "$total"
 }
 
+# host_cpu: "steal total" jiffies of the whole machine (/proc/stat). Steal is time the
+# hypervisor gave this VM's CPUs to someone else; when it is high, every process here runs
+# slower and its CPU per request grows, so the A/B phases print it beside their figures.
+host_cpu() {
+  awk '/^cpu /{t=0; for (i = 2; i <= 9; i++) t += $i; print $9, t; exit}' /proc/stat
+}
+
+# steal_percent "STEAL0 TOTAL0" "STEAL1 TOTAL1": the share of CPU time stolen in between.
+steal_percent() {
+  awk -v a="$1" -v b="$2" 'BEGIN{split(a, x, " "); split(b, y, " "); t = y[2] - x[2];
+    printf "%.1f", t > 0 ? 100 * (y[1] - x[1]) / t : 0}'
+}
+
 # tree_pids PID: the process and its descendants.
 tree_pids() {
   local p=$1 c

@@ -54,6 +54,8 @@ def parse_rounds(path):
                 current["valid"] = False
         elif "Socket errors" in line or "ERROR" in line:
             current["valid"] = False
+        elif "host steal" in line:
+            current["host_steal_percent"] = float(line.split()[2].rstrip("%"))
         elif "server CPU" in line:
             fields = line.split()
             current["server_cpu_us_per_request"] = float(fields[2])
@@ -127,7 +129,7 @@ def median(values):
 def main():
     parser = argparse.ArgumentParser()
     for name in ("results", "phases", "work", "connections", "duration", "tokens", "rss", "pgbench", "go-peer-log",
-                 "previous-log", "previous-version", "previous-commit"):
+                 "previous-log", "previous-version", "previous-commit", "go-peer-steal"):
         parser.add_argument("--" + name)
     args = parser.parse_args()
     phases = {}
@@ -171,6 +173,8 @@ def main():
             "broker_p99_ms_median": side_median(valid_go, "A_service", "p99_ms"),
             "peer_p99_ms_median": side_median(valid_go, "B_gopeer", "p99_ms"),
             "all_rounds_valid": bool(go_rounds) and len(valid_go) == len(go_rounds),
+            # The hypervisor's share of the machine's CPU time over the whole A/B (/proc/stat).
+            "host_steal_percent": float(args.go_peer_steal) if args.go_peer_steal else None,
         } if args.go_peer_log else None,
         "previous_release": {
             "version": args.previous_version, "commit": args.previous_commit, "rounds": previous_rounds,
@@ -240,6 +244,8 @@ def main():
                   f"{b['requests_per_second']:7.0f} /s {b['server_cpu_us_per_request']:6.1f} + "
                   f"{b['postgres_cpu_us_per_request']:6.1f} us p99 {b['p99_ms']:6.1f} ms | x{r['throughput_ratio']:.2f}, "
                   f"CPU {r['cpu_ratio']:.2f}, p99 {r['p99_ratio']:.2f}")
+        if go["host_steal_percent"] is not None:
+            print(f"  host steal over the A/B: {go['host_steal_percent']:.1f}% of the machine's CPU time")
     previous = summary["previous_release"]
     if previous is not None:
         print(f"== A/B against the previous release {args.previous_version}, per round (this build / previous)")
@@ -252,7 +258,9 @@ def main():
                   f"{a['postgres_cpu_us_per_request']:6.1f} us p99 {a['p99_ms']:6.1f} ms | {args.previous_version} "
                   f"{b['requests_per_second']:7.0f} /s {b['server_cpu_us_per_request']:6.1f} + "
                   f"{b['postgres_cpu_us_per_request']:6.1f} us p99 {b['p99_ms']:6.1f} ms | x{r['throughput_ratio']:.2f}, "
-                  f"CPU {r['cpu_ratio']:.2f}, p99 {r['p99_ratio']:.2f}")
+                  f"CPU {r['cpu_ratio']:.2f}, p99 {r['p99_ratio']:.2f}"
+                  + (f", host steal {a.get('host_steal_percent', 0):.1f}% / {b.get('host_steal_percent', 0):.1f}%"
+                     if "host_steal_percent" in a else ""))
         if previous["throughput_ratio_median"] is not None:
             print(f"  medians: throughput x{previous['throughput_ratio_median']:.2f}, CPU per login "
                   f"{previous['cpu_ratio_median']:.2f} of {args.previous_version}'s, p99 {previous['p99_ratio_median']:.2f}")
