@@ -52,7 +52,7 @@ host_cpu() {
 # steal_percent "STEAL0 TOTAL0" "STEAL1 TOTAL1": the share of CPU time stolen in between.
 steal_percent() {
   awk -v a="$1" -v b="$2" 'BEGIN{split(a, x, " "); split(b, y, " "); t = y[2] - x[2];
-    printf "%.1f", t > 0 ? 100 * (y[1] - x[1]) / t : 0}'
+    printf "%.1f", (t > 0 ? 100 * (y[1] - x[1]) / t : 0)}'
 }
 
 # tree_pids PID: the process and its descendants.

@@ -55,7 +55,8 @@ def parse_rounds(path):
         elif "Socket errors" in line or "ERROR" in line:
             current["valid"] = False
         elif "host steal" in line:
-            current["host_steal_percent"] = float(line.split()[2].rstrip("%"))
+            if match := re.search(r"host steal ([0-9.]+)%", line):
+                current["host_steal_percent"] = float(match.group(1))
         elif "server CPU" in line:
             fields = line.split()
             current["server_cpu_us_per_request"] = float(fields[2])
