@@ -67,7 +67,8 @@ def table(bench):
         steal = [f"over the Go peer's A/B {go['host_steal_percent']:.1f}%"] if go.get("host_steal_percent") is not None else []
         steal += [f"{previous.get('version')} round {r['round']}: {r['current']['host_steal_percent']:.1f}% (this build), "
                   f"{r['previous']['host_steal_percent']:.1f}% ({previous.get('version')})"
-                  for r in previous.get("rounds", []) if "host_steal_percent" in r.get("current", {})]
+                  for r in previous.get("rounds", [])
+                  if all("host_steal_percent" in r.get(side, {}) for side in ("current", "previous"))]
         if steal:
             lines += ["", "Host steal (the hypervisor's share of this machine's CPU time, /proc/stat; it slows a round "
                       "and raises its CPU per request): " + "; ".join(steal) + "."]

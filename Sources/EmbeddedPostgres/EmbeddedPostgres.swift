@@ -1,9 +1,9 @@
 import Foundation
 import Glibc
+import Locking
 import Observability
 import PostgresClient
 import ProcessRunner
-import Synchronization
 
 /// A private PostgreSQL cluster in a data directory, reachable only through a Unix socket
 /// owned by the service: what `appleid-broker serve` uses when `DATABASE_URL` is unset,
@@ -58,7 +58,7 @@ public final class EmbeddedPostgres: Sendable {
     /// Directory of the server's Unix socket (short path: sockets are limited to 107 bytes).
     public let socketDirectory: String
     /// This process's share of the users lock, once `start()` took it (closed in deinit).
-    private let use = Mutex<Int32?>(nil)
+    private let use = Lock<Int32?>(nil)
 
     /// The lock file every user of the cluster holds shared (beside the data directory, which
     /// belongs to the server's account).
