@@ -150,11 +150,102 @@ public final class PostgresConnection: @unchecked Sendable {
         guard isOpen else { return false }
         var descriptor = pollfd(fd: PQsocket(handle), events: Int16(POLLIN), revents: 0)
         if poll(&descriptor, 1, 0) > 0 {
-            // Readable while idle means EOF or an asynchronous error/notice; let libpq look.
             if PQconsumeInput(handle) == 0 { return false }
-            while let notification = PQnotifies(handle) { PQfreemem(notification) }
+            var notified = false
+            while let notification = PQnotifies(handle) {
+                PQfreemem(notification)
+                notified = true
+            }
+            // Readable while idle, and not a notification: a terminated backend's FATAL message
+            // (pg_terminate_backend, a shutdown), after which it closes the socket, a moment
+            // too late for libpq to have seen it; or a message no idle session expects. A
+            // fresh connection is the safe answer either way.
+            if !notified { return false }
         }
         return isOpen
+    }
+
+    // MARK: Pipelines (used by PostgresReadPipeline)
+
+    /// Sends `queries` back to back, each a prepared statement (prepared in the same pipeline
+    /// when new), then one Sync, and reads their results: one write to the server and one
+    /// read for the whole batch, instead of a round trip each. Everything before the Sync is
+    /// one implicit transaction, so this is for statements that only read; the pipeline's
+    /// session makes every transaction read-only to hold it to that. A statement that fails
+    /// aborts those after it: their outcome is nil, to be sent again.
+    /// - Throws: when the connection broke; no outcome is known then.
+    func runPipeline(_ queries: [PostgresQuery]) throws -> [Result<PostgresRows, any Error>?] {
+        precondition(transactionSettingsSQL == nil, "named statements need a session of our own")
+        if preparedStatements.count + queries.count > Self.maximumPreparedStatements {
+            try execute("DEALLOCATE ALL")
+            preparedStatements.removeAll()
+        }
+        guard PQenterPipelineMode(handle) == 1 else { throw connectionError(nil) }
+        defer { _ = PQexitPipelineMode(handle) }
+        enum Step {
+            case prepare(sql: String, name: String, query: Int)
+            case execute(query: Int)
+        }
+        var steps: [Step] = []
+        var preparing: [String: String] = [:]
+        var outcomes = [Result<PostgresRows, any Error>?](repeating: nil, count: queries.count)
+        for (index, query) in queries.enumerated() {
+            // A bind that cannot be sent fails its statement alone, before anything is sent.
+            if query.binds.contains(where: { if case .text(let text) = $0 { text.utf8.contains(0) } else { false } }) {
+                outcomes[index] = .failure(PostgresError(.invalidBind, serverMessage: "text parameter contains a NUL byte"))
+                continue
+            }
+            var name = preparedStatements[query.sql] ?? preparing[query.sql]
+            if name == nil {
+                let fresh = "s\(preparedStatements.count + preparing.count + 1)"
+                guard PQsendPrepare(handle, fresh, query.sql, Int32(query.binds.count), nil) == 1 else {
+                    throw connectionError(nil)
+                }
+                preparing[query.sql] = fresh
+                steps.append(.prepare(sql: query.sql, name: fresh, query: index))
+                name = fresh
+            }
+            let sent = try withBindPointers(query.binds) { values, lengths, formats in
+                PQsendQueryPrepared(handle, name, Int32(query.binds.count), values, lengths, formats, 0)
+            }
+            guard sent == 1 else { throw connectionError(nil) }
+            statementCount += 1
+            steps.append(.execute(query: index))
+        }
+        guard PQpipelineSync(handle) == 1 else { throw connectionError(nil) }
+        // Each step answers with one result and a NULL; an aborted one with PGRES_PIPELINE_ABORTED.
+        for step in steps {
+            guard let result = PQgetResult(handle) else { throw connectionError(nil) }
+            let status = PQresultStatus(result)
+            switch step {
+            case .prepare(let sql, let name, let index):
+                if status == PGRES_COMMAND_OK {
+                    preparedStatements[sql] = name
+                    PQclear(result)
+                } else if status == PGRES_PIPELINE_ABORTED {
+                    PQclear(result)
+                } else {
+                    // The statement itself is bad: its execution is aborted, the error is its outcome.
+                    outcomes[index] = Result { try consume(result) }
+                }
+            case .execute(let index):
+                if status == PGRES_PIPELINE_ABORTED {
+                    PQclear(result)
+                } else if outcomes[index] == nil {
+                    outcomes[index] = Result { try consume(result) }
+                } else {
+                    PQclear(result)
+                }
+            }
+            if let extra = PQgetResult(handle) {
+                PQclear(extra)
+                throw connectionError(nil)
+            }
+        }
+        guard let sync = PQgetResult(handle) else { throw connectionError(nil) }
+        defer { PQclear(sync) }
+        guard PQresultStatus(sync) == PGRES_PIPELINE_SYNC else { throw connectionError(nil) }
+        return outcomes
     }
 
     // MARK: Listening (used by PostgresListener)

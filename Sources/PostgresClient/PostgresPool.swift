@@ -40,6 +40,11 @@ public final class PostgresPool: Sendable {
         /// Acquisitions that found no connection free and waited, and their waiting in total.
         public var waits: Int
         public var waitSeconds: Double
+        /// Statements sent through the read pipeline (`read`), the batches they went in (under
+        /// load fewer than the statements), and those waiting for the next batch.
+        public var pipelinedReads: Int
+        public var pipelineBatches: Int
+        public var pipelineQueued: Int
     }
 
     private struct State {
@@ -54,7 +59,8 @@ public final class PostgresPool: Sendable {
 
     public let configuration: Configuration
     private let slots: DispatchSemaphore
-    private let state = Lock(State())
+    private let state: Lock<State>
+    private let readPipeline: PostgresReadPipeline
     private let logger: Logger
 
     public init(configuration: Configuration, logger: Logger = Logger(label: "postgres")) {
@@ -62,16 +68,23 @@ public final class PostgresPool: Sendable {
         self.configuration = configuration
         self.slots = DispatchSemaphore(value: configuration.maximumConnections)
         self.logger = logger
+        let state = Lock(State())
+        self.state = state
+        self.readPipeline = PostgresReadPipeline(configuration: configuration.connection) { statements in
+            state.withLock { $0.statements += statements }
+        }
     }
 
     deinit { close() }
 
     /// Current counts.
     public var statistics: Statistics {
-        state.withLock {
+        let pipeline = readPipeline.statistics
+        return state.withLock {
             Statistics(
                 open: $0.open, idle: $0.idle.count, waiting: $0.waiting, maximum: configuration.maximumConnections,
-                statements: $0.statements, waits: $0.waits, waitSeconds: Double($0.waitNanoseconds) / 1e9)
+                statements: $0.statements, waits: $0.waits, waitSeconds: Double($0.waitNanoseconds) / 1e9,
+                pipelinedReads: pipeline.statements, pipelineBatches: pipeline.batches, pipelineQueued: pipeline.queued)
         }
     }
 
@@ -87,6 +100,16 @@ public final class PostgresPool: Sendable {
     @discardableResult
     public func query(_ query: PostgresQuery) throws -> PostgresRows {
         try withConnection { try $0.query(query) }
+    }
+
+    /// Runs one statement that only reads, pipelined with those of concurrent callers on a
+    /// connection of the pool's own (one more than `maximumConnections`, opened at the first
+    /// call): a statement alone goes out at once; under load several share one round trip
+    /// (`PostgresReadPipeline`). Through a pooler it runs as `query`. A statement that writes
+    /// fails (the pipeline's session is read-only).
+    @discardableResult
+    public func read(_ query: PostgresQuery) throws -> PostgresRows {
+        try readPipeline.query(query) ?? self.query(query)
     }
 
     /// The pause before retrying a transaction that collided (serialization failure,
@@ -135,6 +158,7 @@ public final class PostgresPool: Sendable {
 
     /// Closes idle connections and refuses new work; connections in use close when released.
     public func close() {
+        readPipeline.close()
         let idle = state.withLock { state -> [PostgresConnection] in
             state.closed = true
             defer { state.idle.removeAll() }

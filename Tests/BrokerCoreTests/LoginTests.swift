@@ -146,8 +146,10 @@ struct LoginTests {
         // The same sign-in again, within the last-login resolution: nothing to write. (last_login_at
         // set to now first, so a slow run, e.g. under ThreadSanitizer, does not pass the resolution.)
         try broker.pool.query("UPDATE apple_identities SET last_login_at = now()")
+        let pipelined = broker.pool.statistics.pipelinedReads
         let again = try statements { try broker.login(["identity_token": minted.idToken]) }
         #expect(again.status == 200 && again.statements == 1, "\(again)")
+        #expect(broker.pool.statistics.pipelinedReads == pipelined + 1, "the read went through the read pipeline")
         // A newer sign-in: on the timeline, in one more statement.
         let newer = try statements { try login(issuedAt: now - 60) }
         #expect(newer.status == 200 && newer.statements == 2, "\(newer)")

@@ -33,6 +33,8 @@ struct PgBouncerTests {
         let repeatLogin = try broker.login(["identity_token": try broker.mint { $0.sub = sub }.idToken])
         #expect(repeatLogin.status == 200)
         #expect(repeatLogin.json["user_id"] as? String == userID.lowercasedString)
+        // Its read went through the pool: named statements and a read-only session are not ours there.
+        #expect(broker.pool.statistics.pipelinedReads == 0)
 
         // An Apple notification: consent revoked for a second user.
         let (_, revokedSub) = try broker.signIn()

@@ -248,6 +248,14 @@ public final class BrokerApplication: Sendable {
                 CollectedSample(
                     name: "db_pool_wait_seconds_total", help: "Time callers waited for a free connection.", type: .counter,
                     value: statistics.waitSeconds),
+                CollectedSample(
+                    name: "db_pipelined_reads_total",
+                    help: "Read-only statements sent through the read pipeline (part of db_statements_total).",
+                    type: .counter, value: Double(statistics.pipelinedReads)),
+                CollectedSample(
+                    name: "db_pipeline_batches_total",
+                    help: "Round trips of the read pipeline: under load several statements share one.", type: .counter,
+                    value: Double(statistics.pipelineBatches)),
             ]
         }
     }

@@ -202,7 +202,7 @@ struct LoginStore: Sendable {
         // then reads that whole index on every login (27% of PostgreSQL's CPU in one login
         // benchmark, growing with the table). An aggregate instead cost 10-15% more per call.
         guard
-            let row = try pool.query(
+            let row = try pool.read(
                 """
                 SELECT i.id, i.user_id, i.email, i.email_verified, i.is_private_email, i.real_user_status, u.status, i.unverified_email,
                        EXISTS (SELECT 1 FROM apple_tokens t
