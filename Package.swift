@@ -7,14 +7,14 @@
 //
 //   C bridges     CMicroHTTPD, CLibpq, COpenSSL, CCurl: system libraries, headers via pkg-config
 //                 CMicroHTTPDShims, CCurlShims: C wrappers for the libraries' variadic calls
-//   Foundations   Locking           `Lock`, the one lock type (Mutex; a pthread mutex under ThreadSanitizer)
+//   Foundations   Locking           `Lock`, the one lock type (a pthread mutex)
 //                 StrictJSON        a strict JSON reader (duplicate names refused) and writer
 //                 Observability     JSON-lines logger, Prometheus metrics registry
 //                 BrokerCrypto      OpenSSL: SHA-256, HMAC, AES-256-GCM, RSA/EC keys, signatures, base64url
 //                 JOSE              JWS/JWK/JWK Set: verify RS256/ES256 safely, sign client secrets
 //                 Workers           worker loops (lanes), the wake-up signal, and `Backoff`, the one retry schedule
-//                 PostgresClient    libpq: connections, typed rows, pool, transactions, LISTEN/NOTIFY;
-//                                   works through PgBouncer in transaction pooling
+//                 PostgresClient    libpq: connections, typed rows, pool, transactions, LISTEN/NOTIFY, the
+//                                   read pipeline; works through PgBouncer in transaction pooling
 //                 ProcessRunner     posix_spawn/waitpid child processes
 //                 CommandArguments  command lines: commands, options, usage text
 //                 EmbeddedPostgres  a private PostgreSQL cluster on a Unix socket, never outliving its users

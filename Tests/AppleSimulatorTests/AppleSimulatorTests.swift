@@ -8,6 +8,7 @@ import Locking
 import Observability
 import StrictJSON
 import Synchronization
+import TestSupport
 import Testing
 
 /// The simulator over real HTTP on loopback, checked with the JOSE module.
@@ -26,7 +27,7 @@ final class AppleSimulatorTests {
         try simulator.start()
         // A .p8 on disk, as Apple hands it out; the simulator learns its public half.
         teamKey = try AsymmetricKey.generateP256()
-        keyFile = NSTemporaryDirectory() + "AuthKey_\(UUID().uuidString).p8"
+        keyFile = TestFiles.path("AuthKey", suffix: ".p8")
         try teamKey.privateKeyPEM().write(toFile: keyFile, atomically: true, encoding: .utf8)
         simulator.registerTeam(
             teamID: Self.teamID, keyID: Self.keyID, publicKey: try AppleSimulator.publicKey(fromPEM: teamKey.privateKeyPEM()),

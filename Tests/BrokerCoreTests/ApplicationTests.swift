@@ -210,7 +210,7 @@ struct CommandLineTests {
         let port = FreePort.next()
         environment["BROKER_LISTEN"] = "127.0.0.1:\(port)"
         environment["BROKER_LOG_LEVEL"] = "notice"
-        let log = NSTemporaryDirectory() + "abk-serve-\(UUID().uuidString).log"
+        let log = TestFiles.path("serve", suffix: ".log")
         let process = try ChildProcess.start(BrokerExecutable.path, ["serve"], environment: environment, output: .file(log))
         defer { process.send(SIGKILL) }
         let client = CurlTransport()

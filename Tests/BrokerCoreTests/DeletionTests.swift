@@ -329,7 +329,7 @@ struct DeletionTests {
         environment["BROKER_DELETION_RETRY_BASE_MS"] = "50"
         environment["BROKER_DELETION_CONCURRENCY"] = "4"
         environment["BROKER_LISTEN"] = "127.0.0.1:0"
-        let log = NSTemporaryDirectory() + "abk-deletion-\(UUID().uuidString).log"
+        let log = TestFiles.path("deletion", suffix: ".log")
         func done() throws -> Int { try broker.count("SELECT count(*) FROM deletion_requests WHERE state = 'done'") }
         var kills = 0
         while kills < 3 {

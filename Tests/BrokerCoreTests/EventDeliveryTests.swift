@@ -287,7 +287,7 @@ struct EventDeliveryTests {
         environment["BROKER_ROLES"] = "dispatch"
         environment["BROKER_DISPATCH_CONCURRENCY"] = "2"
         environment["BROKER_LISTEN"] = "127.0.0.1:0"
-        let log = NSTemporaryDirectory() + "abk-dispatch-\(UUID().uuidString).log"
+        let log = TestFiles.path("dispatch", suffix: ".log")
         for _ in 0..<2 {
             let dispatcher = try ChildProcess.start(
                 BrokerExecutable.path, ["serve"], environment: environment, output: .file(log))

@@ -116,7 +116,7 @@ struct MonitoringTests {
                     .replacingOccurrences(of: "$job", with: ".*"),
             ]
         }
-        let file = NSTemporaryDirectory() + "dashboard-rules-\(UUID().uuidString).json"
+        let file = TestFiles.path("dashboard-rules", suffix: ".json")
         // YAML is a superset of JSON (bar the "\\/" escape), so promtool reads this as a rule file.
         try JSONSerialization.data(
             withJSONObject: ["groups": [["name": "dashboard", "rules": rules]]], options: .withoutEscapingSlashes

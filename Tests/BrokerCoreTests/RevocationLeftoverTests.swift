@@ -74,7 +74,7 @@ struct RevocationLeftoverTests {
         let oldUser = broker.simulator.createUser(teamID: Self.senderTeam)
         let transferSub = try broker.simulator.transferSub(teamID: Self.senderTeam, sub: oldUser.sub, to: TestBroker.teamID)
         let exportedUserID = UUID()
-        let file = NSTemporaryDirectory() + "abk-transfer-\(UUID().uuidString).jsonl"
+        let file = TestFiles.path("transfer", suffix: ".jsonl")
         defer { try? FileManager.default.removeItem(atPath: file) }
         let line = TeamTransfer.Line(userID: exportedUserID, transferSub: transferSub).json + "\n"
         #expect(FileManager.default.createFile(atPath: file, contents: Data(line.utf8)))

@@ -180,7 +180,7 @@ struct SecurityTests {
 
     @Test("with a certificate and key the listener speaks HTTPS")
     func tls() throws {
-        let directory = NSTemporaryDirectory() + "abk-tls-\(UUID().uuidString)"
+        let directory = TestFiles.path("tls")
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(atPath: directory) }
         let made = try ChildProcess.run(

@@ -39,7 +39,7 @@ struct TeamTransferTests {
     func runAndInterrupt(
         _ arguments: [String], environment: [String: String], signal: Int32, at: Int, progress: () throws -> Int
     ) throws -> (status: Int32, output: String) {
-        let log = NSTemporaryDirectory() + "abk-transfer-\(UUID().uuidString).log"
+        let log = TestFiles.path("transfer", suffix: ".log")
         let child = try ChildProcess.start(BrokerExecutable.path, arguments, environment: environment, output: .file(log))
         try waitUntil(seconds: 60) { try progress() >= at || !child.isRunning }
         child.send(signal)
@@ -61,7 +61,7 @@ struct TeamTransferTests {
             INSERT INTO apple_tokens (id, identity_id, user_id, client_id, refresh_token, key_id)
             SELECT gen_random_uuid(), id, user_id, client_id, '\\x00'::bytea, 'k' FROM apple_identities LIMIT 5
             """)
-        let file = NSTemporaryDirectory() + "abk-transfer-\(UUID().uuidString).jsonl"
+        let file = TestFiles.path("transfer", suffix: ".jsonl")
         var sender = broker.environment
         sender["BROKER_LOG_LEVEL"] = "error"
         func fileLines() -> [String] {
@@ -133,7 +133,7 @@ struct TeamTransferTests {
                 as? String == "authorized")
 
         // A line Apple does not know is reported with the reason, and the exit status says so.
-        let bogus = NSTemporaryDirectory() + "abk-transfer-bogus-\(UUID().uuidString).jsonl"
+        let bogus = TestFiles.path("transfer-bogus", suffix: ".jsonl")
         try (TeamTransfer.Line(userID: UUID(), transferSub: "000unknown.t").json + "\n").write(
             toFile: bogus, atomically: true, encoding: .utf8)
         let failed = try ChildProcess.run(BrokerExecutable.path, ["transfer", "import", "--in", bogus], environment: recipient)

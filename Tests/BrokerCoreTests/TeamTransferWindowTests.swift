@@ -15,7 +15,7 @@ struct TeamTransferWindowTests {
     static let recipientTeam = "NEWTEAM001"
 
     func write(_ lines: [TeamTransfer.Line]) throws -> String {
-        let path = NSTemporaryDirectory() + "abk-transfer-\(UUID().uuidString).jsonl"
+        let path = TestFiles.path("transfer", suffix: ".jsonl")
         try lines.map { $0.json + "\n" }.joined().write(toFile: path, atomically: true, encoding: .utf8)
         return path
     }

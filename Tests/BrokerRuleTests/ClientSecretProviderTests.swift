@@ -22,7 +22,7 @@ struct ClientSecretProviderTests {
     }
 
     private func keyIDFile(_ text: String) throws -> String {
-        let path = NSTemporaryDirectory() + "abk-kid-\(UUID().uuidString)"
+        let path = TestFiles.path("kid")
         try text.write(toFile: path, atomically: true, encoding: .utf8)
         return path
     }
@@ -62,7 +62,7 @@ struct ClientSecretProviderTests {
 
     @Test("with no good key ever loaded, a broken .p8 is an error")
     func brokenFromTheStart() throws {
-        let keyPath = NSTemporaryDirectory() + "abk-bad-\(UUID().uuidString).p8"
+        let keyPath = TestFiles.path("bad", suffix: ".p8")
         try "garbage".write(toFile: keyPath, atomically: true, encoding: .utf8)
         let provider = ClientSecretProvider(teamID: "TEAMID1234", keyID: "KEYID00001", keyPath: keyPath)
         #expect(throws: (any Error).self) { try provider.secret(for: "com.example.app") }

@@ -179,7 +179,7 @@ struct ConfigurationTests {
 
     @Test("NAME_FILE supplies NAME from a mounted secret; an unreadable file is a problem")
     func fromFiles() throws {
-        let secret = NSTemporaryDirectory() + "abk-secret-\(UUID().uuidString)"
+        let secret = TestFiles.path("secret")
         try ("k7:" + String(repeating: "C", count: 43) + "=\n").write(toFile: secret, atomically: true, encoding: .utf8)
         defer { try? FileManager.default.removeItem(atPath: secret) }
         let configuration = try BrokerConfiguration.load(

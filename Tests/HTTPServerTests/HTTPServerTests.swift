@@ -362,7 +362,7 @@ struct HTTPServerTests {
 
     @Test("over TLS an over-limit chunked body gets its 413 through the TLS session")
     func chunkedBodyRefusedOverTLS() throws {
-        let directory = NSTemporaryDirectory() + "abk-http-tls-\(UUID().uuidString)"
+        let directory = TestFiles.path("http-tls")
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(atPath: directory) }
         let openssl = Process()

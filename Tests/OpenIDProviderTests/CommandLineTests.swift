@@ -23,7 +23,7 @@ struct CommandLineTests {
             (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
         var directory = (testBinary as NSString).deletingLastPathComponent
         if directory.hasSuffix(".xctest") { directory = (directory as NSString).deletingLastPathComponent }
-        let errors = NSTemporaryDirectory() + "abk-oidc-cli-\(UUID().uuidString)"
+        let errors = TestFiles.path("oidc-cli")
         defer { try? FileManager.default.removeItem(atPath: errors) }
         let quoted = ([directory + "/appleid-broker"] + arguments).map {
             "'" + $0.replacingOccurrences(of: "'", with: "'\\''") + "'"

@@ -184,7 +184,7 @@ enum BrokerExecutable {
     static func run(_ arguments: [String], environment: [String: String]) throws -> (
         status: Int32, stdout: String, stderr: String
     ) {
-        let directory = NSTemporaryDirectory() + "abk-cli-\(UUID().uuidString)"
+        let directory = TestFiles.path("cli")
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(atPath: directory) }
         // The shell keeps the two streams apart; ChildProcess.run merges them.
