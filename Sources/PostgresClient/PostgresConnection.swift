@@ -19,7 +19,11 @@ public final class PostgresConnection: @unchecked Sendable {
     /// were set once for the session.
     private var transactionSettingsSQL: String?
     private var preparedStatements: [String: String] = [:]
+    /// Names given out since the last DEALLOCATE ALL (a statement prepared again gets a new one).
+    private var statementNumber = 0
     private static let maximumPreparedStatements = 512
+    /// Runs of each statement through `runPipeline`, to plan it again as the tables grow.
+    private var pipelineRuns: [String: Int] = [:]
     /// Set while COMMIT is in flight, so a connection failure then is reported as ambiguous.
     private var committing = false
     /// When the pool last handed this connection back.
@@ -176,9 +180,10 @@ public final class PostgresConnection: @unchecked Sendable {
     /// - Throws: when the connection broke; no outcome is known then.
     func runPipeline(_ queries: [PostgresQuery]) throws -> [Result<PostgresRows, any Error>?] {
         precondition(transactionSettingsSQL == nil, "named statements need a session of our own")
-        if preparedStatements.count + queries.count > Self.maximumPreparedStatements {
+        if statementNumber + queries.count > Self.maximumPreparedStatements {
             try execute("DEALLOCATE ALL")
             preparedStatements.removeAll()
+            statementNumber = 0
         }
         guard PQenterPipelineMode(handle) == 1 else { throw connectionError(nil) }
         defer { _ = PQexitPipelineMode(handle) }
@@ -197,7 +202,8 @@ public final class PostgresConnection: @unchecked Sendable {
             }
             var name = preparedStatements[query.sql] ?? preparing[query.sql]
             if name == nil {
-                let fresh = "s\(preparedStatements.count + preparing.count + 1)"
+                statementNumber += 1
+                let fresh = "s\(statementNumber)"
                 guard PQsendPrepare(handle, fresh, query.sql, Int32(query.binds.count), nil) == 1 else {
                     throw connectionError(nil)
                 }
@@ -233,6 +239,7 @@ public final class PostgresConnection: @unchecked Sendable {
                     PQclear(result)
                 } else if outcomes[index] == nil {
                     outcomes[index] = Result { try consume(result) }
+                    replanIfDue(queries[index].sql)
                 } else {
                     PQclear(result)
                 }
@@ -298,13 +305,27 @@ public final class PostgresConnection: @unchecked Sendable {
         return try outcomes[1].get()
     }
 
+    /// The pipeline's statements are planned again after 100, 1,000, 10,000 and 100,000 runs,
+    /// then every million: one connection runs every read, so a statement gets its generic plan
+    /// at its sixth run, on a fresh database while the tables are empty, and that plan can be a
+    /// scan of every grant of the app (the login benchmark: 3-5 ms of PostgreSQL per login).
+    /// The next batch prepares it anew under a new name; the old one goes at the next
+    /// DEALLOCATE ALL.
+    private func replanIfDue(_ sql: String) {
+        let runs = (pipelineRuns[sql] ?? 0) + 1
+        pipelineRuns[sql] = runs
+        if [100, 1_000, 10_000, 100_000].contains(runs) || runs % 1_000_000 == 0 { preparedStatements[sql] = nil }
+    }
+
     private func statementName(for query: PostgresQuery) throws -> String {
         if let name = preparedStatements[query.sql] { return name }
-        if preparedStatements.count >= Self.maximumPreparedStatements {
+        if statementNumber >= Self.maximumPreparedStatements {
             try execute("DEALLOCATE ALL")
             preparedStatements.removeAll()
+            statementNumber = 0
         }
-        let name = "s\(preparedStatements.count + 1)"
+        statementNumber += 1
+        let name = "s\(statementNumber)"
         try consume(PQprepare(handle, name, query.sql, Int32(query.binds.count), nil))
         preparedStatements[query.sql] = name
         return name

@@ -25,6 +25,7 @@ import Locking
 ///   fails instead of writing in a batch's shared transaction.
 /// - A broken connection fails the batch in flight (`connectionLost`, like a pool query) and
 ///   the next batch connects afresh; a dead idle connection is noticed before use.
+/// - Its statements are planned again as the tables grow (`PostgresConnection.runPipeline`).
 final class PostgresReadPipeline: Sendable {
     static let maximumBatch = 32
 

@@ -123,6 +123,24 @@ struct PostgresReadPipelineTests {
         #expect(third != second)
     }
 
+    @Test("a statement is prepared again after 100 runs, so a plan made while the tables were empty is made again")
+    func replans() throws {
+        let pool = makePool(try TestPostgres.freshDatabase())
+        let sql = "SELECT $1::int AS n"
+        func prepared() throws -> Int {
+            try pool.read("SELECT count(*)::int AS c FROM pg_prepared_statements WHERE statement = \(sql)").single()
+                .decode(Int.self, "c")
+        }
+        for run in 1...100 {
+            #expect(
+                try pool.read(PostgresQuery(unsafeSQL: sql, binds: [.text(String(run))])).single().decode(Int.self, "n") == run)
+        }
+        #expect(try prepared() == 1)
+        #expect(try pool.read(PostgresQuery(unsafeSQL: sql, binds: [.text("101")])).single().decode(Int.self, "n") == 101)
+        #expect(try prepared() == 2, "the 101st run went out under a new name")
+        #expect(pool.statistics.pipelineBatches == 103)
+    }
+
     @Test("closing the pool fails the reads waiting for a batch and every later one; the batch in flight is answered")
     func close() throws {
         let configuration = try TestPostgres.freshDatabase()
