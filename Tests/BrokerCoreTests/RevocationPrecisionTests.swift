@@ -313,6 +313,21 @@ struct RevocationPrecisionTests {
         #expect(identity?["is_private_email"] as? Bool == true)
         let event = try broker.pool.query("SELECT payload::text FROM outbox_events WHERE type = 'identity.updated'").single()
         #expect(try event.decode(String.self, 0).contains(#""source": "apple""#))
+        // The one statement records the app it was for.
+        #expect(try broker.count("SELECT count(*) FROM apple_notifications WHERE client_id = \(TestBroker.clientID)") == 1)
+
+        // An email event older than the last verified sign-in (by more than the second's grace)
+        // changes the forwarding it is about but not the address the sign-in verified.
+        try broker.pool.query("UPDATE apple_identities SET last_verified_at = now() WHERE sub = \(sub)")
+        var older = NotificationRequest(
+            url: broker.baseURL + "/v1/apple/notifications", type: "email-disabled", sub: sub, clientID: TestBroker.clientID)
+        older.email = "old7q1@private.icloud.com"
+        older.isPrivateEmail = true
+        older.eventTimeMilliseconds = Int64(Date().timeIntervalSince1970 - 60) * 1000
+        #expect(try broker.simulator.sendNotification(older).status == 200)
+        let after = try broker.get("/v1/users/\(userID.lowercasedString)", key: broker.key([.read])).json
+        #expect((after["identities"] as? [[String: Any]])?.first?["email"] as? String == "new9k2@private.icloud.com")
+        #expect(try broker.count("SELECT count(*) FROM outbox_events WHERE type = 'identity.updated'") == 1)
     }
 
     @Test("a sign-in after a revocation is a first authorization again: the user field's name is kept over the old one")

@@ -2,7 +2,14 @@
 -- verified sign-ins (broker_revoke_consent_v2): one whose event_time is before the group's
 -- last sign-in is `stale` and changes nothing, so a late, retried or duplicated
 -- delivery (protocol reference §10.7, §12.1) never revokes a user who signed in again.
--- Otherwise as broker_apply_notification, which v0.24.0 keeps calling.
+-- Otherwise as broker_apply_notification, which v0.24.0 keeps calling, and with what the
+-- broker used to send in further statements of a transaction, so a notification is one
+-- statement (one round trip, its own transaction: pgbench's apply ran 2x the broker's
+-- notifications with four): p_client_id, the `aud` it matched, goes into the inbox row
+-- (sql/0019; a duplicate changes nothing), and an applied email-disabled/-enabled that
+-- carries the address (p_email, p_is_private_email; Apple news j5j9ep1b, 2025-10-09,
+-- protocol reference §11.8) replaces the identity's, unless a sign-in verified a newer
+-- state (a second's grace: event times may come in whole seconds), with identity.updated.
 -- Applies one verified notification exactly once (the inbox is keyed by jti) and returns
 -- what happened: duplicate, applied, stale (an older event than the state it would
 -- overwrite), unknown_subject, unknown_type. Per attribute, the event_time of the change
@@ -15,7 +22,8 @@
 -- blocks on its primary key until this transaction ends and then fails with 23505,
 -- which rolls back everything it did; the caller answers that as a duplicate.
 CREATE OR REPLACE FUNCTION broker_apply_notification_v2(
-    p_jti text, p_type text, p_team_id text, p_sub text, p_event_time timestamptz, p_app_id text, p_client_ids text[], p_sub_hash text
+    p_jti text, p_type text, p_team_id text, p_sub text, p_event_time timestamptz, p_app_id text, p_client_ids text[], p_sub_hash text,
+    p_client_id text, p_email text, p_is_private_email boolean
 ) RETURNS text LANGUAGE plpgsql AS $$
 DECLARE
     v_identity apple_identities%ROWTYPE;
@@ -24,6 +32,7 @@ DECLARE
     v_sub_hash text := p_sub_hash;
     v_outcome text;
     v_forwarding text;
+    v_email_verified boolean;
 BEGIN
     IF EXISTS (SELECT 1 FROM apple_notifications WHERE jti = p_jti) THEN
         RETURN 'duplicate';
@@ -50,6 +59,19 @@ BEGIN
                         'is_private_email', v_identity.is_private_email, 'event_time', p_event_time));
                 END IF;
                 v_outcome := 'applied';
+                IF p_email IS NOT NULL THEN
+                    UPDATE apple_identities SET email = p_email, is_private_email = COALESCE(p_is_private_email, false)
+                    WHERE id = v_identity.id
+                      AND (last_verified_at IS NULL OR last_verified_at < p_event_time + interval '1 second')
+                      AND (email IS DISTINCT FROM p_email OR is_private_email IS DISTINCT FROM COALESCE(p_is_private_email, false))
+                    RETURNING email_verified INTO v_email_verified;
+                    IF FOUND THEN
+                        PERFORM broker_emit_event('identity.updated', v_identity.user_id, jsonb_build_object(
+                            'user_id', v_identity.user_id, 'changed', jsonb_build_array('email'),
+                            'email_verified', v_email_verified, 'is_private_email', COALESCE(p_is_private_email, false),
+                            'source', 'apple'));
+                    END IF;
+                END IF;
             END IF;
         ELSIF p_type = 'consent-revoked' THEN
             v_outcome := CASE broker_revoke_consent_v2(v_identity.id, p_app_id, p_client_ids, p_event_time, 'apple', true)
@@ -62,8 +84,8 @@ BEGIN
         END IF;
     END IF;
 
-    INSERT INTO apple_notifications (jti, event_type, sub_hash, event_time, outcome)
-    VALUES (p_jti, p_type, v_sub_hash, p_event_time, v_outcome);
+    INSERT INTO apple_notifications (jti, event_type, sub_hash, event_time, outcome, client_id)
+    VALUES (p_jti, p_type, v_sub_hash, p_event_time, v_outcome, p_client_id);
     INSERT INTO audit_log (actor, action, subject, detail)
     VALUES ('apple', 'notification.' || p_type, v_sub_hash,
             jsonb_build_object('jti', p_jti, 'outcome', v_outcome, 'client_id', p_app_id));

@@ -3,7 +3,7 @@ import PostgresClient
 
 /// The database side of Apple's notifications (`NotificationReceiver` keeps the decisions):
 /// applying one exactly once (`broker_apply_notification_v2`: the inbox row by `jti`, the change
-/// and its outbox events in one transaction, with the app it was for; a consent-revoked older
+/// and its outbox events in one statement, with the app it was for; a consent-revoked older
 /// than the group's last verified sign-in is `stale`) and pruning the inbox.
 package struct NotificationStore: Sendable {
     let pool: PostgresPool
@@ -11,57 +11,22 @@ package struct NotificationStore: Sendable {
     package init(pool: PostgresPool) { self.pool = pool }
 
     /// Applies a verified notification to the group of its audience; the answer is the SQL
-    /// function's. A concurrent delivery of the same `jti` surfaces as a unique violation.
-    /// An applied email event's address is applied too (`applyEmail`), in the same transaction.
+    /// function's. One statement in its own transaction: the function also records which app it
+    /// was for (the `aud`) and, for an applied email event that carries the address, replaces
+    /// the identity's (Apple news j5j9ep1b, 2025-10-09; protocol reference §11.8). A concurrent
+    /// delivery of the same `jti` surfaces as a unique violation.
     func apply(
         _ notification: AppleNotification, teamID: String, group: AppGroups.Group, subjectHash: String
     ) throws -> NotificationReceiver.Outcome {
-        try pool.withTransaction { connection in
-            let outcome = try connection.query(
-                """
-                SELECT broker_apply_notification_v2(\(notification.jti), \(notification.type), \(teamID),
-                    \(notification.sub), \(notification.eventTime), \(group.primary), \(PostgresTextArray(group.clientIDs)),
-                    \(subjectHash))
-                """
-            ).single().decode(NotificationReceiver.Outcome.self, "broker_apply_notification_v2")
-            // Which app it was for (sql/0019; the console's silence per app). Beside the released
-            // function, not in it: the previous release keeps calling it and leaves this NULL.
-            if outcome != .duplicate {
-                try connection.query(
-                    "UPDATE apple_notifications SET client_id = \(notification.audience) WHERE jti = \(notification.jti)")
-            }
-            if outcome == .applied { try Self.applyEmail(notification, teamID: teamID, connection) }
-            return outcome
-        }
-    }
-
-    /// What the user sees follows Apple's email events (Apple news j5j9ep1b, 2025-10-09;
-    /// protocol reference §11.8): their `email` and `is_private_email` replace the identity's,
-    /// unless a sign-in verified a newer state (a second's grace: event times may come in whole
-    /// seconds), with `identity.updated` (source `apple`).
-    private static func applyEmail(_ notification: AppleNotification, teamID: String, _ connection: some PostgresQuerying) throws
-    {
-        guard notification.type.hasPrefix("email-"), let email = notification.email else { return }
-        let isPrivate = notification.isPrivateEmail ?? false
-        guard
-            let row = try connection.query(
-                """
-                UPDATE apple_identities SET email = \(email), is_private_email = \(isPrivate)
-                WHERE team_id = \(teamID) AND sub = \(notification.sub)
-                  AND (last_verified_at IS NULL OR last_verified_at < \(notification.eventTime)::timestamptz + interval '1 second')
-                  AND (email IS DISTINCT FROM \(email) OR is_private_email IS DISTINCT FROM \(isPrivate))
-                RETURNING user_id, email_verified
-                """
-            ).first
-        else { return }
-        let userID = try row.decode(UUID.self, "user_id")
-        try connection.query(
+        // The address is only an email event's; the function applies it only when applied.
+        let email = notification.type.hasPrefix("email-") ? notification.email : nil
+        return try pool.query(
             """
-            SELECT broker_emit_event('identity.updated', \(userID), jsonb_build_object(
-                'user_id', \(userID)::uuid, 'changed', jsonb_build_array('email'),
-                'email_verified', \(try row.decode(Bool.self, "email_verified"))::boolean,
-                'is_private_email', \(isPrivate)::boolean, 'source', 'apple'))
-            """)
+            SELECT broker_apply_notification_v2(\(notification.jti), \(notification.type), \(teamID),
+                \(notification.sub), \(notification.eventTime), \(group.primary), \(PostgresTextArray(group.clientIDs)),
+                \(subjectHash), \(notification.audience), \(email), \(email.map { _ in notification.isPrivateEmail ?? false }))
+            """
+        ).single().decode(NotificationReceiver.Outcome.self, "broker_apply_notification_v2")
     }
 
     /// Notifications received longer ago than the retention.
