@@ -59,12 +59,15 @@ def table(bench):
                     lines.append(f"| {r['round']} | not valid | | | {label} | | | | | | |")
                     continue
                 x, y = r[a], r[b]
+                judged = "" if r.get("judged", True) else " (not judged: host steal over the bound, run again)"
                 lines.append(
-                    f"| {r['round']} | {number(x['requests_per_second'])} | {x['server_cpu_us_per_request']:.0f} + "
+                    f"| {r['round']}{judged} | {number(x['requests_per_second'])} | {x['server_cpu_us_per_request']:.0f} + "
                     f"{x['postgres_cpu_us_per_request']:.0f} | {x['p99_ms']:.1f} | {label} | {number(y['requests_per_second'])} | "
                     f"{y['server_cpu_us_per_request']:.0f} + {y['postgres_cpu_us_per_request']:.0f} | {y['p99_ms']:.1f} | "
                     f"{r['throughput_ratio']:.2f}× | {r['cpu_ratio']:.2f} | {r['p99_ratio']:.2f} |")
         steal = [f"over the Go peer's A/B {go['host_steal_percent']:.1f}%"] if go.get("host_steal_percent") is not None else []
+        steal += [f"Go peer round {r['round']}: {r['host_steal_percent']:.1f}%" for r in go.get("rounds", [])
+                  if "host_steal_percent" in r]
         steal += [f"{previous.get('version')} round {r['round']}: {r['current']['host_steal_percent']:.1f}% (this build), "
                   f"{r['previous']['host_steal_percent']:.1f}% ({previous.get('version')})"
                   for r in previous.get("rounds", [])
@@ -72,6 +75,9 @@ def table(bench):
         if steal:
             lines += ["", "Host steal (the hypervisor's share of this machine's CPU time, /proc/stat; it slows a round "
                       "and raises its CPU per request): " + "; ".join(steal) + "."]
+            if go.get("steal_max_percent") is not None:
+                lines[-1] += (f" A Go-peer round with more than {go['steal_max_percent']:g}% is run again and not judged, "
+                              "unless fewer than the rounds asked for were calm.")
     components = bench.get("components", [])
     if components:
         lines += ["", "| component | throughput | p50 / p99 ms | broker peak RSS MiB |", "| --- | ---: | --- | ---: |"]

@@ -12,7 +12,7 @@
 #      once per machine in ~/.cache/appleid-broker/previous-release/), same tokens, same cluster, same measurement.
 # Every server uses one PostgreSQL cluster (the peers' pg_peer.sh, on free ports, in $WORK),
 # each its own database. The goals (issue 39) end the output, one PASS/FAIL line each.
-#   [CONNS=32] [DUR=15s] [AB_ROUNDS=3] [AB=0: no A/B with the Go peer] [PREVIOUS=0: none with
+#   [CONNS=32] [DUR=15s] [AB_ROUNDS=3] [AB_STEAL_MAX=5] [AB_RETAKES=3] [AB=0: no A/B with the Go peer] [PREVIOUS=0: none with
 #   the previous release] [PROFILE=0: no flame graph or statement table] [TOKENS=20000]
 #   [FIRST_TOKENS=20000] [CODE_TOKENS=4000] [ONCE_DUR=8s] scripts/bench-login.sh
 . "$(dirname "$0")/bench/common.sh"
@@ -22,6 +22,8 @@ source "$ROOT/scripts/bench/peers.sh"
 source "$ROOT/scripts/lib/previous-release.sh"
 : "${TOKENS:=20000}"
 : "${AB_ROUNDS:=3}"
+: "${AB_STEAL_MAX:=5}"
+: "${AB_RETAKES:=3}"
 : "${AB:=1}"
 : "${PREVIOUS:=1}"
 : "${PROFILE:=1}"
@@ -195,13 +197,30 @@ if [ "$AB" = 1 ]; then
   kill -TERM "$BROKER_PID" && wait "$BROKER_PID" || true
   BROKER_PID=
   peers_jwks_stop
-  steal0=$(host_cpu)
-  SVC_CMD="$BIN/appleid-broker serve" SVC_PORT=$AB_PORT SVC_PATH=/v1/apple/login API_KEY=$AB_KEY \
-    "$PEERS/bench_ab.sh" "$AB_ROUNDS" "$DUR" "$CONNS" | grep -E "^round|ratio|WARNING" || true
-  AB_STEAL=$(steal_percent "$steal0" "$(host_cpu)")
-  echo "host steal during the A/B: $AB_STEAL% of CPU time (the hypervisor's; it slows both sides' rounds unevenly)"
+  # bench_ab.sh runs one round (the broker, then the peer) per call, so each round gets the
+  # host's steal over it: a round during which the hypervisor took more than AB_STEAL_MAX % of
+  # the machine's CPU time measured the neighbours, not the two servers (both sides slowed
+  # unevenly: 2,561 against 2,212/s, against 9,940 and 4,040 in a calm round). Such a round is
+  # kept in the log and the report but run again, at most AB_RETAKES times; the report judges
+  # the calm rounds, and every round when fewer than AB_ROUNDS were calm.
   AB_LOG=$WORK/ab-go-peer.txt
-  cp "$PEERS_WORK/logs/ab.txt" "$AB_LOG"
+  : > "$AB_LOG"
+  steal_all0=$(host_cpu)
+  calm=0 round=0
+  while [ "$calm" -lt "$AB_ROUNDS" ] && [ "$round" -lt $((AB_ROUNDS + AB_RETAKES)) ]; do
+    round=$((round + 1))
+    steal0=$(host_cpu)
+    SVC_CMD="$BIN/appleid-broker serve" SVC_PORT=$AB_PORT SVC_PATH=/v1/apple/login API_KEY=$AB_KEY \
+      "$PEERS/bench_ab.sh" 1 "$DUR" "$CONNS" > "$WORK/ab-round.txt" || true
+    steal=$(steal_percent "$steal0" "$(host_cpu)")
+    sed -e "s/^== \(A_service\|B_gopeer\)_r1 /== \1_r$round /" -e '/^round [0-9]*:\|^rounds=/d' \
+      "$PEERS_WORK/logs/ab.txt" >> "$AB_LOG"
+    echo "   round host steal $steal%" >> "$AB_LOG"
+    awk -v s="$steal" -v max="$AB_STEAL_MAX" -v r="$round" '/^round 1:/{sub(/^round 1:/, ""); printf "round %d:%s  host steal %s%%%s\n", r, $0, s, (s + 0 > max + 0 ? " (over " max "%: run again)" : "")} /WARNING/' "$WORK/ab-round.txt"
+    awk -v s="$steal" -v max="$AB_STEAL_MAX" 'BEGIN{exit !(s + 0 <= max + 0)}' && calm=$((calm + 1))
+  done
+  AB_STEAL=$(steal_percent "$steal_all0" "$(host_cpu)")
+  echo "host steal during the A/B: $AB_STEAL% of CPU time (the hypervisor's; it slows both sides' rounds unevenly)"
   unset DATABASE_URL
 fi
 
@@ -249,4 +268,5 @@ fi
 python3 "$ROOT/scripts/bench/login_report.py" --results "$RESULTS" --phases "$PHASES" --work "$WORK" \
   --connections "$CONNS" --duration "$DUR" --tokens "$TOKENS" --rss "$LOGIN_RSS" \
   --pgbench "${PGBENCH_TPS:-0}" ${AB_LOG:+--go-peer-log "$AB_LOG" --go-peer-steal "$AB_STEAL"} \
+  --steal-max "$AB_STEAL_MAX" --rounds "$AB_ROUNDS" \
   ${PREVIOUS_LOG:+--previous-log "$PREVIOUS_LOG" --previous-version "v$PREVIOUS_VERSION" --previous-commit "$PREVIOUS_COMMIT"}
