@@ -22,8 +22,9 @@ public final class PostgresConnection: @unchecked Sendable {
     /// Names given out since the last DEALLOCATE ALL (a statement prepared again gets a new one).
     private var statementNumber = 0
     private static let maximumPreparedStatements = 512
-    /// Runs of each statement through `runPipeline`, to plan it again as the tables grow.
-    private var pipelineRuns: [String: Int] = [:]
+    /// Runs of each named statement since the last DEALLOCATE ALL (so at most as many keys as
+    /// prepared statements), to plan it again as the tables grow (`replanIfDue`).
+    private var statementRuns: [String: Int] = [:]
     /// Set while COMMIT is in flight, so a connection failure then is reported as ambiguous.
     private var committing = false
     /// When the pool last handed this connection back.
@@ -91,9 +92,11 @@ public final class PostgresConnection: @unchecked Sendable {
         statementCount += 1
         guard let settings = transactionSettingsSQL else {
             let name = try statementName(for: query)
-            return try withBindPointers(query.binds) { values, lengths, formats in
+            let rows = try withBindPointers(query.binds) { values, lengths, formats in
                 try consume(PQexecPrepared(handle, name, Int32(query.binds.count), values, lengths, formats, 0))
             }
+            replanIfDue(query.sql)
+            return rows
         }
         return try withBindPointers(query.binds) { values, lengths, formats in
             let count = Int32(query.binds.count)
@@ -183,6 +186,7 @@ public final class PostgresConnection: @unchecked Sendable {
         if statementNumber + queries.count > Self.maximumPreparedStatements {
             try execute("DEALLOCATE ALL")
             preparedStatements.removeAll()
+            statementRuns.removeAll()
             statementNumber = 0
         }
         guard PQenterPipelineMode(handle) == 1 else { throw connectionError(nil) }
@@ -305,15 +309,15 @@ public final class PostgresConnection: @unchecked Sendable {
         return try outcomes[1].get()
     }
 
-    /// The pipeline's statements are planned again after 100, 1,000, 10,000 and 100,000 runs,
-    /// then every million: one connection runs every read, so a statement gets its generic plan
-    /// at its sixth run, on a fresh database while the tables are empty, and that plan can be a
-    /// scan of every grant of the app (the login benchmark: 3-5 ms of PostgreSQL per login).
-    /// The next batch prepares it anew under a new name; the old one goes at the next
-    /// DEALLOCATE ALL.
+    /// Named statements are planned again after 100, 1,000, 10,000 and 100,000 runs on this
+    /// connection, then every million: a statement gets its generic plan at its sixth run, on a
+    /// fresh database perhaps while the tables are empty, and that plan can be a scan of every
+    /// grant of the app (the login benchmark, through the read pipeline's one connection: 3-5 ms
+    /// of PostgreSQL per login). The pool's connections run the same risk, later. The next run
+    /// prepares it anew under a new name; the old one goes at the next DEALLOCATE ALL.
     private func replanIfDue(_ sql: String) {
-        let runs = (pipelineRuns[sql] ?? 0) + 1
-        pipelineRuns[sql] = runs
+        let runs = (statementRuns[sql] ?? 0) + 1
+        statementRuns[sql] = runs
         if [100, 1_000, 10_000, 100_000].contains(runs) || runs % 1_000_000 == 0 { preparedStatements[sql] = nil }
     }
 
@@ -322,6 +326,7 @@ public final class PostgresConnection: @unchecked Sendable {
         if statementNumber >= Self.maximumPreparedStatements {
             try execute("DEALLOCATE ALL")
             preparedStatements.removeAll()
+            statementRuns.removeAll()
             statementNumber = 0
         }
         statementNumber += 1

@@ -5,6 +5,31 @@ import Testing
 
 @Suite("PostgresConnection", .offPool)
 struct PostgresConnectionTests {
+    @Test("a named statement is prepared again after 100 runs, so a plan made while the tables were empty does not stay")
+    func replans() throws {
+        let connection = try PostgresConnection(configuration: try TestPostgres.freshDatabase())
+        let sql = "SELECT $1::int AS n"
+        func prepared() throws -> [String] {
+            try connection.query("SELECT name FROM pg_prepared_statements WHERE statement = \(sql) ORDER BY name").map {
+                try $0.decode(String.self, "name")
+            }
+        }
+        func run(_ value: Int) throws -> Int {
+            try connection.query(PostgresQuery(unsafeSQL: sql, binds: [.text(String(value))])).single().decode(Int.self, "n")
+        }
+        for value in 1...100 { #expect(try run(value) == value) }
+        let first = try prepared()
+        #expect(first.count == 1)
+        #expect(try run(101) == 101)
+        let second = try prepared()
+        #expect(second.count == 2 && second.contains(first[0]), "the 101st run went out under a new name: \(second)")
+        for value in 102...999 { _ = try run(value) }
+        #expect(try prepared().count == 2, "not again before the 1,000th run")
+        _ = try run(1000)
+        _ = try run(1001)
+        #expect(try prepared().count == 3)
+    }
+
     @Test("binds and decodes every supported type, NULL and non-ASCII text included")
     func roundTripsTypes() throws {
         let connection = try PostgresConnection(configuration: try TestPostgres.freshDatabase())
