@@ -5,7 +5,8 @@
 -- figures cover the time the lines took); the few connections that ask for a request after
 -- the last line get GET /healthz, which done() does not count as a login. It also primes the Go peer A/B
 -- (every token's user signed in once, on each side): URLPATH=/v1/auth/apple and
--- BODY_FMT=both send the peers' body, {"id_token":T,"identity_token":T}.
+-- BODY_FMT=both send the peers' body, {"id_token":T,"identity_token":T}. BODY_FMT=raw posts each
+-- line as it is (pre-signed notification bodies: URLPATH=/v1/apple/notifications).
 --   TOKENS=file API_KEY=abk_… [URLPATH=…] [BODY_FMT=both] \
 --     wrk -t1 -c32 -d15s --latency -s bench/login-once.lua http://127.0.0.1:PORT
 local lines = {}
@@ -16,6 +17,7 @@ local threads = {}
 local api_key = os.getenv("API_KEY")
 local path = os.getenv("URLPATH") or "/v1/apple/login"
 local both = os.getenv("BODY_FMT") == "both"
+local raw = os.getenv("BODY_FMT") == "raw"
 
 function setup(thread)
   table.insert(threads, thread)
@@ -35,6 +37,7 @@ function request()
   if index > #lines then
     return wrk.format("GET", "/healthz", nil, nil)
   end
+  if raw then return wrk.format("POST", path, nil, lines[index]) end
   local token, code = lines[index]:match("^(%S+)%s*(%S*)$")
   local body = '{"identity_token":"' .. token .. '"'
   if both then body = '{"id_token":"' .. token .. '","identity_token":"' .. token .. '"' end

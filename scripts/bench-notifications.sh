@@ -21,10 +21,10 @@ curl -sf -X POST -H 'Content-Type: application/json' \
   "http://127.0.0.1:$SIM_PORT/sim/notifications/batch" > "$WORK/notifications-all.txt"
 head -n "$WARM" "$WORK/notifications-all.txt" > "$WORK/notifications-warm.txt"
 tail -n +"$((WARM + 1))" "$WORK/notifications-all.txt" > "$WORK/notifications.txt"
-export ONCE_LUA=$ROOT/bench/notifications.lua
+export URLPATH=/v1/apple/notifications BODY_FMT=raw
 MAX_DUR=$DUR run_wrk_once "(notifications warm-up)" "$WORK/notifications-warm.txt" "http://127.0.0.1:$BROKER_PORT" > /dev/null || true
 MAX_DUR=$DUR run_wrk_once notifications "$WORK/notifications.txt" "http://127.0.0.1:$BROKER_PORT" || true
-unset ONCE_LUA
+unset URLPATH BODY_FMT
 N_RPS=$RPS N_P50=$P50_MS N_P99=$P99_MS N_CPU=$CPU_US N_PG=$PG_US N_RSS=$RSS_MB N_NON2XX=$NON2XX
 pgbench_ref "pgbench same apply" "$ROOT/bench/notification-apply.pgbench" 16 10
 APPLY_TPS=$PGBENCH_TPS

@@ -81,15 +81,14 @@ run_wrk() {
 }
 
 # run_wrk_once NAME TOKENS_FILE URL : every line of the file once (bench/login-once.lua: first
-# logins, code exchanges; ONCE_LUA=bench/notifications.lua: notification bodies), no warm-up;
+# logins, code exchanges; BODY_FMT=raw: notification bodies), no warm-up;
 # wrk is stopped when the last line is answered, or after MAX_DUR (default $DUR); EXHAUSTED=1
 # when every line was used before that. Sets the figures run_wrk sets.
 run_wrk_once() {
   local name=$1 tokens=$2 url=$3 out="$WORK/$1.wrk" done_file="$WORK/$1.done" pid c0 p0 c1 p1
   rm -f "$done_file"
   c0=$(cpu_ticks "$BROKER_PID"); p0=$(cpu_ticks $(measured_postgres_pids))
-  TOKENS=$tokens BODIES=$tokens DONE_FILE=$done_file wrk -t1 -c"$CONNS" -d"${MAX_DUR:-$DUR}" --latency \
-    -s "${ONCE_LUA:-$ROOT/bench/login-once.lua}" \
+  TOKENS=$tokens DONE_FILE=$done_file wrk -t1 -c"$CONNS" -d"${MAX_DUR:-$DUR}" --latency -s "$ROOT/bench/login-once.lua" \
     "$url" > "$out" &
   pid=$!
   while kill -0 "$pid" 2>/dev/null && [ ! -e "$done_file" ]; do sleep 0.1; done
