@@ -18,13 +18,28 @@ public final class PostgresConnection: @unchecked Sendable {
     /// The settings for one transaction, when a pooler may switch sessions; nil when they
     /// were set once for the session.
     private var transactionSettingsSQL: String?
-    private var preparedStatements: [String: String] = [:]
+    /// A statement this session knows, by its SQL: one entry, so a query hashes its SQL once.
+    private struct Statement {
+        /// Its prepared name; nil when it is due to be prepared again (`replanIfDue`).
+        var name: String?
+        /// Runs since the last DEALLOCATE ALL, kept when it is planned again.
+        var runs = 0
+
+        /// Counts a run; after the 100th, 1,000th, 10,000th and 100,000th, then every
+        /// millionth, the name goes, so the next run prepares it again (`replanIfDue`).
+        mutating func countRun() {
+            runs += 1
+            switch runs {
+            case 100, 1_000, 10_000, 100_000: name = nil
+            default: if runs % 1_000_000 == 0 { name = nil }
+            }
+        }
+    }
+    /// At most `maximumPreparedStatements` entries: DEALLOCATE ALL empties it.
+    private var statements: [String: Statement] = [:]
     /// Names given out since the last DEALLOCATE ALL (a statement prepared again gets a new one).
     private var statementNumber = 0
     private static let maximumPreparedStatements = 512
-    /// Runs of each named statement since the last DEALLOCATE ALL (so at most as many keys as
-    /// prepared statements), to plan it again as the tables grow (`replanIfDue`).
-    private var statementRuns: [String: Int] = [:]
     /// Set while COMMIT is in flight, so a connection failure then is reported as ambiguous.
     private var committing = false
     /// When the pool last handed this connection back.
@@ -184,10 +199,7 @@ public final class PostgresConnection: @unchecked Sendable {
     func runPipeline(_ queries: [PostgresQuery]) throws -> [Result<PostgresRows, any Error>?] {
         precondition(transactionSettingsSQL == nil, "named statements need a session of our own")
         if statementNumber + queries.count > Self.maximumPreparedStatements {
-            try execute("DEALLOCATE ALL")
-            preparedStatements.removeAll()
-            statementRuns.removeAll()
-            statementNumber = 0
+            try deallocateAll()
         }
         guard PQenterPipelineMode(handle) == 1 else { throw connectionError(nil) }
         defer { _ = PQexitPipelineMode(handle) }
@@ -200,11 +212,14 @@ public final class PostgresConnection: @unchecked Sendable {
         var outcomes = [Result<PostgresRows, any Error>?](repeating: nil, count: queries.count)
         for (index, query) in queries.enumerated() {
             // A bind that cannot be sent fails its statement alone, before anything is sent.
-            if query.binds.contains(where: { if case .text(let text) = $0 { text.utf8.contains(0) } else { false } }) {
+            if query.binds.contains(where: {
+                guard case .text(let text) = $0 else { return false }
+                return text.utf8.withContiguousStorageIfAvailable { $0.contains(0) } ?? text.utf8.contains(0)
+            }) {
                 outcomes[index] = .failure(PostgresError(.invalidBind, serverMessage: "text parameter contains a NUL byte"))
                 continue
             }
-            var name = preparedStatements[query.sql] ?? preparing[query.sql]
+            var name = statements[query.sql]?.name ?? preparing[query.sql]
             if name == nil {
                 statementNumber += 1
                 let fresh = "s\(statementNumber)"
@@ -230,7 +245,7 @@ public final class PostgresConnection: @unchecked Sendable {
             switch step {
             case .prepare(let sql, let name, let index):
                 if status == PGRES_COMMAND_OK {
-                    preparedStatements[sql] = name
+                    statements[sql, default: Statement()].name = name
                     PQclear(result)
                 } else if status == PGRES_PIPELINE_ABORTED {
                     PQclear(result)
@@ -316,24 +331,25 @@ public final class PostgresConnection: @unchecked Sendable {
     /// of PostgreSQL per login). The pool's connections run the same risk, later. The next run
     /// prepares it anew under a new name; the old one goes at the next DEALLOCATE ALL.
     private func replanIfDue(_ sql: String) {
-        let runs = (statementRuns[sql] ?? 0) + 1
-        statementRuns[sql] = runs
-        if [100, 1_000, 10_000, 100_000].contains(runs) || runs % 1_000_000 == 0 { preparedStatements[sql] = nil }
+        statements[sql, default: Statement()].countRun()
     }
 
     private func statementName(for query: PostgresQuery) throws -> String {
-        if let name = preparedStatements[query.sql] { return name }
+        if let name = statements[query.sql]?.name { return name }
         if statementNumber >= Self.maximumPreparedStatements {
-            try execute("DEALLOCATE ALL")
-            preparedStatements.removeAll()
-            statementRuns.removeAll()
-            statementNumber = 0
+            try deallocateAll()
         }
         statementNumber += 1
         let name = "s\(statementNumber)"
         try consume(PQprepare(handle, name, query.sql, Int32(query.binds.count), nil))
-        preparedStatements[query.sql] = name
+        statements[query.sql, default: Statement()].name = name
         return name
+    }
+
+    private func deallocateAll() throws {
+        try execute("DEALLOCATE ALL")
+        statements.removeAll()
+        statementNumber = 0
     }
 
     /// Copies binds into C memory for the duration of one call.
