@@ -74,7 +74,9 @@ await() {
 # The Python tools (PyPI, pinned): mostly waiting on the network, so at once, beside the builds.
 tools() {
   timed tools "Python tools (schemathesis, Selenium, …; openapi-python-client)" \
-    bash -c 'source scripts/lib/tools-venv.sh && source scripts/lib/generator-venv.sh' && signal python-tools
+    bash -c 'source scripts/lib/tools-venv.sh && source scripts/lib/generator-venv.sh' && signal python-tools &&
+    timed tools "benchmark report rules (login_report.py: which A/B rounds the goals judge)" \
+      python3 -m unittest discover -s scripts/bench -p 'test_*.py'
 }
 # The Swift suites: the build of every target and test target with ThreadSanitizer (warnings are
 # errors), then every suite under it. The longest lane, so it starts at once at full priority.
