@@ -12,7 +12,8 @@
 //                 Observability     JSON-lines logger, Prometheus metrics registry
 //                 BrokerCrypto      OpenSSL: SHA-256, HMAC, AES-256-GCM, RSA/EC keys, signatures, base64url
 //                 JOSE              JWS/JWK/JWK Set: verify RS256/ES256 safely, sign client secrets
-//                 Workers           worker loops (lanes), the wake-up signal, and `Backoff`, the one retry schedule
+//                 Workers           worker loops (lanes), the wake-up signal, `Backoff` (the one retry schedule) and
+//                                   `Coalescer` (what many threads submit, run in batches on one thread)
 //                 PostgresClient    libpq: connections, typed rows, pool, transactions, LISTEN/NOTIFY, the
 //                                   read pipeline; works through PgBouncer in transaction pooling
 //                 ProcessRunner     posix_spawn/waitpid child processes
@@ -199,7 +200,7 @@ let package = Package(
         .testTarget(
             name: "AppleIDTests", dependencies: ["AppleID", "JOSE", "StrictJSON", "TestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "StrictJSONTests", dependencies: ["StrictJSON"], swiftSettings: swiftSettings),
-        .testTarget(name: "WorkersTests", dependencies: ["Workers"], swiftSettings: swiftSettings),
+        .testTarget(name: "WorkersTests", dependencies: ["Workers", "TestSupport"], swiftSettings: swiftSettings),
         // BrokerCore's stores and services against a migrated database, no broker.
         .testTarget(
             name: "BrokerStoreTests",

@@ -121,9 +121,26 @@ public struct PostgresTextArray: PostgresEncodable, Hashable {
 
     public init(_ elements: [String]) { self.elements = elements }
 
+    /// Values of another type, each as its text bind (a `UUID` canonical, a `Date` as
+    /// `timestamptz` text, a `Bool` as `t`/`f`): cast the array in SQL, `\(array)::uuid[]`.
+    public init<Value: PostgresEncodable>(binding values: [Value]) {
+        elements = values.map { value in
+            guard case .text(let text) = value.postgresBind else {
+                preconditionFailure("\(Value.self) binds no text: it cannot be an element of a text array")
+            }
+            return text
+        }
+    }
+
     public var postgresBind: PostgresBind {
         let quoted = elements.map { element in
-            "\"" + element.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "\"", with: "\\\"") + "\""
+            // Foundation's replacingOccurrences costs even when nothing matches (1% of a batched
+            // sign-in's CPU, for UUIDs and timestamps): only strings holding `\` or `"` go through it.
+            guard element.utf8.contains(where: { $0 == UInt8(ascii: "\\") || $0 == UInt8(ascii: "\"") }) else {
+                return "\"" + element + "\""
+            }
+            return "\"" + element.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "\"", with: "\\\"")
+                + "\""
         }
         return .text("{" + quoted.joined(separator: ",") + "}")
     }

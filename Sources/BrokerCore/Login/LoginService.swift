@@ -37,7 +37,7 @@ public final class LoginService: Sendable {
         self.apple = apple
         self.store = LoginStore(
             pool: pool, teamID: teamID, lastLoginResolution: settings.lastLoginResolution,
-            groups: groups, hasher: SubjectHasher(keys: tokenKeys))
+            groups: groups, hasher: SubjectHasher(keys: tokenKeys), repeatSignIns: RepeatSignInStore(pool: pool))
         self.ledger = CodeExchangeStore(pool: pool, hasher: SubjectHasher(keys: tokenKeys), teamID: teamID)
         self.tokenKeys = tokenKeys
         self.teamID = teamID

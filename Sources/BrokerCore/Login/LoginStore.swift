@@ -25,6 +25,8 @@ struct LoginStore: Sendable {
     let groups: AppGroups
     /// Names the sub in the tombstone check without the sub itself.
     let hasher: SubjectHasher
+    /// The fast path's writes, batched with those of concurrent logins.
+    let repeatSignIns: RepeatSignInStore
 
     struct Record: Sendable {
         var outcome: LoginOutcome
@@ -239,13 +241,11 @@ struct LoginStore: Sendable {
         let onTimeline = try row.decode(Bool.self, "on_timeline")
         if touch || !onTimeline {
             // No row (purged meanwhile): broker_login_v2 decides.
-            let written = try pool.query(
-                """
-                SELECT broker_repeat_sign_in(\(try row.decode(UUID.self, "id")), \(app), \(signedInAt)::timestamptz,
-                    \(touch), \(!onTimeline)) AS written
-                """
-            ).single()
-            guard try written.decode(Bool.self, "written") else { return nil }
+            let written = try repeatSignIns.write(
+                .init(
+                    identityID: try row.decode(UUID.self, "id"), appID: app, signedInAt: signedInAt, touch: touch,
+                    record: !onTimeline))
+            guard written else { return nil }
         }
         return record
     }
