@@ -78,6 +78,11 @@ def table(bench):
             if go.get("steal_max_percent") is not None:
                 lines[-1] += (f" A Go-peer round with more than {go['steal_max_percent']:g}% is run again and not judged, "
                               "unless fewer than the rounds asked for were calm.")
+        writes = [f"round {r['round']}: {number(r['broker_writes'])}" for r in go.get("rounds", []) if "broker_writes" in r]
+        if writes:
+            lines += ["", "This build's writes of `last_login_at` per Go-peer round (a round that starts more than "
+                      "`BROKER_LAST_LOGIN_RESOLUTION_SECONDS` after the users' last refresh writes once per user; the "
+                      "Go peer writes on every login): " + "; ".join(writes) + "."]
     components = bench.get("components", [])
     if components:
         lines += ["", "| component | throughput | p50 / p99 ms | broker peak RSS MiB |", "| --- | ---: | --- | ---: |"]

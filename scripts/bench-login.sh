@@ -211,12 +211,15 @@ if [ "$AB" = 1 ]; then
     round=$((round + 1))
     # Each round starts on a settled cluster. The Go peer writes a login_count update per
     # login (tens of thousands of dead rows a round, and their WAL); the autovacuum and
-    # checkpoint work that follows ran during the next round's broker side and counted as its
-    # PostgreSQL CPU (the cluster's processes): in five runs out of six the broker's second
-    # round was its weakest, its PostgreSQL CPU per login up by a fifth to double. The broker's
-    # repeat logins write nothing, so the peer's side after it finds nothing left to do.
+    # checkpoint work that follows would run during the next round's broker side and count as
+    # its PostgreSQL CPU (the cluster's processes).
     peers_psql postgres -qc "VACUUM (ANALYZE) apple_users" && peers_psql appleid_broker_ab -qc "VACUUM (ANALYZE)" \
       && peers_psql postgres -qc "CHECKPOINT" || true
+    # The broker writes in some rounds too: a repeat login refreshes last_login_at once it is
+    # older than BROKER_LAST_LOGIN_RESOLUTION_SECONDS (60 s), so the round that starts more than
+    # a minute after the users' last refresh writes once per user (docs/benchmarks.md, "fifth").
+    # Each round says how many it wrote.
+    round_start=$(peers_psql appleid_broker_ab -tAc "SELECT now()")
     steal0=$(host_cpu)
     SVC_CMD="$BIN/appleid-broker serve" SVC_PORT=$AB_PORT SVC_PATH=/v1/apple/login API_KEY=$AB_KEY \
       "$PEERS/bench_ab.sh" 1 "$DUR" "$CONNS" > "$WORK/ab-round.txt" || true
@@ -224,7 +227,10 @@ if [ "$AB" = 1 ]; then
     sed -e "s/^== \(A_service\|B_gopeer\)_r1 /== \1_r$round /" -e '/^round [0-9]*:\|^rounds=/d' \
       "$PEERS_WORK/logs/ab.txt" >> "$AB_LOG"
     echo "   round host steal $steal%" >> "$AB_LOG"
-    awk -v s="$steal" -v max="$AB_STEAL_MAX" -v r="$round" '/^round 1:/{sub(/^round 1:/, ""); printf "round %d:%s  host steal %s%%%s\n", r, $0, s, (s + 0 > max + 0 ? " (over " max "%: run again)" : "")} /WARNING/' "$WORK/ab-round.txt"
+    writes=$(peers_psql appleid_broker_ab -tAc \
+      "SELECT count(*) FROM apple_identities WHERE last_login_at >= '$round_start'::timestamptz" || echo "?")
+    echo "   broker last_login_at writes $writes" >> "$AB_LOG"
+    awk -v s="$steal" -v max="$AB_STEAL_MAX" -v r="$round" -v w="$writes" '/^round 1:/{sub(/^round 1:/, ""); printf "round %d:%s  host steal %s%%  broker writes %s%s\n", r, $0, s, w, (s + 0 > max + 0 ? " (over " max "%: run again)" : "")} /WARNING/' "$WORK/ab-round.txt"
     awk -v s="$steal" -v max="$AB_STEAL_MAX" 'BEGIN{exit !(s + 0 <= max + 0)}' && calm=$((calm + 1))
   done
   AB_STEAL=$(steal_percent "$steal_all0" "$(host_cpu)")

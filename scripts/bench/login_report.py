@@ -59,6 +59,11 @@ def parse_rounds(path):
                 # "round host steal": over the whole round (both sides), bench-login.sh's Go-peer A/B
                 key = "round_steal_percent" if "round host steal" in line else "host_steal_percent"
                 current[key] = float(match.group(1))
+        elif "broker last_login_at writes" in line:
+            # bench-login.sh: the broker's refreshes of last_login_at during the round (the
+            # rounds that start a minute after the last refresh write once per user)
+            if match := re.search(r"writes (\d+)", line):
+                current["writes"] = int(match.group(1))
         elif "server CPU" in line:
             fields = line.split()
             current["server_cpu_us_per_request"] = float(fields[2])
@@ -81,6 +86,9 @@ def pair_rounds(blocks, a, b):
         steal = left.get("round_steal_percent", right.get("round_steal_percent"))
         if steal is not None:
             entry["host_steal_percent"] = steal
+        writes = left.get("writes", right.get("writes"))
+        if writes is not None:
+            entry["broker_writes"] = writes
         if valid:
             cpu_left = left["server_cpu_us_per_request"] + left["postgres_cpu_us_per_request"]
             cpu_right = right["server_cpu_us_per_request"] + right["postgres_cpu_us_per_request"]
@@ -263,6 +271,7 @@ def main():
                   f"{b['postgres_cpu_us_per_request']:6.1f} us p99 {b['p99_ms']:6.1f} ms | x{r['throughput_ratio']:.2f}, "
                   f"CPU {r['cpu_ratio']:.2f}, p99 {r['p99_ratio']:.2f}"
                   + (f", host steal {r['host_steal_percent']:.1f}%" if "host_steal_percent" in r else "")
+                  + (f", broker writes {r['broker_writes']}" if "broker_writes" in r else "")
                   + ("" if r["judged"] else " (not judged: steal over the bound, run again)"))
         if go["host_steal_percent"] is not None:
             print(f"  host steal over the A/B: {go['host_steal_percent']:.1f}% of the machine's CPU time")

@@ -33,10 +33,12 @@ def block(name, rate, server_us, postgres_us, p99_ms, steal=None, smoke="good->2
     return "\n".join(lines) + "\n"
 
 
-def ab_round(number, broker_rate, peer_rate, steal, broker_smoke="good->200 tampered->401"):
-    """A round: the broker (150 µs per login, p99 4 ms) then the Go peer (400 µs, p99 8 ms)."""
+def ab_round(number, broker_rate, peer_rate, steal, broker_smoke="good->200 tampered->401", writes=None):
+    """A round: the broker (150 µs per login, p99 4 ms) then the Go peer (400 µs, p99 8 ms); with
+    `writes`, the broker's last_login_at writes bench-login.sh counts after the round."""
     return (block(f"A_service_r{number}", broker_rate, 100, 50, 4.0, steal, broker_smoke)
-            + block(f"B_gopeer_r{number}", peer_rate, 300, 100, 8.0, steal))
+            + block(f"B_gopeer_r{number}", peer_rate, 300, 100, 8.0, steal)
+            + ("" if writes is None else f"   broker last_login_at writes {writes}\n"))
 
 
 class LoginReportJudging(unittest.TestCase):
@@ -91,6 +93,13 @@ class LoginReportJudging(unittest.TestCase):
         self.assertTrue(cpu["met"])
         self.assertAlmostEqual(p99["value"], 0.5)
         self.assertTrue(p99["met"])
+
+    def test_each_round_carries_the_brokers_writes(self):
+        log = ab_round(1, 9000, 4000, 0.3, writes=0) + ab_round(2, 7000, 4000, 0.2, writes=20000) \
+            + ab_round(3, 9000, 4000, 0.4, writes=0)
+        summary, output = self.report(log)
+        self.assertEqual([r.get("broker_writes") for r in summary["go_peer"]["rounds"]], [0, 20000, 0])
+        self.assertIn("x1.75, CPU 0.38, p99 0.50, host steal 0.2%, broker writes 20000", output)
 
     def test_a_round_that_failed_its_smoke_check_fails_the_throughput_goal(self):
         log = (ab_round(1, 9000, 4000, 0.3) + ab_round(2, 9000, 4000, 0.2, broker_smoke="good->500 tampered->401")
