@@ -71,15 +71,31 @@ leftovers() {
   done
 }
 
-# Stops make run with signal $1 sent to its process group; fails unless nothing is left of it
-# within 30 s (the embedded PostgreSQL stops a moment after its last user, by its watchdog).
+# exited PID: PID is gone, or a zombie this shell has yet to reap.
+exited() {
+  local state
+  state=$(ps -o stat= -p "$1" 2>/dev/null) || return 0
+  [ "${state:0:1}" = Z ]
+}
+
+# Stops make run with signal $1 sent to its process group; fails unless it ends within 60 s and
+# nothing is left of it within 60 s more (the embedded PostgreSQL stops a moment after its last
+# user, by its watchdog).
 stop_make_run() {
-  local signal=$1 what=$2 group=$run_pid left=""
+  local signal=$1 what=$2 group=$run_pid left="" ignored=""
   echo "== stopping make run: $what (SIG$signal to its process group)" >&2
   kill -"$signal" -- -"$group" 2>/dev/null || true
+  # A deadline before the shell's `wait`, which has none: a make run that ignored the signal
+  # fails the tour after 60 s instead of holding make test until CI's limit.
+  if ! wait_until 60 exited "$run_pid"; then
+    echo "tour: make run was still running 60 s after SIG$signal" >&2
+    kill -KILL -- -"$group" 2>/dev/null || true
+    ignored=1
+  fi
   wait "$run_pid" 2>/dev/null || true
   run_pid=
   wait_until 60 eval 'left=$(leftovers "$group"); [ -z "$left" ]' || true
+  if [ -n "$ignored" ]; then return 1; fi
   if [ -n "$left" ]; then
     echo "tour: after $what, still there:" >&2
     echo "$left" >&2
