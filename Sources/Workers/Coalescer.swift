@@ -59,10 +59,10 @@ public final class Coalescer<Item: Sendable, Answer: Sendable>: Sendable {
         self.process = process
     }
 
-    /// Items answered, the batches they went in, items waiting for the next batch and items of
-    /// the batch being processed.
-    public var statistics: (items: Int, batches: Int, queued: Int, inFlight: Int) {
-        state.withLock { ($0.items, $0.batches, $0.pending.count, $0.inFlight) }
+    /// Items answered, the batches they went in, items waiting for the next batch, items of
+    /// the batch being processed, and whether the thread is running (it ends when idle).
+    public var statistics: (items: Int, batches: Int, queued: Int, inFlight: Int, running: Bool) {
+        state.withLock { ($0.items, $0.batches, $0.pending.count, $0.inFlight, $0.running) }
     }
 
     /// Runs `item` in the next batch and returns its answer (or throws its error).

@@ -57,7 +57,8 @@ struct CoalescerTests {
             batch in batch.first == 0 ? [] : batch.map { .success($0 + 1) }
         }
         #expect(throws: CoalescerError.unanswered) { try coalescer.submit(0) }
-        Thread.sleep(forTimeInterval: 0.1)  // Several idle timeouts: the thread has ended.
+        waitUntil { !coalescer.statistics.running }
+        #expect(!coalescer.statistics.running)  // Idle past its timeout: the thread ended.
         let answers = Lock<[Int: Result<Int, any Error>]>([:])
         let done = DispatchSemaphore(value: 0)
         submit(coalescer, 41, into: answers, done: done)

@@ -187,8 +187,9 @@ struct LoginStore: Sendable {
     /// The fast path: a repeat login that changes nothing is answered by one read-only
     /// statement, which also says whether the token predates the group's revocation (then
     /// nothing is written and the login is refused, as broker_login_v2 would). Two things may
-    /// still be written, without an event and without broker_login_v2, both by one more
-    /// statement (`broker_repeat_sign_in`, one transaction): a stale `last_login_at` (the two
+    /// still be written, without an event and without broker_login_v2, both by one call of
+    /// `broker_repeat_sign_in` (one statement and commit shared with the repeat logins of the
+    /// moment: `RepeatSignInStore`): a stale `last_login_at` (the two
     /// columns broker_login_v2 would write, the same values) and a sign-in newer than the
     /// group's authorization timeline knows (`broker_record_sign_in`): every verified sign-in
     /// is on it (issue 35). nil when broker_login_v2 must run (new identity, a change, a

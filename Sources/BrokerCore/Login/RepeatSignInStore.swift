@@ -54,7 +54,10 @@ package struct RepeatSignInStore: Sendable {
 
     /// Sign-ins written, the batches they went in (a batch run again one by one counts once),
     /// sign-ins waiting for the next batch and those of the batch at the server.
-    package var statistics: (items: Int, batches: Int, queued: Int, inFlight: Int) { coalescer.statistics }
+    package var statistics: (items: Int, batches: Int, queued: Int, inFlight: Int) {
+        let statistics = coalescer.statistics
+        return (statistics.items, statistics.batches, statistics.queued, statistics.inFlight)
+    }
 
     private static func write(_ batch: [SignIn], pool: PostgresPool) -> [Result<Bool, any Error>] {
         if batch.count > 1, let written = try? writeTogether(batch, pool: pool) { return written.map { .success($0) } }
