@@ -1,5 +1,5 @@
 # appleid-broker — the two commands a newcomer needs are `make run` and `make test`.
-.PHONY: run test check build release clean bench bench-login bench-notifications bench-deletion bench-webhooks bench-oidc resilience fuzz fuzz-api tsan
+.PHONY: run test check build release clean bench bench-login bench-settings bench-notifications bench-deletion bench-webhooks bench-oidc resilience fuzz fuzz-api tsan
 
 ## Run the service (installs Debian packages if missing, builds, starts an embedded
 ## PostgreSQL and, unless Apple settings are given, the Apple simulator).
@@ -31,6 +31,10 @@ bench:
 ## Login benchmark: req/s, p50/p99, CPU/req, RSS; pgbench reference; A/B against the Go peer.
 bench-login:
 	scripts/bench-login.sh
+
+## Two broker settings or builds against each other on repeat logins, interleaved (A_ENV, B_ENV, A_BIN, B_BIN).
+bench-settings:
+	scripts/bench-settings.sh
 
 ## Notification ingestion benchmark: notifications/s, p99, ratio to pgbench of the same work.
 bench-notifications:
