@@ -37,7 +37,6 @@ trap 'stop_all; peers_stop' EXIT
 peers_start
 PG_MASTER_PID=$(head -1 "$PGDIR/data/postmaster.pid")
 export PG_MASTER_PID
-database_url() { echo "host=$PGHOST port=$PGPORT user=postgres dbname=$1"; }
 PHASES=$WORK/login-phases.jsonl
 : > "$PHASES"
 rm -f "$WORK"/statements-*.csv "$RESULTS"/login-*.svg "$RESULTS"/login-*.folded
@@ -250,16 +249,7 @@ if [ "$PREVIOUS" = 1 ]; then
   for side in current previous; do
     peers_fresh_database "appleid_broker_$side"
     SIDE_PORT[$side]=$(free_port)
-    SIDE_KEY[$side]=$(DATABASE_URL=$(database_url "appleid_broker_$side") BROKER_LISTEN=127.0.0.1:${SIDE_PORT[$side]} \
-      "${SIDE_BIN[$side]}/appleid-broker" api-keys create --name ab --scopes login 2> /dev/null)
-    DATABASE_URL=$(database_url "appleid_broker_$side") BROKER_LISTEN=127.0.0.1:${SIDE_PORT[$side]} \
-      "${SIDE_BIN[$side]}/appleid-broker" serve > "$WORK/$side-prime.log" 2>&1 &
-    BROKER_PID=$!
-    wait_http "http://127.0.0.1:${SIDE_PORT[$side]}/readyz"
-    API_KEY=${SIDE_KEY[$side]} BODY_FMT=both MAX_DUR=120s run_wrk_once "($side: every user once)" "$TOKENS_RS256" \
-      "http://127.0.0.1:${SIDE_PORT[$side]}" > /dev/null
-    kill -TERM "$BROKER_PID" && wait "$BROKER_PID" || true
-    BROKER_PID=
+    SIDE_KEY[$side]=$(ab_prime "$side" "${SIDE_BIN[$side]}" "appleid_broker_$side" "${SIDE_PORT[$side]}")
   done
   # Rounds alternate which side goes first, so a drift of the machine's speed favours neither.
   for round in $(seq 1 "$AB_ROUNDS"); do

@@ -18,7 +18,6 @@ trap 'peers_stop' EXIT
 peers_start
 PG_MASTER_PID=$(head -1 "$PGDIR/data/postmaster.pid")
 export PG_MASTER_PID
-database_url() { echo "host=$PGHOST port=$PGPORT user=postgres dbname=$1"; }
 ensure_tokens RS256
 [ -f "$WORK/AuthKey.p8" ] || openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "$WORK/AuthKey.p8" 2> /dev/null
 TOKEN_ENCRYPTION_KEY=$(openssl rand -base64 32)
@@ -35,18 +34,8 @@ echo "B: ${B_ENV:-(defaults)} ($B_BIN)"
 for side in a b; do
   peers_fresh_database "settings_$side"
   SIDE_PORT[$side]=$(free_port)
-  # Quoted: the URL has spaces, and env(1) would take its words for more settings.
-  SIDE_KEY[$side]=$(DATABASE_URL="$(database_url "settings_$side")" BROKER_LISTEN=127.0.0.1:${SIDE_PORT[$side]} \
-    "${SIDE_BIN[$side]}/appleid-broker" api-keys create --name ab --scopes login 2> /dev/null)
   # shellcheck disable=SC2086 # the side's settings are words of NAME=VALUE
-  env ${SIDE_ENV[$side]} DATABASE_URL="$(database_url "settings_$side")" BROKER_LISTEN=127.0.0.1:${SIDE_PORT[$side]} \
-    "${SIDE_BIN[$side]}/appleid-broker" serve > "$WORK/settings-$side-prime.log" 2>&1 &
-  BROKER_PID=$!
-  wait_http "http://127.0.0.1:${SIDE_PORT[$side]}/readyz" "$BROKER_PID"
-  API_KEY=${SIDE_KEY[$side]} BODY_FMT=both MAX_DUR=120s run_wrk_once "($side: every user once)" "$TOKENS_RS256" \
-    "http://127.0.0.1:${SIDE_PORT[$side]}" > /dev/null
-  kill -TERM "$BROKER_PID" && wait "$BROKER_PID" || true
-  BROKER_PID=
+  SIDE_KEY[$side]=$(ab_prime "settings-$side" "${SIDE_BIN[$side]}" "settings_$side" "${SIDE_PORT[$side]}" ${SIDE_ENV[$side]})
 done
 for round in $(seq 1 "$ROUNDS"); do
   order="a b"

@@ -77,3 +77,26 @@ wait_port() {  # wait_port PORT : until something listens on 127.0.0.1:PORT (30 
   echo "nothing listens on port $1" >&2
   return 1
 }
+
+# A broker's database on the cluster.
+database_url() { echo "host=$PGHOST port=$PGPORT user=postgres dbname=$1"; }
+
+# ab_prime NAME BIN DATABASE PORT [NAME=VALUE...] : for one side of an interleaved A/B, prints
+# a new API key with the login scope, after starting BIN's broker on DATABASE and PORT with the
+# settings given and signing every token's user in once (so the rounds measure repeat logins),
+# then stopping it. Its log is $WORK/NAME-prime.log.
+ab_prime() {
+  local name=$1 bin=$2 database=$3 port=$4 key pid
+  shift 4
+  key=$(DATABASE_URL="$(database_url "$database")" BROKER_LISTEN=127.0.0.1:$port \
+    "$bin/appleid-broker" api-keys create --name ab --scopes login 2> /dev/null)
+  # The URL is quoted: it has spaces, and env(1) would take its words for more settings.
+  env "$@" DATABASE_URL="$(database_url "$database")" BROKER_LISTEN=127.0.0.1:$port \
+    "$bin/appleid-broker" serve > "$WORK/$name-prime.log" 2>&1 &
+  pid=$!
+  wait_http "http://127.0.0.1:$port/readyz" "$pid" || { kill -TERM "$pid" 2> /dev/null; return 1; }
+  API_KEY=$key BODY_FMT=both MAX_DUR=120s run_wrk_once "($name: every user once)" "$TOKENS_RS256" \
+    "http://127.0.0.1:$port" > /dev/null
+  kill -TERM "$pid" && wait "$pid" || true
+  echo "$key"
+}
