@@ -23,8 +23,8 @@ public struct BrokerConfiguration: Sendable {
     /// one request at a time and blocks on PostgreSQL, so a request waits behind another
     /// connection's even while the cores have room; and the read pipeline batches only what
     /// is in flight at once. Interleaved A/B at 32 connections on 2 cores: 32 threads took
-    /// 0.90 of 8 threads' CPU per repeat login, at 1.13× the throughput and a lower p99
-    /// (docs/benchmarks.md, 2026-12-04, sixth).
+    /// 0.83–0.90 of 8 threads' CPU per repeat login (0.74 when every login writes), at
+    /// 1.13–1.37× the throughput and a lower p99 (docs/benchmarks.md, 2026-12-04, sixth).
     public var httpThreads: Int = max(32, ProcessInfo.processInfo.activeProcessorCount * 16)
     /// `BROKER_MAX_BODY_BYTES`: request body limit.
     public var maximumBodyBytes: Int = 64 * 1024
