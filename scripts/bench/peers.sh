@@ -1,8 +1,9 @@
-# The Go peer's fixtures for the login benchmark (sourced by bench-login.sh): its folder
-# (../shared/peers: go-oidc + lib/pq, its JWK Set server, tokens, PostgreSQL cluster and
-# scripts), set up in a work directory of this run ($WORK/peers) on ports picked free, so two
-# runs on one machine never share a cluster or a port. Every server of the login benchmark
-# (this build, the previous release, the Go peer) uses that one cluster: same settings.
+# The Go peer's fixtures for the login benchmarks (sourced by bench-login.sh and
+# bench-settings.sh): its folder (../shared/peers: go-oidc + lib/pq, its JWK Set server,
+# tokens, PostgreSQL cluster and scripts), set up in a work directory of this run
+# ($WORK/peers) on ports picked free, so two runs on one machine never share a cluster or a
+# port. Every server of a login benchmark (this build, the previous release, the Go peer, two
+# settings) uses that one cluster: same settings. ab_prime readies one side of an A/B.
 
 # The peers' folder: PEERS_DIR, else ../shared/peers beside the checkout, else beside the
 # main checkout of a git worktree (/work/wt/x → /work/main/../shared).
