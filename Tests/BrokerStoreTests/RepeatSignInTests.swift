@@ -25,7 +25,8 @@ struct RepeatSignInTests {
 
     /// Writes `first`, then `signIns`, each on a thread of its own, while `first`'s identity is
     /// locked by another transaction: `first` goes alone and waits on the lock, the others queue
-    /// behind it and go together once the lock is let go. Answers in that order, `first`'s first.
+    /// behind it, one after the other in their order, and go together once the lock is let go.
+    /// Answers in that order, `first`'s first.
     func writeWhileHeld(
         _ store: RepeatSignInStore, _ fixture: StoreFixture, first: SignIn, then signIns: [SignIn]
     ) throws -> [Result<Bool, any Error>] {
@@ -44,8 +45,10 @@ struct RepeatSignInTests {
         write(first, 0)
         waitUntil { store.statistics.inFlight == 1 }
         #expect(store.statistics.inFlight == 1)
-        for (index, signIn) in signIns.enumerated() { write(signIn, index + 1) }
-        waitUntil { store.statistics.queued == signIns.count }
+        for (index, signIn) in signIns.enumerated() {
+            write(signIn, index + 1)
+            waitUntil { store.statistics.queued == index + 1 }  // Queued in this order, not the threads'.
+        }
         #expect(store.statistics.queued == signIns.count)
         try locker.execute("COMMIT")
         for _ in 0...signIns.count { #expect(done.wait(timeout: .now() + 20) == .success) }
@@ -84,7 +87,8 @@ struct RepeatSignInTests {
         let (fixture, store, _, identities) = try setUp()
         let later = Date(timeIntervalSince1970: 1_796_000_600)
         let earlier = Date(timeIntervalSince1970: 1_796_000_000)
-        // Both reach the same batch; the later sign-in arrives first (a token that travelled slowly).
+        // Both reach the same batch; the later sign-in arrives first (the earlier token travelled
+        // slowly), so a batch that let the last write win would move the timeline back.
         let answers = try writeWhileHeld(
             store, fixture,
             first: .init(identityID: identities[0], appID: app, signedInAt: later, touch: true, record: false),

@@ -73,11 +73,12 @@ package struct RepeatSignInStore: Sendable {
         ).single().decode(Bool.self, "written")
     }
 
-    /// One statement for the batch, the function called per sign-in in identity order; the
+    /// One statement for the batch, the function called per sign-in in identity order (one
+    /// identity's sign-ins in the order they came, as one statement each would run them); the
     /// answers come back in the batch's order.
     private static func writeTogether(_ batch: [SignIn], pool: PostgresPool) throws -> [Bool] {
         let keys = batch.map(\.identityID.lowercasedString)
-        let order = batch.indices.sorted { keys[$0] < keys[$1] }
+        let order = batch.indices.sorted { keys[$0] < keys[$1] || (keys[$0] == keys[$1] && $0 < $1) }
         let sorted = order.map { batch[$0] }
         let rows = try pool.query(
             """
