@@ -4,6 +4,7 @@ import http.client, json, os, re, subprocess, tempfile, shutil, time, urllib.par
 import pytest
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
+from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
 from selenium.webdriver.support.ui import WebDriverWait
 
 CONSOLE = os.environ.get("CONSOLE_URL", "")
@@ -283,6 +284,24 @@ def sign_in_by_link(driver, role, operator=None):
         time.sleep(6.2)
     WebDriverWait(driver, 15).until(lambda d: browser_cookie(d) and "Overview" in d.title)
     return driver
+
+
+def page_left(driver, element, timeout=15):
+    """Waits until the page `element` was on is gone (a click on it navigated). Selenium's
+    staleness_of is not enough: while the new document replaces the old one, chromedriver may
+    answer the element's lookup with an inspector error ("Node with given id does not belong to
+    the document", seen failing CI once) instead of a stale-element error. Both say the same."""
+    def gone(_):
+        try:
+            element.is_enabled()
+            return False
+        except StaleElementReferenceException:
+            return True
+        except WebDriverException as error:
+            if "does not belong to the document" in str(error):
+                return True
+            raise
+    WebDriverWait(driver, timeout).until(gone)
 
 
 def browser_cookie(driver):

@@ -4,9 +4,7 @@ new session id at each sign-in and step-up; ID tokens with a defect refused; ste
 old auth_time."""
 import re, time, urllib.parse
 import pytest
-from selenium.webdriver.support.expected_conditions import staleness_of
-from selenium.webdriver.support.ui import WebDriverWait
-from conftest import (sign_in_by_link, navigation_status, CONSOLE, IDP, COOKIE, ConsoleClient, browser_cookie, console_link, idp_log, idp_operator, new_user,
+from conftest import (sign_in_by_link, navigation_status, page_left, CONSOLE, IDP, COOKIE, ConsoleClient, browser_cookie, console_link, idp_log, idp_operator, new_user,
                       request, session_cookie, sign_in, wait_for, console_messages, csp_violations, make_driver)
 
 
@@ -59,7 +57,7 @@ def test_console_link_signs_in_once(browser):
     button = browser.find_element("css selector", "main form button[type=submit]")
     button.click()
     # Read the status of the page the click led to, not of the link page still shown.
-    WebDriverWait(browser, 15).until(staleness_of(button))
+    page_left(browser, button)
     assert navigation_status(browser) == 403 and browser_cookie(browser) is None
 
 
